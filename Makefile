@@ -1,0 +1,36 @@
+# Two entry points on a fresh Debian 12 machine (as root, or with sudo):
+#   make run    set up, build in release mode, run pipelines/demo.toml (writes out/)
+#   make test   set up, then the whole test suite (what CI runs)
+
+CARGO ?= cargo
+VIDFLOW_RELEASE := target/release/vidflow
+
+.PHONY: run test setup deps assets build install clean
+
+run: setup
+	$(CARGO) build --release --locked
+	$(VIDFLOW_RELEASE) run pipelines/demo.toml --stats-json out/stats.json
+
+test: setup
+	scripts/test
+
+setup: deps assets
+
+deps:
+	scripts/install-deps
+
+assets: deps
+	scripts/fetch-assets
+
+build:
+	$(CARGO) build --release --locked
+
+# Installs the binary and the systemd unit; pipelines go in /etc/vidflow/NAME.toml.
+install: build
+	install -D -m 0755 $(VIDFLOW_RELEASE) $(DESTDIR)/usr/local/bin/vidflow
+	install -D -m 0644 systemd/vidflow@.service $(DESTDIR)/etc/systemd/system/vidflow@.service
+	install -d -m 0755 $(DESTDIR)/etc/vidflow
+
+clean:
+	$(CARGO) clean
+	rm -rf out

@@ -1,0 +1,257 @@
+//! Subcommands: `run`, `validate`, `graph`, `steps`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{self, ConfigError};
+use crate::daemon::{self, RunOptions, Shutdown};
+use crate::{sinks, steps};
+
+/// sysexits codes used by the command line.
+pub mod exit {
+    pub const OK: u8 = 0;
+    /// EX_USAGE: bad command line.
+    pub const USAGE: u8 = 64;
+    /// EX_UNAVAILABLE: the source cannot be opened.
+    pub const UNAVAILABLE: u8 = 69;
+    /// EX_SOFTWARE: internal error.
+    pub const SOFTWARE: u8 = 70;
+    /// EX_CANTCREAT: an output file cannot be created.
+    pub const CANTCREAT: u8 = 73;
+    /// EX_IOERR.
+    pub const IOERR: u8 = 74;
+    /// EX_CONFIG: invalid pipeline file.
+    pub const CONFIG: u8 = 78;
+}
+
+/// Live video analytics: GStreamer sources, a workflow of OpenCV steps on every frame, results
+/// to files.
+///
+/// A pipeline file (TOML) names a source, the steps to run on each frame and the sinks that
+/// receive the results. Start with `vidflow steps` to see what is available, check a file with
+/// `vidflow validate`, then `vidflow run` it. Logging is controlled by VIDFLOW_LOG (for example
+/// VIDFLOW_LOG=debug).
+#[derive(Debug, Parser)]
+#[command(name = "vidflow", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a pipeline until its source ends or SIGINT/SIGTERM (a second signal stops at once).
+    ///
+    /// Exit codes: 0 clean end, 78 invalid pipeline, 69 source unavailable, 73 output cannot
+    /// be created, 70 internal error or a step error with on_step_error = "stop".
+    Run {
+        /// Pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Stop cleanly after this many frames.
+        #[arg(long, value_name = "N")]
+        max_frames: Option<u64>,
+        /// Write frame and sink counts as JSON to this file on exit.
+        #[arg(long, value_name = "PATH")]
+        stats_json: Option<PathBuf>,
+    },
+    /// Check pipeline files; every problem is reported as file:line:column. Exit 0 or 78.
+    Validate {
+        #[arg(required = true)]
+        pipelines: Vec<PathBuf>,
+    },
+    /// Print the workflow of a pipeline as Graphviz DOT (pipe it into `dot -Tsvg`).
+    Graph { pipeline: PathBuf },
+    /// List every step and sink kind with its inputs, outputs and parameters.
+    Steps,
+}
+
+/// Logging to stderr, filtered by VIDFLOW_LOG (default `info`); plain under systemd.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIDFLOW_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(!journal && std::io::stderr().is_terminal());
+    if journal {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Runs a parsed command line; returns the exit code.
+pub fn main(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Run {
+            pipeline,
+            max_frames,
+            stats_json,
+        } => run(&pipeline, max_frames, stats_json.as_deref()),
+        Command::Validate { pipelines } => validate(&pipelines),
+        Command::Graph { pipeline } => match config::load(&pipeline) {
+            Ok(p) => {
+                print!("{}", crate::workflow::graph::dot(&p));
+                exit::OK
+            }
+            Err(e) => config_error(&e),
+        },
+        Command::Steps => {
+            print!("{}", describe_kinds());
+            exit::OK
+        }
+    }
+}
+
+fn config_error(e: &ConfigError) -> u8 {
+    eprintln!("{e}");
+    match e {
+        ConfigError::Read { .. } => exit::CONFIG,
+        ConfigError::Invalid { problems } => {
+            eprintln!("{} problem(s) found", problems.len());
+            exit::CONFIG
+        }
+    }
+}
+
+fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
+    let pipeline = match config::load(path) {
+        Ok(p) => p,
+        Err(e) => return config_error(&e),
+    };
+    let shutdown = Shutdown::new();
+    {
+        let shutdown = shutdown.clone();
+        if let Err(e) = ctrlc::set_handler(move || shutdown.request()) {
+            tracing::warn!(error = %e, "cannot install signal handler");
+        }
+    }
+    let options = RunOptions { max_frames };
+    let (report, code) = match daemon::run(pipeline, &options, &shutdown) {
+        Ok(report) => (Some(report), exit::OK),
+        Err(failure) => {
+            for e in &failure.errors {
+                tracing::error!("{e:#}");
+            }
+            {
+                let code = failure.exit_code();
+                (failure.report.map(|r| *r), code)
+            }
+        }
+    };
+    if let (Some(path), Some(report)) = (stats_json, report) {
+        let written = serde_json::to_vec_pretty(&report)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(path, bytes));
+        if let Err(e) = written {
+            tracing::error!(path = %path.display(), error = %e, "cannot write stats");
+            return if code == exit::OK { exit::IOERR } else { code };
+        }
+    }
+    code
+}
+
+fn validate(paths: &[PathBuf]) -> u8 {
+    let mut problems = 0usize;
+    for path in paths {
+        let found = match config::load(path) {
+            Ok(p) => {
+                let missing = p
+                    .sources
+                    .iter()
+                    .filter_map(|s| match &s.uri {
+                        crate::source::SourceUri::File { path: file } if !file.is_file() => {
+                            Some(format!(
+                                "source \"{}\": file \"{}\" not found",
+                                s.name,
+                                file.display()
+                            ))
+                        }
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>();
+                if !missing.is_empty() {
+                    if let Ok(text) = config::SourceText::read(path) {
+                        for (s, message) in p.sources.iter().zip(&missing) {
+                            let (line, column) = text.line_column(s.uri_span.start);
+                            eprintln!("{}:{line}:{column}: {message}", path.display());
+                        }
+                    }
+                }
+                missing.len()
+            }
+            Err(ConfigError::Invalid { problems }) => {
+                for p in &problems {
+                    eprintln!("{p}");
+                }
+                problems.len()
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        };
+        if found == 0 {
+            println!("{}: ok", path.display());
+        }
+        problems += found;
+    }
+    if problems == 0 {
+        exit::OK
+    } else {
+        eprintln!("{problems} problem(s) found");
+        exit::CONFIG
+    }
+}
+
+/// The text of `vidflow steps`.
+pub fn describe_kinds() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("STEPS\n");
+    for k in steps::KINDS {
+        let _ = writeln!(
+            out,
+            "\n  {}{}: {}",
+            k.name,
+            if k.stateful { " (stateful)" } else { "" },
+            k.summary
+        );
+        for p in k.inputs {
+            let _ = writeln!(out, "    input  {:<14} {}", p.name, p.ty);
+        }
+        for p in k.outputs {
+            let _ = writeln!(out, "    output {:<14} {}", p.name, p.ty);
+        }
+        params(&mut out, k.params);
+    }
+    out.push_str("\nSINKS\n");
+    for k in sinks::KINDS {
+        let _ = writeln!(out, "\n  {}: {}", k.name, k.summary);
+        for p in k.inputs {
+            let ty = p.ty.map_or_else(|| "any".to_owned(), |t| t.to_string());
+            let ty = if p.list { format!("list of {ty}") } else { ty };
+            let _ = writeln!(out, "    input  {:<14} {ty}", p.name);
+        }
+        params(&mut out, k.params);
+    }
+    out.push_str(
+        "\nREFERENCES\n\n  $frame                 the decoded frame (image)\n  \
+         $steps.NAME.OUTPUT     an output of step NAME\n",
+    );
+    out
+}
+
+fn params(out: &mut String, params: &[steps::ParamDoc]) {
+    use std::fmt::Write as _;
+    for p in params {
+        let _ = writeln!(
+            out,
+            "    param  {:<14} {} (default {}): {}",
+            p.name, p.ty, p.default, p.doc
+        );
+    }
+}

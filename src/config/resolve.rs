@@ -1,0 +1,568 @@
+//! Second stage: kinds built, references resolved and type-checked, steps ordered.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use toml::Spanned;
+use toml::de::DeValue;
+
+use super::raw::{RawComponent, RawExecutor, RawPipeline};
+use super::{Diagnostic, Name, Params};
+use crate::sinks::{self, SinkFactory, SinkKind};
+use crate::source::SourceUri;
+use crate::steps::{self, Step, StepKind};
+use crate::value::ValueType;
+
+/// A checked pipeline, ready to run.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub path: PathBuf,
+    pub sources: Vec<SourceConfig>,
+    pub executor: ExecutorConfig,
+    /// In an order where every step comes after the steps it reads from.
+    pub steps: Vec<StepConfig>,
+    pub sinks: Vec<SinkConfig>,
+}
+
+impl Pipeline {
+    pub(super) fn with_path(mut self, path: &Path) -> Self {
+        self.path = path.to_owned();
+        self
+    }
+}
+
+#[derive(Debug)]
+pub struct SourceConfig {
+    pub name: Name,
+    pub uri: SourceUri,
+    /// Byte range of the `uri` value in the file, for problems found later.
+    pub uri_span: std::ops::Range<usize>,
+}
+
+/// What a frame does when one of its steps fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStepError {
+    /// The frame is reported failed; the pipeline goes on with the next frame.
+    #[default]
+    SkipFrame,
+    /// The daemon drains what is in flight, closes its sinks and exits non-zero.
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Threads in the persistent worker pool.
+    pub workers: usize,
+    /// Frames inside the workflow at once.
+    pub max_in_flight: usize,
+    pub on_step_error: OnStepError,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        let workers = std::thread::available_parallelism().map_or(1, usize::from);
+        Self {
+            workers,
+            max_in_flight: workers,
+            on_step_error: OnStepError::SkipFrame,
+        }
+    }
+}
+
+/// Where a step or sink input comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ref {
+    /// `$frame`: the decoded frame.
+    Frame,
+    /// `$steps.NAME.OUTPUT`: output `output` of step `step` (an index into `Pipeline::steps`).
+    Step { step: usize, output: usize },
+}
+
+pub struct StepConfig {
+    pub name: Name,
+    pub kind: &'static StepKind,
+    pub step: Arc<dyn Step>,
+    /// One per input port of the kind, in port order.
+    pub inputs: Vec<Ref>,
+}
+
+impl fmt::Debug for StepConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepConfig")
+            .field("name", &self.name)
+            .field("kind", &self.kind.name)
+            .field("inputs", &self.inputs)
+            .finish()
+    }
+}
+
+/// One reference a sink reads, with the text the user wrote (without `$`), used as its label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkInput {
+    pub port: &'static str,
+    pub label: String,
+    pub from: Ref,
+}
+
+#[derive(Debug)]
+pub struct SinkConfig {
+    pub name: Name,
+    pub kind: &'static SinkKind,
+    pub factory: Box<dyn SinkFactory>,
+    pub inputs: Vec<SinkInput>,
+}
+
+/// A step as known before its kind is built: enough to resolve references to it.
+struct Declared {
+    name: String,
+    kind: Option<&'static StepKind>,
+}
+
+pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipeline {
+    let sources = resolve_sources(raw.sources, diags);
+    let executor = resolve_executor(&raw.executor, diags);
+
+    let declared: Vec<Declared> = raw
+        .steps
+        .iter()
+        .map(|c| {
+            let kind = steps::kind(c.kind.get_ref());
+            if kind.is_none() {
+                diags.push(unknown_kind("step", c, steps::KINDS.iter().map(|k| k.name)));
+            }
+            Declared {
+                name: c.name.get_ref().clone(),
+                kind,
+            }
+        })
+        .collect();
+    let index: HashMap<&str, usize> = declared
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.name.as_str(), i))
+        .collect();
+    let resolver = Resolver {
+        declared: &declared,
+        index: &index,
+    };
+
+    let mut built: Vec<Option<StepConfig>> = Vec::new();
+    let mut name_spans = Vec::new();
+    for (mut c, d) in raw.steps.into_iter().zip(&declared) {
+        name_spans.push(c.name.span());
+        let Some(kind) = d.kind else {
+            built.push(None);
+            continue;
+        };
+        let what = format!("step \"{}\"", d.name);
+        let inputs: Vec<Option<Ref>> = kind
+            .inputs
+            .iter()
+            .map(|port| {
+                let Some((key, value)) = c.take(port.name) else {
+                    diags.push(Diagnostic::at(
+                        c.name.span(),
+                        format!("{what}: missing input \"{}\" ({})", port.name, port.ty),
+                    ));
+                    return None;
+                };
+                let text = reference_text(&what, &key, &value, diags)?;
+                resolver.resolve(&what, port.name, Some(port.ty), &text, diags)
+            })
+            .collect();
+        let step = match (kind.build)(Params::new(c.into_params())) {
+            Ok(step) => Some(step),
+            Err(d) => {
+                diags.push(prefixed(&what, d));
+                None
+            }
+        };
+        built.push(
+            match (step, inputs.into_iter().collect::<Option<Vec<_>>>()) {
+                (Some(step), Some(inputs)) => Some(StepConfig {
+                    name: d.name.as_str().into(),
+                    kind,
+                    step: step.into(),
+                    inputs,
+                }),
+                _ => None,
+            },
+        );
+    }
+
+    let order = topological_order(&built, &declared, &name_spans, diags);
+    let sinks = resolve_sinks(raw.sinks, &resolver, diags);
+
+    // Renumber step references into the new order.
+    let mut position = vec![0; built.len()];
+    for (new, &old) in order.iter().enumerate() {
+        position[old] = new;
+    }
+    let renumber = |r: Ref| match r {
+        Ref::Frame => Ref::Frame,
+        Ref::Step { step, output } => Ref::Step {
+            step: position[step],
+            output,
+        },
+    };
+    let mut slots: Vec<Option<StepConfig>> = built;
+    let steps = order
+        .iter()
+        .filter_map(|&i| slots[i].take())
+        .map(|mut s| {
+            s.inputs = s.inputs.into_iter().map(renumber).collect();
+            s
+        })
+        .collect();
+    let sinks = sinks
+        .into_iter()
+        .map(|mut s| {
+            for input in &mut s.inputs {
+                input.from = renumber(input.from);
+            }
+            s
+        })
+        .collect();
+
+    Pipeline {
+        path: PathBuf::new(),
+        sources,
+        executor,
+        steps,
+        sinks,
+    }
+}
+
+fn resolve_sources(
+    raw: Vec<(Spanned<String>, super::raw::RawSource)>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<SourceConfig> {
+    if raw.is_empty() {
+        diags.push(Diagnostic::new(
+            "no source: add a [sources.NAME] table with a uri",
+        ));
+    }
+    if let Some((name, _)) = raw.get(1) {
+        diags.push(Diagnostic::at(
+            name.span(),
+            format!(
+                "source \"{}\": only one source per pipeline is supported so far",
+                name.get_ref()
+            ),
+        ));
+    }
+    raw.into_iter()
+        .filter_map(|(name, s)| {
+            let uri_span = s.uri.span();
+            match SourceUri::parse(s.uri.get_ref()) {
+                Ok(uri) => Some(SourceConfig {
+                    name: name.get_ref().as_str().into(),
+                    uri,
+                    uri_span,
+                }),
+                Err(e) => {
+                    diags.push(Diagnostic::at(
+                        uri_span,
+                        format!("source \"{}\": {e}", name.get_ref()),
+                    ));
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorConfig {
+    let mut config = ExecutorConfig::default();
+    let mut positive = |v: &Option<Spanned<i64>>, key: &str, max: i64| -> Option<usize> {
+        let v = v.as_ref()?;
+        match usize::try_from(*v.get_ref()) {
+            Ok(n) if n >= 1 && *v.get_ref() <= max => Some(n),
+            _ => {
+                diags.push(Diagnostic::at(
+                    v.span(),
+                    format!(
+                        "executor: {key} must be between 1 and {max}, not {}",
+                        v.get_ref()
+                    ),
+                ));
+                None
+            }
+        }
+    };
+    if let Some(n) = positive(&raw.workers, "workers", 256) {
+        config.workers = n;
+        config.max_in_flight = n;
+    }
+    if let Some(n) = positive(&raw.max_in_flight, "max_in_flight", 1024) {
+        config.max_in_flight = n;
+    }
+    if let Some(policy) = &raw.on_step_error {
+        match policy.get_ref().as_str() {
+            "skip_frame" => config.on_step_error = OnStepError::SkipFrame,
+            "stop" => config.on_step_error = OnStepError::Stop,
+            other => diags.push(Diagnostic::at(
+                policy.span(),
+                format!(
+                    "executor: on_step_error must be \"skip_frame\" or \"stop\", not \"{other}\""
+                ),
+            )),
+        }
+    }
+    config
+}
+
+fn resolve_sinks(
+    raw: Vec<RawComponent<'_>>,
+    resolver: &Resolver<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<SinkConfig> {
+    let mut out = Vec::new();
+    for mut c in raw {
+        let Some(kind) = sinks::kind(c.kind.get_ref()) else {
+            diags.push(unknown_kind(
+                "sink",
+                &c,
+                sinks::KINDS.iter().map(|k| k.name),
+            ));
+            continue;
+        };
+        let what = format!("sink \"{}\"", c.name.get_ref());
+        let mut inputs = Vec::new();
+        let mut ok = true;
+        for port in kind.inputs {
+            let texts: Vec<Spanned<String>> = match c.take(port.name) {
+                None if port.list => Vec::new(),
+                None => {
+                    diags.push(Diagnostic::at(
+                        c.name.span(),
+                        format!("{what}: missing input \"{}\"", port.name),
+                    ));
+                    ok = false;
+                    continue;
+                }
+                Some((key, value)) if port.list => match value.get_ref() {
+                    DeValue::Array(items) => items
+                        .iter()
+                        .filter_map(|item| reference_text(&what, &key, item, diags))
+                        .collect(),
+                    _ => {
+                        diags.push(Diagnostic::at(
+                            value.span(),
+                            format!("{what}: \"{}\" must be a list of references", port.name),
+                        ));
+                        ok = false;
+                        continue;
+                    }
+                },
+                Some((key, value)) => reference_text(&what, &key, &value, diags)
+                    .into_iter()
+                    .collect(),
+            };
+            for text in texts {
+                match resolver.resolve(&what, port.name, port.ty, &text, diags) {
+                    Some(from) => inputs.push(super::SinkInput {
+                        port: port.name,
+                        label: text.get_ref().trim_start_matches('$').to_owned(),
+                        from,
+                    }),
+                    None => ok = false,
+                }
+            }
+        }
+        let name = c.name.get_ref().as_str().into();
+        match (kind.build)(Params::new(c.into_params())) {
+            Ok(factory) if ok => out.push(SinkConfig {
+                name,
+                kind,
+                factory,
+                inputs,
+            }),
+            Ok(_) => {}
+            Err(d) => diags.push(prefixed(&what, d)),
+        }
+    }
+    out
+}
+
+struct Resolver<'a> {
+    declared: &'a [Declared],
+    index: &'a HashMap<&'a str, usize>,
+}
+
+impl Resolver<'_> {
+    /// Resolves `$frame` or `$steps.NAME.OUTPUT`, checking that it carries `expected`.
+    fn resolve(
+        &self,
+        what: &str,
+        port: &str,
+        expected: Option<ValueType>,
+        text: &Spanned<String>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Option<Ref> {
+        let s = text.get_ref().as_str();
+        let mut fail = |message: String| {
+            diags.push(Diagnostic::at(text.span(), format!("{what}: {message}")));
+            None
+        };
+        let (r, ty) = if s == "$frame" {
+            (Ref::Frame, ValueType::Image)
+        } else if let Some(rest) = s.strip_prefix("$steps.") {
+            let Some((step, output)) = rest.split_once('.') else {
+                return fail(format!(
+                    "reference \"{s}\" must name a step and an output: \"$steps.NAME.OUTPUT\""
+                ));
+            };
+            let Some(&i) = self.index.get(step) else {
+                return fail(format!("unknown step \"{step}\" in \"{s}\""));
+            };
+            // An unknown kind is reported once, where it is declared.
+            let kind = self.declared[i].kind?;
+            let Some((o, p)) = kind.output(output) else {
+                let outputs: Vec<_> = kind.outputs.iter().map(|p| p.name).collect();
+                return fail(format!(
+                    "step \"{step}\" ({}) has no output \"{output}\"; it has: {}",
+                    kind.name,
+                    outputs.join(", ")
+                ));
+            };
+            (Ref::Step { step: i, output: o }, p.ty)
+        } else {
+            return fail(format!(
+                "\"{s}\" is not a reference: use \"$frame\" or \"$steps.NAME.OUTPUT\""
+            ));
+        };
+        match expected {
+            Some(want) if want != ty => fail(format!(
+                "\"{port}\" takes {}, but \"{s}\" is {ty}",
+                article(want)
+            )),
+            _ => Some(r),
+        }
+    }
+}
+
+fn article(ty: ValueType) -> String {
+    match ty {
+        ValueType::Image => "an image".to_owned(),
+        ValueType::Detections => "detections".to_owned(),
+    }
+}
+
+fn reference_text(
+    what: &str,
+    key: &Spanned<String>,
+    value: &Spanned<DeValue<'_>>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Spanned<String>> {
+    match value.get_ref().as_str() {
+        Some(s) => Some(Spanned::new(value.span(), s.to_owned())),
+        None => {
+            diags.push(Diagnostic::at(
+                value.span(),
+                format!(
+                    "{what}: \"{}\" must be a reference string like \"$frame\", not a {}",
+                    key.get_ref(),
+                    value.get_ref().type_str()
+                ),
+            ));
+            None
+        }
+    }
+}
+
+fn unknown_kind<'a>(
+    what: &str,
+    c: &RawComponent<'_>,
+    known: impl Iterator<Item = &'a str>,
+) -> Diagnostic {
+    let known: Vec<_> = known.collect();
+    Diagnostic::at(
+        c.kind.span(),
+        format!(
+            "{what} \"{}\": unknown kind \"{}\"; known kinds: {}",
+            c.name.get_ref(),
+            c.kind.get_ref(),
+            known.join(", ")
+        ),
+    )
+}
+
+fn prefixed(what: &str, d: Diagnostic) -> Diagnostic {
+    Diagnostic {
+        span: d.span,
+        message: format!("{what}: {}", d.message),
+    }
+}
+
+/// Kahn's algorithm over step-to-step references. Steps that were not built still take part,
+/// so a broken step does not hide a cycle elsewhere; a cycle is reported once, with its path.
+fn topological_order(
+    built: &[Option<StepConfig>],
+    declared: &[Declared],
+    name_spans: &[std::ops::Range<usize>],
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<usize> {
+    let n = built.len();
+    let deps: Vec<Vec<usize>> = built
+        .iter()
+        .map(|s| {
+            let mut d: Vec<usize> = s
+                .iter()
+                .flat_map(|s| &s.inputs)
+                .filter_map(|r| match r {
+                    Ref::Step { step, .. } => Some(*step),
+                    Ref::Frame => None,
+                })
+                .collect();
+            d.sort_unstable();
+            d.dedup();
+            d
+        })
+        .collect();
+    let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut dependents = vec![Vec::new(); n];
+    for (i, d) in deps.iter().enumerate() {
+        for &j in d {
+            dependents[j].push(i);
+        }
+    }
+    let mut order: Vec<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    let mut next = 0;
+    while next < order.len() {
+        let i = order[next];
+        next += 1;
+        for &j in &dependents[i] {
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                order.push(j);
+            }
+        }
+    }
+    if order.len() < n {
+        // Walk back along dependencies from a step still waiting until a step repeats.
+        let start = (0..n).find(|&i| waiting[i] > 0).unwrap_or(0);
+        let mut path = vec![start];
+        let mut at = start;
+        while let Some(&prev) = deps[at].iter().find(|&&d| waiting[d] > 0) {
+            if let Some(pos) = path.iter().position(|&p| p == prev) {
+                let mut cycle: Vec<&str> = path[pos..]
+                    .iter()
+                    .rev()
+                    .map(|&i| declared[i].name.as_str())
+                    .collect();
+                cycle.push(cycle[0]);
+                diags.push(Diagnostic::at(
+                    name_spans[prev].clone(),
+                    format!("steps form a cycle: {}", cycle.join(" -> ")),
+                ));
+                break;
+            }
+            path.push(prev);
+            at = prev;
+        }
+    }
+    order
+}

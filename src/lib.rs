@@ -1,0 +1,22 @@
+//! vidflow: live video analytics.
+//!
+//! ```text
+//! source (GStreamer: file / rtsp / v4l2 / test pattern) -> decode -> BGR frames (zero-copy)
+//!   -> bounded frame queue (daemon::FRAME_QUEUE)
+//!   -> workflow::Executor: the step DAG of each frame on one persistent workflow::Pool,
+//!      up to max_in_flight frames at once, results back in frame order
+//!   -> sinks (jsonl, video_file), each on its own thread behind a bounded queue
+//! ```
+//!
+//! A pipeline file ([`config`]) is parsed and checked once, compiled into a
+//! [`workflow::Graph`], and run by [`daemon::run`], which also owns the shutdown order.
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod frame;
+pub mod sinks;
+pub mod source;
+pub mod steps;
+pub mod value;
+pub mod workflow;

@@ -1,0 +1,11 @@
+//! The `vidflow` binary: parse the command line, set up logging, run, map errors to exit codes.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = vidflow::cli::Cli::parse();
+    vidflow::cli::init_logging();
+    ExitCode::from(vidflow::cli::main(cli))
+}

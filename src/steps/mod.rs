@@ -1,0 +1,122 @@
+//! Step kinds: what a `[steps.NAME]` table can ask for.
+//!
+//! A kind is a static descriptor (ports, parameters, whether it keeps state across frames) plus
+//! a builder that turns the user's parameters into a runnable [`Step`]. Adding a kind means one
+//! file here and one line in [`KINDS`]. Inputs are not parameters: the config layer takes each
+//! declared input key out of the table and resolves it as a reference before the builder runs.
+
+use std::fmt;
+
+use crate::config::{Diagnostic, Params};
+use crate::frame::Frame;
+use crate::value::{Value, ValueType};
+
+mod annotate;
+mod blur;
+mod grayscale;
+mod motion;
+mod resize;
+
+/// Every step kind, in the order `vidflow steps` lists them.
+pub static KINDS: &[&StepKind] = &[
+    &resize::KIND,
+    &grayscale::KIND,
+    &blur::KIND,
+    &motion::KIND,
+    &annotate::KIND,
+];
+
+/// Looks a kind up by the name used in `kind = "..."`.
+pub fn kind(name: &str) -> Option<&'static StepKind> {
+    KINDS.iter().copied().find(|k| k.name == name)
+}
+
+/// A named, typed input or output.
+#[derive(Debug, Clone, Copy)]
+pub struct Port {
+    pub name: &'static str,
+    pub ty: ValueType,
+}
+
+/// Documentation of one parameter, shown by `vidflow steps`.
+#[derive(Debug, Clone, Copy)]
+pub struct ParamDoc {
+    pub name: &'static str,
+    pub ty: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// Builds a step from its parameters (inputs already removed).
+pub type BuildStep = fn(Params<'_>) -> Result<Box<dyn Step>, Diagnostic>;
+
+/// Static description of a step kind.
+#[derive(Debug)]
+pub struct StepKind {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub inputs: &'static [Port],
+    pub outputs: &'static [Port],
+    pub params: &'static [ParamDoc],
+    /// A stateful step sees the frames of a source strictly in order, one at a time.
+    pub stateful: bool,
+    pub build: BuildStep,
+}
+
+impl StepKind {
+    pub fn output(&self, name: &str) -> Option<(usize, &Port)> {
+        self.outputs
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.name == name)
+    }
+}
+
+/// What a step sees when it runs: the frame and its resolved inputs, in port order.
+#[derive(Debug)]
+pub struct StepInput<'a> {
+    pub frame: &'a Frame,
+    pub values: &'a [Value],
+}
+
+impl StepInput<'_> {
+    pub fn image(&self, port: usize) -> Result<&opencv::core::Mat, StepError> {
+        self.values
+            .get(port)
+            .and_then(Value::as_image)
+            .map(crate::value::Image::mat)
+            .ok_or(StepError::Input(port, ValueType::Image))
+    }
+
+    pub fn detections(&self, port: usize) -> Result<&[crate::value::Detection], StepError> {
+        self.values
+            .get(port)
+            .and_then(Value::as_detections)
+            .ok_or(StepError::Input(port, ValueType::Detections))
+    }
+}
+
+/// A runnable step. `run` is called once per frame, possibly from any worker thread; a stateful
+/// step is never called for two frames of one source at once.
+pub trait Step: Send + Sync + fmt::Debug {
+    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError>;
+}
+
+/// Why a step failed on a frame.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("opencv: {0}")]
+    OpenCv(#[from] opencv::Error),
+    #[error("input {0} is not {1}")]
+    Input(usize, ValueType),
+    #[error("panicked: {0}")]
+    Panic(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+const IMAGE_IN: &[Port] = &[Port {
+    name: "image",
+    ty: ValueType::Image,
+}];
+const IMAGE_OUT: &[Port] = IMAGE_IN;

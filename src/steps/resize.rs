@@ -1,0 +1,78 @@
+//! `resize`: scales an image to a fixed size.
+
+use opencv::core::{Mat, Size};
+use opencv::imgproc;
+use serde::Deserialize;
+
+use super::{IMAGE_IN, IMAGE_OUT, ParamDoc, Step, StepError, StepInput, StepKind};
+use crate::config::{Diagnostic, Params};
+use crate::value::Value;
+
+pub(super) static KIND: StepKind = StepKind {
+    name: "resize",
+    summary: "scale the image to width x height (bilinear)",
+    inputs: IMAGE_IN,
+    outputs: IMAGE_OUT,
+    params: &[
+        ParamDoc {
+            name: "width",
+            ty: "integer",
+            default: "required",
+            doc: "output width in pixels",
+        },
+        ParamDoc {
+            name: "height",
+            ty: "integer",
+            default: "required",
+            doc: "output height in pixels",
+        },
+    ],
+    stateful: false,
+    build,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    width: toml::Spanned<u32>,
+    height: toml::Spanned<u32>,
+}
+
+#[derive(Debug)]
+struct Resize {
+    size: Size,
+}
+
+fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
+    let c: Config = params.parse()?;
+    let width = dimension(&c.width)?;
+    let height = dimension(&c.height)?;
+    Ok(Box::new(Resize {
+        size: Size::new(width, height),
+    }))
+}
+
+fn dimension(v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
+    match i32::try_from(*v.get_ref()) {
+        Ok(n) if (1..=16384).contains(&n) => Ok(n),
+        _ => Err(Diagnostic::at(
+            v.span(),
+            format!("size must be between 1 and 16384, not {}", v.get_ref()),
+        )),
+    }
+}
+
+impl Step for Resize {
+    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+        let mut out = Mat::default();
+        imgproc::resize(
+            input.image(0)?,
+            &mut out,
+            self.size,
+            0.0,
+            0.0,
+            imgproc::INTER_LINEAR,
+        )?;
+        Ok(vec![Value::Image(out.into())])
+    }
+}

@@ -1,0 +1,430 @@
+//! Runs the workflow DAG on every frame, on one persistent pool.
+//!
+//! Threads: the coordinator is the thread that calls [`Executor::run`]; it blocks in a
+//! `select!` on three channels: frames from the source (bounded by the source stage), finished
+//! frames from the workers (`done`, unbounded but never holding more than `max_in_flight`
+//! entries, since a frame is only admitted when fewer than that are in flight) and an abort
+//! channel. Steps run on the pool's workers.
+//!
+//! Scheduling: each frame gets a [`Run`] with an atomic count of unfinished predecessors per
+//! node. A node is queued exactly once, by whoever brings that count to zero (the coordinator
+//! for root nodes); a worker that finishes a node runs one newly ready successor itself and
+//! queues the others. A stateful node (see `StepKind::stateful`) also waits for its turn at a
+//! per-node gate, so it sees frames strictly in admission order; stateless nodes of different
+//! frames run concurrently. When a node's last pending count drops the frame is complete and
+//! goes back to the coordinator, which delivers results in frame order.
+//!
+//! Failure: a step that errs or panics fails its frame. Nodes of that frame that have not
+//! started are skipped; nodes already running finish; the frame is delivered once every node
+//! has finished or been skipped, with the first failure recorded.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use crossbeam_channel::{Receiver, Sender, select};
+
+use super::graph::Graph;
+use super::pool::PoolHandle;
+use crate::config::{ExecutorConfig, OnStepError, Ref};
+use crate::frame::Frame;
+use crate::steps::{StepError, StepInput};
+use crate::value::{Image, Value};
+
+/// What became of one node for one frame.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Done(Vec<Value>),
+    /// Not run: the frame failed first, or an input was missing.
+    Skipped,
+    Failed,
+}
+
+/// The step that failed a frame, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFailure {
+    pub step: Arc<str>,
+    pub message: String,
+}
+
+/// One frame after the workflow.
+#[derive(Debug, Clone)]
+pub struct FrameResult {
+    run: Arc<Run>,
+}
+
+impl FrameResult {
+    pub fn frame(&self) -> &Arc<Frame> {
+        &self.run.frame
+    }
+
+    /// The value a reference points to, if its step ran.
+    pub fn value(&self, r: Ref) -> Option<Value> {
+        match r {
+            Ref::Frame => Some(Value::Image(Image::Frame(self.run.frame.clone()))),
+            Ref::Step { step, output } => match self.run.slots.get(step)?.get()? {
+                Outcome::Done(values) => values.get(output).cloned(),
+                Outcome::Skipped | Outcome::Failed => None,
+            },
+        }
+    }
+
+    pub fn outcome(&self, node: usize) -> Option<&Outcome> {
+        self.run.slots.get(node)?.get()
+    }
+
+    pub fn failure(&self) -> Option<StepFailure> {
+        self.run
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Counts of one [`Executor::run`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RunStats {
+    /// Frames taken into the workflow.
+    pub admitted: u64,
+    /// Frames delivered with every step done or skipped, none failed.
+    pub processed: u64,
+    /// Frames delivered with a failed step.
+    pub failed: u64,
+    /// Set when `on_step_error = "stop"` ended the run.
+    pub stopped_by: Option<StepFailure>,
+}
+
+/// Runs the DAG on frames, on a pool it is given and never shuts down.
+#[derive(Debug)]
+pub struct Executor {
+    shared: Arc<Shared>,
+    config: ExecutorConfig,
+}
+
+#[derive(Debug)]
+struct Shared {
+    graph: Arc<Graph>,
+    pool: PoolHandle,
+    /// One gate per stateful node.
+    gates: Box<[Option<Gate>]>,
+    /// Index of the next admitted frame; written only by the coordinator.
+    next_index: AtomicU64,
+}
+
+/// Lets a stateful node run for frames one at a time, in admission order.
+#[derive(Debug, Default)]
+struct Gate {
+    state: Mutex<GateState>,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    /// The frame whose turn it is.
+    next: u64,
+    /// Frames whose inputs are ready but whose turn has not come.
+    waiting: BTreeMap<u64, Arc<Run>>,
+}
+
+/// One frame inside the workflow.
+#[derive(Debug)]
+struct Run {
+    index: u64,
+    frame: Arc<Frame>,
+    shared: Arc<Shared>,
+    slots: Box<[OnceLock<Outcome>]>,
+    /// Unfinished predecessors per node; the thread that brings one to zero queues the node.
+    pending: Box<[AtomicUsize]>,
+    /// Nodes not finished; the thread that brings it to zero delivers the frame.
+    remaining: AtomicUsize,
+    failed: AtomicBool,
+    failure: Mutex<Option<StepFailure>>,
+    done: Sender<FrameResult>,
+}
+
+impl Executor {
+    pub fn new(graph: Arc<Graph>, pool: PoolHandle, config: ExecutorConfig) -> Self {
+        let gates = graph
+            .nodes
+            .iter()
+            .map(|n| n.kind.stateful.then(Gate::default))
+            .collect();
+        Self {
+            shared: Arc::new(Shared {
+                graph,
+                pool,
+                gates,
+                next_index: AtomicU64::new(0),
+            }),
+            config,
+        }
+    }
+
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.shared.graph
+    }
+
+    /// Takes frames until `frames` closes, `abort` fires, or (with `on_step_error = "stop"`) a
+    /// frame fails; then drains every admitted frame. Results reach `deliver` in frame order.
+    pub fn run(
+        &self,
+        frames: &Receiver<Frame>,
+        abort: &Receiver<()>,
+        mut deliver: impl FnMut(FrameResult),
+    ) -> RunStats {
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<FrameResult>();
+        let mut abort = abort.clone();
+        let mut stats = RunStats::default();
+        let mut reorder: VecDeque<Option<FrameResult>> = VecDeque::new();
+        let mut next_out = self.shared.next_index.load(Ordering::Relaxed);
+        let mut in_flight = 0usize;
+        let mut open = true;
+        loop {
+            let finished = if open && in_flight < self.config.max_in_flight {
+                select! {
+                    recv(frames) -> frame => {
+                        match frame {
+                            Ok(frame) => {
+                                self.start(frame, &done_tx);
+                                in_flight += 1;
+                                stats.admitted += 1;
+                            }
+                            Err(_) => open = false,
+                        }
+                        None
+                    }
+                    recv(done_rx) -> r => r.ok(),
+                    recv(abort) -> signal => {
+                        match signal {
+                            Ok(()) => open = false,
+                            // Nobody can abort any more: stop listening.
+                            Err(_) => abort = crossbeam_channel::never(),
+                        }
+                        None
+                    }
+                }
+            } else if in_flight > 0 {
+                done_rx.recv().ok()
+            } else {
+                break;
+            };
+            let Some(result) = finished else {
+                continue;
+            };
+            in_flight -= 1;
+            let slot = usize::try_from(result.run.index - next_out).unwrap_or(usize::MAX);
+            if reorder.len() <= slot {
+                reorder.resize_with(slot + 1, || None);
+            }
+            reorder[slot] = Some(result);
+            while let Some(Some(_)) = reorder.front() {
+                let Some(Some(result)) = reorder.pop_front() else {
+                    break;
+                };
+                next_out += 1;
+                match result.failure() {
+                    None => stats.processed += 1,
+                    Some(failure) => {
+                        stats.failed += 1;
+                        if self.config.on_step_error == OnStepError::Stop
+                            && stats.stopped_by.is_none()
+                        {
+                            tracing::error!(step = %failure.step, "stopping on step error");
+                            stats.stopped_by = Some(failure);
+                            open = false;
+                        }
+                    }
+                }
+                deliver(result);
+            }
+        }
+        stats
+    }
+
+    /// Runs one frame through the workflow and waits for its result.
+    pub fn process(&self, frame: Frame) -> FrameResult {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let never = crossbeam_channel::never();
+        let mut out = None;
+        // The sender is dropped right after the frame is queued: `run` returns once it is done.
+        let _ = tx.send(frame);
+        drop(tx);
+        self.run(&rx, &never, |r| out = Some(r));
+        match out {
+            Some(r) => r,
+            None => unreachable_result(),
+        }
+    }
+
+    fn start(&self, frame: Frame, done: &Sender<FrameResult>) {
+        let shared = &self.shared;
+        let graph = &shared.graph;
+        let index = shared.next_index.fetch_add(1, Ordering::Relaxed);
+        let run = Arc::new(Run {
+            index,
+            frame: Arc::new(frame),
+            shared: shared.clone(),
+            slots: graph.nodes.iter().map(|_| OnceLock::new()).collect(),
+            pending: graph
+                .nodes
+                .iter()
+                .map(|n| AtomicUsize::new(n.predecessors))
+                .collect(),
+            remaining: AtomicUsize::new(graph.len()),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            done: done.clone(),
+        });
+        if graph.is_empty() {
+            let _ = run.done.send(FrameResult { run: run.clone() });
+            return;
+        }
+        for &root in &graph.roots {
+            if admit(&run, root) {
+                dispatch(run.clone(), root);
+            }
+        }
+    }
+}
+
+#[expect(
+    clippy::panic,
+    reason = "run() delivers every admitted frame before returning"
+)]
+fn unreachable_result() -> FrameResult {
+    panic!("executor returned without delivering the frame it was given")
+}
+
+/// Whether `node` may run now for `run`; if not, the gate keeps the run until its turn.
+fn admit(run: &Arc<Run>, node: usize) -> bool {
+    let Some(gate) = &run.shared.gates[node] else {
+        return true;
+    };
+    let mut state = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+    if state.next == run.index {
+        true
+    } else {
+        state.waiting.insert(run.index, run.clone());
+        false
+    }
+}
+
+fn dispatch(run: Arc<Run>, node: usize) {
+    let pool = run.shared.pool.clone();
+    pool.execute(Box::new(move || run_from(&run, node)));
+}
+
+/// Runs `node`, then keeps running one newly ready successor on this thread.
+fn run_from(run: &Arc<Run>, mut node: usize) {
+    loop {
+        execute(run, node);
+        match finish(run, node) {
+            Some(next) => node = next,
+            None => return,
+        }
+    }
+}
+
+fn execute(run: &Run, node: usize) {
+    let n = &run.shared.graph.nodes[node];
+    let outcome = if run.failed.load(Ordering::Acquire) {
+        Outcome::Skipped
+    } else {
+        match inputs(run, &n.inputs) {
+            None => Outcome::Skipped,
+            Some(values) => {
+                let input = StepInput {
+                    frame: &run.frame,
+                    values: &values,
+                };
+                let result = catch_unwind(AssertUnwindSafe(|| n.step.run(&input)))
+                    .unwrap_or_else(|panic| Err(StepError::Panic(panic_message(&*panic))));
+                match result {
+                    Ok(values) if values.len() == n.kind.outputs.len() => Outcome::Done(values),
+                    Ok(values) => fail(
+                        run,
+                        &n.name,
+                        format!(
+                            "returned {} outputs, its kind declares {}",
+                            values.len(),
+                            n.kind.outputs.len()
+                        ),
+                    ),
+                    Err(e) => fail(run, &n.name, e.to_string()),
+                }
+            }
+        }
+    };
+    // Each node is executed exactly once per frame, so the slot is always empty here.
+    let _ = run.slots[node].set(outcome);
+}
+
+fn inputs(run: &Run, refs: &[Ref]) -> Option<Vec<Value>> {
+    refs.iter()
+        .map(|r| match *r {
+            Ref::Frame => Some(Value::Image(Image::Frame(run.frame.clone()))),
+            Ref::Step { step, output } => match run.slots[step].get()? {
+                Outcome::Done(values) => values.get(output).cloned(),
+                Outcome::Skipped | Outcome::Failed => None,
+            },
+        })
+        .collect()
+}
+
+fn fail(run: &Run, step: &Arc<str>, message: String) -> Outcome {
+    tracing::warn!(
+        step = %step,
+        source = %run.frame.source,
+        frame = run.frame.seq,
+        error = %message,
+        "step failed; frame skipped"
+    );
+    let mut failure = run.failure.lock().unwrap_or_else(PoisonError::into_inner);
+    failure.get_or_insert_with(|| StepFailure {
+        step: step.clone(),
+        message,
+    });
+    run.failed.store(true, Ordering::Release);
+    Outcome::Failed
+}
+
+/// Marks `node` finished: queues ready successors (returning one to run inline), hands the
+/// gate to the next frame, and delivers the frame if this was its last node.
+fn finish(run: &Arc<Run>, node: usize) -> Option<usize> {
+    let shared = &run.shared;
+    let mut inline = None;
+    for &succ in &shared.graph.nodes[node].successors {
+        if run.pending[succ].fetch_sub(1, Ordering::AcqRel) == 1 && admit(run, succ) {
+            if inline.is_none() {
+                inline = Some(succ);
+            } else {
+                dispatch(run.clone(), succ);
+            }
+        }
+    }
+    if let Some(gate) = &shared.gates[node] {
+        let next = {
+            let mut state = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let next = run.index + 1;
+            state.next = next;
+            state.waiting.remove(&next)
+        };
+        if let Some(next) = next {
+            dispatch(next, node);
+        }
+    }
+    if run.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // The coordinator outlives every frame it admitted, so this send cannot fail.
+        let _ = run.done.send(FrameResult { run: run.clone() });
+    }
+    inline
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}

@@ -1,0 +1,139 @@
+//! A checked pipeline's steps compiled into the DAG the executor walks.
+//!
+//! Compiled once at start-up: for every node its inputs, its distinct predecessors (how many
+//! must finish before it may start) and its distinct successors (whom to tell when it
+//! finishes). Nothing here changes while frames run.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::config::{Pipeline, Ref, StepConfig};
+use crate::steps::Step;
+
+#[derive(Debug)]
+pub struct Node {
+    pub name: Arc<str>,
+    pub kind: &'static crate::steps::StepKind,
+    pub step: Arc<dyn Step>,
+    pub inputs: Vec<Ref>,
+    /// Number of distinct steps this node reads from.
+    pub predecessors: usize,
+    /// Distinct steps that read from this node.
+    pub successors: Vec<usize>,
+}
+
+/// The compiled workflow.
+#[derive(Debug)]
+pub struct Graph {
+    pub nodes: Vec<Node>,
+    /// Nodes that read only the frame: they start as soon as a frame arrives.
+    pub roots: Vec<usize>,
+}
+
+impl Graph {
+    /// Compiles steps given in an order where each step comes after those it reads from.
+    pub fn new(steps: Vec<StepConfig>) -> Self {
+        let mut nodes: Vec<Node> = steps
+            .into_iter()
+            .map(|s| Node {
+                name: s.name,
+                kind: s.kind,
+                step: s.step,
+                inputs: s.inputs,
+                predecessors: 0,
+                successors: Vec::new(),
+            })
+            .collect();
+        for i in 0..nodes.len() {
+            let mut preds: Vec<usize> = nodes[i]
+                .inputs
+                .iter()
+                .filter_map(|r| match r {
+                    Ref::Step { step, .. } => Some(*step),
+                    Ref::Frame => None,
+                })
+                .collect();
+            preds.sort_unstable();
+            preds.dedup();
+            nodes[i].predecessors = preds.len();
+            for p in preds {
+                nodes[p].successors.push(i);
+            }
+        }
+        let roots = (0..nodes.len())
+            .filter(|&i| nodes[i].predecessors == 0)
+            .collect();
+        Self { nodes, roots }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+/// The workflow of a pipeline as Graphviz DOT: the frame, the steps, the sinks, and an edge per
+/// reference labelled with the output it carries.
+pub fn dot(pipeline: &Pipeline) -> String {
+    let mut out = String::from("digraph vidflow {\n  rankdir=LR;\n  node [fontname=\"sans\"];\n");
+    let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    for s in &pipeline.sources {
+        let _ = writeln!(
+            out,
+            "  {} [shape=cds, label={}];",
+            q(&format!("source:{}", s.name)),
+            q(&format!("{}\\n{}", s.name, s.uri))
+        );
+    }
+    let frame = q("$frame");
+    let _ = writeln!(out, "  {frame} [shape=oval, label=\"frame\"];");
+    for s in &pipeline.sources {
+        let _ = writeln!(out, "  {} -> {frame};", q(&format!("source:{}", s.name)));
+    }
+    let node = |r: &Ref| match r {
+        Ref::Frame => (frame.clone(), "image".to_owned()),
+        Ref::Step { step, output } => {
+            let s = &pipeline.steps[*step];
+            (
+                q(&format!("step:{}", s.name)),
+                s.kind.outputs[*output].name.to_owned(),
+            )
+        }
+    };
+    for s in &pipeline.steps {
+        let id = q(&format!("step:{}", s.name));
+        let _ = writeln!(
+            out,
+            "  {id} [shape=box, label={}];",
+            q(&format!("{}\\n({})", s.name, s.kind.name))
+        );
+        for (port, input) in s.kind.inputs.iter().zip(&s.inputs) {
+            let (from, output) = node(input);
+            let _ = writeln!(
+                out,
+                "  {from} -> {id} [label={}];",
+                q(&format!("{output} → {}", port.name))
+            );
+        }
+    }
+    for s in &pipeline.sinks {
+        let id = q(&format!("sink:{}", s.name));
+        let _ = writeln!(
+            out,
+            "  {id} [shape=folder, label={}];",
+            q(&format!("{}\\n({})", s.name, s.kind.name))
+        );
+        if s.inputs.is_empty() {
+            let _ = writeln!(out, "  {frame} -> {id} [style=dashed, label=\"metadata\"];");
+        }
+        for input in &s.inputs {
+            let (from, output) = node(&input.from);
+            let _ = writeln!(out, "  {from} -> {id} [label={}];", q(&output));
+        }
+    }
+    out.push_str("}\n");
+    out
+}

@@ -1,0 +1,237 @@
+//! The persistent worker pool.
+//!
+//! Threads: `size` workers named `vidflow-worker-N`, built once and kept until
+//! [`Pool::shutdown`]. Channel: one unbounded crossbeam channel of [`Msg`] shared by all
+//! workers; it is unbounded because the executor already bounds the work in flight
+//! (`max_in_flight` frames times the steps of the graph), so a send never blocks a worker that
+//! is finishing a step. An idle worker blocks in `recv`; nothing polls or spins.
+//!
+//! Stop protocol: `shutdown` sends one `Stop` per worker behind any queued jobs (the channel is
+//! FIFO, so queued work still runs), then joins every thread. A job that panics is caught: the
+//! worker survives and the pool keeps its size. Dropping a pool without `shutdown` does the
+//! same, ignoring errors.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+/// A unit of work.
+pub type Job = Box<dyn FnOnce() + Send + 'static>;
+
+enum Msg {
+    Run(Job),
+    Stop,
+}
+
+/// Counters of one pool. Incremented by the dispatching thread (`dispatches`) and the workers
+/// (`wakeups`, `panics`) with relaxed ordering: they are read for statistics only.
+#[derive(Debug, Default)]
+pub struct PoolMetrics {
+    /// Jobs sent to the pool.
+    pub dispatches: AtomicU64,
+    /// Times a worker woke up from blocking on an empty queue.
+    pub wakeups: AtomicU64,
+    /// Jobs that panicked (caught; the worker went on).
+    pub panics: AtomicU64,
+}
+
+/// Why shutting a pool down went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("cannot start worker thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("{0} worker thread(s) ended abnormally")]
+    Join(usize),
+}
+
+/// The pool: owns its threads.
+#[derive(Debug)]
+pub struct Pool {
+    handle: PoolHandle,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A cheap, cloneable way to send jobs to a pool. It does not keep the pool alive.
+#[derive(Clone)]
+pub struct PoolHandle {
+    sender: Sender<Msg>,
+    metrics: Arc<PoolMetrics>,
+    size: usize,
+}
+
+impl std::fmt::Debug for PoolHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolHandle")
+            .field("size", &self.size)
+            .field("metrics", &self.metrics)
+            .finish()
+    }
+}
+
+impl Pool {
+    /// Starts `size` workers (at least one).
+    pub fn new(size: usize) -> Result<Self, PoolError> {
+        let size = size.max(1);
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let metrics = Arc::new(PoolMetrics::default());
+        let mut pool = Self {
+            handle: PoolHandle {
+                sender,
+                metrics: metrics.clone(),
+                size,
+            },
+            threads: Vec::with_capacity(size),
+        };
+        for i in 0..size {
+            let receiver = receiver.clone();
+            let metrics = metrics.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("vidflow-worker-{i}"))
+                .spawn(move || work(&receiver, &metrics))
+                .map_err(PoolError::Spawn)?;
+            pool.threads.push(thread);
+        }
+        Ok(pool)
+    }
+
+    pub fn handle(&self) -> PoolHandle {
+        self.handle.clone()
+    }
+
+    pub fn size(&self) -> usize {
+        self.handle.size
+    }
+
+    pub fn metrics(&self) -> &Arc<PoolMetrics> {
+        &self.handle.metrics
+    }
+
+    /// Runs what is queued, then stops and joins every worker.
+    pub fn shutdown(mut self) -> Result<(), PoolError> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), PoolError> {
+        for _ in 0..self.threads.len() {
+            // Fails only if every worker is gone already; the joins below then tell why.
+            let _ = self.handle.sender.send(Msg::Stop);
+        }
+        let failed = self
+            .threads
+            .drain(..)
+            .map(JoinHandle::join)
+            .filter(Result::is_err)
+            .count();
+        if failed == 0 {
+            Ok(())
+        } else {
+            Err(PoolError::Join(failed))
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            let _ = self.stop_and_join();
+        }
+    }
+}
+
+impl PoolHandle {
+    /// Queues a job. Returns false if the pool has been shut down (the job is dropped).
+    pub fn execute(&self, job: Job) -> bool {
+        self.metrics.dispatches.fetch_add(1, Ordering::Relaxed);
+        self.sender.send(Msg::Run(job)).is_ok()
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn metrics(&self) -> &Arc<PoolMetrics> {
+        &self.metrics
+    }
+}
+
+fn work(receiver: &Receiver<Msg>, metrics: &PoolMetrics) {
+    loop {
+        let msg = match receiver.try_recv() {
+            Ok(msg) => msg,
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => match receiver.recv() {
+                Ok(msg) => {
+                    metrics.wakeups.fetch_add(1, Ordering::Relaxed);
+                    msg
+                }
+                Err(_) => return,
+            },
+        };
+        match msg {
+            Msg::Run(job) => {
+                if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                    metrics.panics.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Msg::Stop => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    #[test]
+    fn queued_jobs_run_before_shutdown_returns() {
+        let pool = Pool::new(2).unwrap();
+        let done = Arc::new(AtomicU64::new(0));
+        for _ in 0..1000 {
+            let done = done.clone();
+            pool.handle().execute(Box::new(move || {
+                done.fetch_add(1, Ordering::Relaxed);
+            }));
+        }
+        pool.shutdown().unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), 1000);
+    }
+
+    #[test]
+    fn panicking_job_leaves_the_pool_its_size() {
+        let pool = Pool::new(2).unwrap();
+        let h = pool.handle();
+        for _ in 0..4 {
+            h.execute(Box::new(|| panic!("boom")));
+        }
+        let threads = Arc::new(Mutex::new(HashSet::new()));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for _ in 0..200 {
+            let threads = threads.clone();
+            let tx = tx.clone();
+            h.execute(Box::new(move || {
+                threads.lock().unwrap().insert(std::thread::current().id());
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                tx.send(()).unwrap();
+            }));
+        }
+        for _ in 0..200 {
+            rx.recv().unwrap();
+        }
+        assert_eq!(pool.metrics().panics.load(Ordering::Relaxed), 4);
+        assert!(threads.lock().unwrap().len() <= 2);
+        pool.shutdown().unwrap();
+    }
+
+    #[test]
+    fn handle_outliving_the_pool_refuses_work() {
+        let pool = Pool::new(1).unwrap();
+        let h = pool.handle();
+        pool.shutdown().unwrap();
+        assert!(!h.execute(Box::new(|| {})));
+    }
+}
