@@ -255,10 +255,11 @@ fn callbacks(
     let mut seq = 0u64;
     gst_app::AppSinkCallbacks::builder()
         .new_sample(move |sink| {
+            // Always pull: a sample left in the appsink would make it wait forever at EOS.
+            let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
             if max_frames.is_some_and(|max| seq >= max) {
                 return Err(gst::FlowError::Eos);
             }
-            let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
             let caps = sample.caps_owned().ok_or(gst::FlowError::NotNegotiated)?;
             if info.as_ref().is_none_or(|(c, _)| *c != caps) {
                 let parsed = gst_video::VideoInfo::from_caps(&caps)
@@ -308,6 +309,7 @@ fn watch_bus(
 ) -> Result<(), SourceError> {
     use gst::MessageType as T;
     let mut stopping: Option<(Instant, u64)> = None;
+    let mut eos_thread = None;
     let result = loop {
         let timeout = stopping.map(|(since, _)| {
             gst::ClockTime::try_from(STOP_GRACE.saturating_sub(since.elapsed()))
@@ -345,7 +347,7 @@ fn watch_bus(
                 Some(n) if n == STOP_MESSAGE && stopping.is_none() => {
                     tracing::info!(source = %name, "stopping: sending end of stream");
                     stopping = Some((Instant::now(), counters.decoded.load(Ordering::Relaxed)));
-                    pipeline.send_event(gst::event::Eos::new());
+                    eos_thread = send_eos(pipeline);
                 }
                 Some(n) if n == ABORT_MESSAGE => break Ok(()),
                 _ => {}
@@ -354,9 +356,34 @@ fn watch_bus(
         }
     };
     let _ = pipeline.set_state(gst::State::Null);
+    if let Some(thread) = eos_thread {
+        // Returns once the pipeline is down, if it had not already.
+        let _ = thread.join();
+    }
     // Dropping the callbacks drops the frame sender: the consumer sees the channel close.
     appsink.set_callbacks(gst_app::AppSinkCallbacks::builder().build());
     result
+}
+
+/// Sends EOS from a helper thread: sending it can block until the streaming thread gets to it,
+/// and the bus thread must stay free to enforce [`STOP_GRACE`].
+fn send_eos(pipeline: &gst::Pipeline) -> Option<JoinHandle<()>> {
+    let weak = pipeline.downgrade();
+    let sent = std::thread::Builder::new()
+        .name("vidflow-eos".to_owned())
+        .spawn(move || {
+            if let Some(pipeline) = weak.upgrade() {
+                pipeline.send_event(gst::event::Eos::new());
+            }
+        });
+    match sent {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot spawn EOS thread; stopping hard");
+            let _ = pipeline.set_state(gst::State::Null);
+            None
+        }
+    }
 }
 
 /// The first error message on the bus, if there is one already.

@@ -1,0 +1,363 @@
+//! Helpers shared by the integration tests: real GStreamer clips, the real binary, and small
+//! steps that record how the executor ran them. Each test file uses only some of them.
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, Once};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+
+pub fn gst_init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| gst::init().unwrap());
+}
+
+/// Runs a gst-launch description to end of stream.
+pub fn run_to_eos(description: &str) {
+    gst_init();
+    let pipeline = gst::parse::launch(description).unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let bus = pipeline.bus().unwrap();
+    let msg = bus
+        .timed_pop_filtered(
+            gst::ClockTime::from_seconds(120),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        )
+        .expect("pipeline did not finish");
+    pipeline.set_state(gst::State::Null).unwrap();
+    if let gst::MessageView::Error(e) = msg.view() {
+        panic!("{description}: {} ({:?})", e.error(), e.debug());
+    }
+}
+
+/// Encodes `frames` frames of a test pattern as H.264 in MP4.
+pub fn make_h264_mp4(path: &Path, frames: u32, width: u32, height: u32) {
+    run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers={frames} ! \
+         video/x-raw,width={width},height={height},framerate=30/1 ! videoconvert ! \
+         x264enc speed-preset=ultrafast ! h264parse ! mp4mux ! filesink location={}",
+        path.display()
+    ));
+}
+
+/// Decodes a video file completely and counts its frames (fails if it does not play).
+pub fn count_video_frames(path: &Path) -> u64 {
+    gst_init();
+    let pipeline = gst::parse::launch(&format!(
+        "filesrc location={} ! decodebin ! videoconvert ! appsink name=out sync=false",
+        path.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("out")
+        .unwrap()
+        .downcast::<gstreamer_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut n = 0;
+    while sink.pull_sample().is_ok() {
+        n += 1;
+    }
+    let bus = pipeline.bus().unwrap();
+    let error = bus.pop_filtered(&[gst::MessageType::Error]);
+    pipeline.set_state(gst::State::Null).unwrap();
+    if let Some(msg) = error {
+        if let gst::MessageView::Error(e) = msg.view() {
+            panic!("{} does not play: {}", path.display(), e.error());
+        }
+    }
+    n
+}
+
+pub fn vidflow() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vidflow"));
+    c.env("VIDFLOW_LOG", "info");
+    c
+}
+
+/// Starts `vidflow run` with piped output.
+pub fn spawn_run(pipeline: &Path, extra: &[&str], dir: &Path) -> Child {
+    vidflow()
+        .arg("run")
+        .arg(pipeline)
+        .args(extra)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child with a generous deadline (a hang is a failure, not a slow machine).
+pub fn wait_output(mut child: Child, deadline: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "vidflow did not exit within {deadline:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends a real signal to a process.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits until `path` holds at least `n` lines.
+pub fn wait_for_lines(path: &Path, n: usize, deadline: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|s| s.lines().count() >= n) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never reached {n} lines", path.display());
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+pub fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fetched asset (scripts/fetch-assets), or a clear failure saying how to get it.
+pub fn asset(name: &str) -> PathBuf {
+    let p = repo_root().join("assets").join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/fetch-assets (make test does)",
+        p.display()
+    );
+    p
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+// ---- steps that record how the executor runs them ----
+
+use opencv::core::Mat;
+use vidflow::config::{ExecutorConfig, OnStepError, Ref, StepConfig};
+use vidflow::frame::Frame;
+use vidflow::steps::{Port, Step, StepError, StepInput, StepKind};
+use vidflow::value::{Value, ValueType};
+
+/// One execution of a step: which step, which frame, on which thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execution {
+    pub step: String,
+    pub seq: u64,
+    pub thread: ThreadId,
+    pub thread_name: String,
+}
+
+pub type Log = Arc<Mutex<Vec<Execution>>>;
+
+/// A step that logs each run, can sleep, fail or panic on chosen frames, and outputs an empty
+/// detections value.
+#[derive(Debug)]
+pub struct Probe {
+    pub name: String,
+    pub log: Log,
+    pub work: fn(u64) -> Duration,
+    pub fail_on: fn(u64) -> bool,
+    pub panic_on: fn(u64) -> bool,
+}
+
+impl Step for Probe {
+    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+        let seq = input.frame.seq;
+        let t = std::thread::current();
+        self.log.lock().unwrap().push(Execution {
+            step: self.name.clone(),
+            seq,
+            thread: t.id(),
+            thread_name: t.name().unwrap_or_default().to_owned(),
+        });
+        let work = (self.work)(seq);
+        if !work.is_zero() {
+            std::thread::sleep(work);
+        }
+        if (self.panic_on)(seq) {
+            panic!("probe {} panics on frame {seq}", self.name);
+        }
+        if (self.fail_on)(seq) {
+            return Err(StepError::Other(format!(
+                "probe {} fails on frame {seq}",
+                self.name
+            )));
+        }
+        Ok(vec![Value::Detections(Arc::from(Vec::new()))])
+    }
+}
+
+fn no_build(_: vidflow::config::Params<'_>) -> Result<Box<dyn Step>, vidflow::config::Diagnostic> {
+    Err(vidflow::config::Diagnostic::new("test kind"))
+}
+
+const DET: Port = Port {
+    name: "in",
+    ty: ValueType::Detections,
+};
+const OUT: &[Port] = &[Port {
+    name: "out",
+    ty: ValueType::Detections,
+}];
+
+pub static FROM_FRAME: StepKind = StepKind {
+    name: "probe-root",
+    summary: "",
+    inputs: &[Port {
+        name: "image",
+        ty: ValueType::Image,
+    }],
+    outputs: OUT,
+    params: &[],
+    stateful: false,
+    build: no_build,
+};
+pub static ONE: StepKind = StepKind {
+    name: "probe-1",
+    summary: "",
+    inputs: &[DET],
+    outputs: OUT,
+    params: &[],
+    stateful: false,
+    build: no_build,
+};
+pub static TWO: StepKind = StepKind {
+    name: "probe-2",
+    summary: "",
+    inputs: &[DET, DET],
+    outputs: OUT,
+    params: &[],
+    stateful: false,
+    build: no_build,
+};
+pub static STATEFUL: StepKind = StepKind {
+    name: "probe-stateful",
+    summary: "",
+    inputs: &[DET],
+    outputs: OUT,
+    params: &[],
+    stateful: true,
+    build: no_build,
+};
+
+pub fn no_work(_: u64) -> Duration {
+    Duration::ZERO
+}
+pub fn never(_: u64) -> bool {
+    false
+}
+
+/// Builds step configs from `(name, kind, inputs)` where inputs index earlier entries
+/// (`None` = `$frame`).
+pub fn steps(log: &Log, spec: &[(&str, &'static StepKind, &[Option<usize>])]) -> Vec<StepConfig> {
+    steps_with(log, spec, no_work, never, never)
+}
+
+pub fn steps_with(
+    log: &Log,
+    spec: &[(&str, &'static StepKind, &[Option<usize>])],
+    work: fn(u64) -> Duration,
+    fail_on: fn(u64) -> bool,
+    panic_on: fn(u64) -> bool,
+) -> Vec<StepConfig> {
+    spec.iter()
+        .map(|(name, kind, inputs)| StepConfig {
+            name: (*name).into(),
+            kind,
+            step: Arc::new(Probe {
+                name: (*name).to_owned(),
+                log: log.clone(),
+                work,
+                fail_on,
+                panic_on,
+            }),
+            inputs: inputs
+                .iter()
+                .map(|i| match i {
+                    None => Ref::Frame,
+                    Some(step) => Ref::Step {
+                        step: *step,
+                        output: 0,
+                    },
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A chain of `n` probes: p0 reads the frame, each next one the previous.
+pub fn chain(log: &Log, n: usize) -> Vec<StepConfig> {
+    let names: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+    let inputs: Vec<[Option<usize>; 1]> = (0..n)
+        .map(|i| [if i == 0 { None } else { Some(i - 1) }])
+        .collect();
+    let spec: Vec<(&str, &'static StepKind, &[Option<usize>])> = (0..n)
+        .map(|i| {
+            let kind: &'static StepKind = if i == 0 { &FROM_FRAME } else { &ONE };
+            (names[i].as_str(), kind, &inputs[i][..])
+        })
+        .collect();
+    steps(log, &spec)
+}
+
+pub fn config(workers: usize, max_in_flight: usize) -> ExecutorConfig {
+    ExecutorConfig {
+        workers,
+        max_in_flight,
+        on_step_error: OnStepError::SkipFrame,
+    }
+}
+
+/// A closed channel holding `n` frames of source `cam`, numbered from 0.
+pub fn frames(n: u64) -> crossbeam_channel::Receiver<Frame> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for seq in 0..n {
+        tx.send(Frame::from_mat("cam".into(), seq, None, Mat::default()))
+            .unwrap();
+    }
+    rx
+}

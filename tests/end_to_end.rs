@@ -1,0 +1,174 @@
+//! Real encoded video through the real `vidflow` binary: frames in, lines and frames out.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn h264_mp4_gives_one_line_per_frame_in_order_and_a_video_as_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    make_h264_mp4(&clip, 90, 320, 240);
+    let pipeline = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            r#"
+[sources.clip]
+uri = "file://{}"
+
+[executor]
+workers = 2
+max_in_flight = 3
+
+[steps.small]
+kind = "resize"
+image = "$frame"
+width = 160
+height = 120
+
+[steps.motion]
+kind = "motion"
+image = "$steps.small.image"
+min_area = 20.0
+
+[steps.overlay]
+kind = "annotate"
+image = "$steps.small.image"
+detections = "$steps.motion.detections"
+
+[sinks.events]
+kind = "jsonl"
+path = "out/events.jsonl"
+include = ["$steps.motion.detections", "$steps.small.image"]
+
+[sinks.video]
+kind = "video_file"
+path = "out/annotated.mp4"
+image = "$steps.overlay.image"
+"#,
+            clip.display()
+        ),
+    );
+    let out = wait_output(
+        spawn_run(&pipeline, &["--stats-json", "stats.json"], dir.path()),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let lines = jsonl(&dir.path().join("out/events.jsonl"));
+    assert_eq!(lines.len(), 90);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["frame"], i as u64);
+        assert_eq!(line["source"], "clip");
+        assert!(line["steps.motion.detections"].is_array(), "{line}");
+        assert_eq!(line["steps.small.image"]["width"], 160);
+        assert!(line["time"].as_str().unwrap().ends_with('Z'));
+    }
+    // Source timestamps are kept: 30 fps.
+    assert!((lines[30]["pts_ms"].as_f64().unwrap() - 1000.0).abs() < 1.0);
+    // A ball moves across the test pattern: motion is found in most frames.
+    let with_motion = lines
+        .iter()
+        .filter(|l| !l["steps.motion.detections"].as_array().unwrap().is_empty())
+        .count();
+    assert!(
+        with_motion > 45,
+        "motion in only {with_motion} of 90 frames"
+    );
+
+    assert_eq!(
+        count_video_frames(&dir.path().join("out/annotated.mp4")),
+        90
+    );
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_decoded"], 90);
+    assert_eq!(stats["frames_processed"], 90);
+    assert_eq!(stats["frames_failed"], 0);
+    assert_eq!(stats["frames_dropped"], 0);
+    assert_eq!(stats["sinks"]["events"]["written"], 90);
+    assert_eq!(stats["sinks"]["video"]["written"], 90);
+}
+
+#[test]
+fn street_video_runs_through_the_demo_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo_root().join("assets"), dir.path().join("assets")).unwrap();
+    asset("vtest.avi");
+    let out = wait_output(
+        spawn_run(
+            &repo_root().join("pipelines/demo.toml"),
+            &["--stats-json", "stats.json"],
+            dir.path(),
+        ),
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = jsonl(&dir.path().join("out/events.jsonl"));
+    assert_eq!(lines.len(), 795);
+    assert!(
+        lines
+            .iter()
+            .enumerate()
+            .all(|(i, l)| l["frame"] == i as u64)
+    );
+    // Pedestrians walk through the whole clip: once the background is learnt, most frames
+    // have moving regions.
+    let with_motion = lines[50..]
+        .iter()
+        .filter(|l| !l["steps.motion.detections"].as_array().unwrap().is_empty())
+        .count();
+    assert!(with_motion > 600, "motion in only {with_motion} frames");
+    assert_eq!(
+        count_video_frames(&dir.path().join("out/annotated.mp4")),
+        795
+    );
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_decoded"], 795);
+    assert_eq!(stats["frames_processed"], 795);
+}
+
+#[test]
+fn max_frames_stops_cleanly_after_that_many() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write(
+        dir.path(),
+        "p.toml",
+        r#"
+[sources.cam]
+uri = "test://smpte?width=160&height=120&live=false"
+
+[sinks.events]
+kind = "jsonl"
+path = "events.jsonl"
+"#,
+    );
+    let out = wait_output(
+        spawn_run(
+            &pipeline,
+            &["--max-frames", "25", "--stats-json", "s.json"],
+            dir.path(),
+        ),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 25);
+    let stats = read_json(&dir.path().join("s.json"));
+    assert_eq!(stats["frames_decoded"], 25);
+    assert_eq!(stats["frames_processed"], 25);
+}
