@@ -53,15 +53,9 @@ image = "$steps.overlay.image"
             clip.display()
         ),
     );
-    let out = wait_output(
-        spawn_run(&pipeline, &["--stats-json", "stats.json"], dir.path()),
-        Duration::from_secs(120),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = spawn_run(&pipeline, &["--stats-json", "stats.json"], dir.path())
+        .finish(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", out.stderr);
 
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 90);
@@ -102,19 +96,13 @@ fn street_video_runs_through_the_demo_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(repo_root().join("assets"), dir.path().join("assets")).unwrap();
     asset("vtest.avi");
-    let out = wait_output(
-        spawn_run(
-            &repo_root().join("pipelines/demo.toml"),
-            &["--stats-json", "stats.json"],
-            dir.path(),
-        ),
-        Duration::from_secs(300),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = spawn_run(
+        &repo_root().join("pipelines/demo.toml"),
+        &["--stats-json", "stats.json"],
+        dir.path(),
+    )
+    .finish(Duration::from_secs(300));
+    assert!(out.status.success(), "{}", out.stderr);
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 795);
     assert!(
@@ -154,19 +142,13 @@ kind = "jsonl"
 path = "events.jsonl"
 "#,
     );
-    let out = wait_output(
-        spawn_run(
-            &pipeline,
-            &["--max-frames", "25", "--stats-json", "s.json"],
-            dir.path(),
-        ),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = spawn_run(
+        &pipeline,
+        &["--max-frames", "25", "--stats-json", "s.json"],
+        dir.path(),
+    )
+    .finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
     assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 25);
     let stats = read_json(&dir.path().join("s.json"));
     assert_eq!(stats["frames_decoded"], 25);

@@ -9,7 +9,7 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, Once};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -87,46 +87,121 @@ pub fn vidflow() -> Command {
     c
 }
 
-/// Starts `vidflow run` with piped output.
-pub fn spawn_run(pipeline: &Path, extra: &[&str], dir: &Path) -> Child {
-    vidflow()
+/// A running `vidflow` whose stderr is collected as it is written.
+pub struct Running {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How a `vidflow` process ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stderr: String,
+}
+
+/// Starts `vidflow run PIPELINE EXTRA...` in `dir`.
+pub fn spawn_run(pipeline: &Path, extra: &[&str], dir: &Path) -> Running {
+    let mut child = vidflow()
         .arg("run")
         .arg(pipeline)
         .args(extra)
         .current_dir(dir)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
-}
-
-/// Waits for a child with a generous deadline (a hang is a failure, not a slow machine).
-pub fn wait_output(mut child: Child, deadline: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "vidflow did not exit within {deadline:?}; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = {
+        let stderr = stderr.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                stderr
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    Running {
+        child,
+        stderr,
+        reader: Some(reader),
     }
 }
 
-/// Sends a real signal to a process.
-pub fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until stderr contains `text` (a hang is a failure, not a slow machine).
+    pub fn wait_for_stderr(&self, text: &str, deadline: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < deadline {
+            if self.stderr().contains(text) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("stderr never showed {text:?}:\n{}", self.stderr());
+    }
+
+    /// Sends a real signal.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the exit with a generous deadline.
+    pub fn finish(mut self, deadline: Duration) -> Finished {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "vidflow did not exit within {deadline:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        Finished {
+            status,
+            stderr: self.stderr(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Waits until `path` holds at least `n` lines.
