@@ -17,6 +17,8 @@ pub(super) type Entry<'i> = (Spanned<String>, Spanned<DeValue<'i>>);
 
 #[derive(Debug, Default)]
 pub(super) struct RawPipeline<'i> {
+    /// How many `[sources.NAME]` tables the file has, parsed or not.
+    pub sources_declared: usize,
     pub sources: Vec<(Spanned<String>, RawSource)>,
     pub executor: RawExecutor,
     pub steps: Vec<RawComponent<'i>>,
@@ -78,14 +80,18 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
     for (key, value) in entries(doc.into_inner()) {
         match key.get_ref().as_str() {
             "sources" => {
+                if let DeValue::Table(t) = value.get_ref() {
+                    raw.sources_declared = t.len();
+                }
                 for (name, v) in named_tables("sources", key, value, diags) {
-                    if let Some(source) = deserialize::<RawSource>(v, diags) {
+                    let what = format!("source \"{}\"", name.get_ref());
+                    if let Some(source) = deserialize::<RawSource>(&what, v, diags) {
                         raw.sources.push((name, source));
                     }
                 }
             }
             "executor" => {
-                if let Some(e) = deserialize::<RawExecutor>(value, diags) {
+                if let Some(e) = deserialize::<RawExecutor>("executor", value, diags) {
                     raw.executor = e;
                 }
             }
@@ -101,11 +107,12 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
 }
 
 fn deserialize<T: serde::de::DeserializeOwned>(
+    what: &str,
     value: Spanned<DeValue<'_>>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<T> {
     T::deserialize(ValueDeserializer::from(value))
-        .map_err(|e| diags.push(Diagnostic::from_toml(&e)))
+        .map_err(|e| diags.push(Diagnostic::from_toml(&e).of(what)))
         .ok()
 }
 

@@ -121,7 +121,7 @@ struct Declared {
 }
 
 pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipeline {
-    let sources = resolve_sources(raw.sources, diags);
+    let sources = resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
 
     let declared: Vec<Declared> = raw
@@ -150,10 +150,13 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
 
     let mut built: Vec<Option<StepConfig>> = Vec::new();
     let mut name_spans = Vec::new();
+    // Steps each step reads from, as far as its references resolved (built or not).
+    let mut deps: Vec<Vec<usize>> = Vec::new();
     for (mut c, d) in raw.steps.into_iter().zip(&declared) {
         name_spans.push(c.name.span());
         let Some(kind) = d.kind else {
             built.push(None);
+            deps.push(Vec::new());
             continue;
         };
         let what = format!("step \"{}\"", d.name);
@@ -172,6 +175,16 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
                 resolver.resolve(&what, port.name, Some(port.ty), &text, diags)
             })
             .collect();
+        deps.push(
+            inputs
+                .iter()
+                .flatten()
+                .filter_map(|r| match r {
+                    Ref::Step { step, .. } => Some(*step),
+                    Ref::Frame => None,
+                })
+                .collect(),
+        );
         let step = match (kind.build)(Params::new(c.into_params())) {
             Ok(step) => Some(step),
             Err(d) => {
@@ -192,7 +205,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         );
     }
 
-    let order = topological_order(&built, &declared, &name_spans, diags);
+    let order = topological_order(&deps, &declared, &name_spans, diags);
     let sinks = resolve_sinks(raw.sinks, &resolver, diags);
 
     // Renumber step references into the new order.
@@ -236,10 +249,11 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
 }
 
 fn resolve_sources(
+    declared: usize,
     raw: Vec<(Spanned<String>, super::raw::RawSource)>,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<SourceConfig> {
-    if raw.is_empty() {
+    if declared == 0 {
         diags.push(Diagnostic::new(
             "no source: add a [sources.NAME] table with a uri",
         ));
@@ -463,9 +477,9 @@ fn reference_text(
             diags.push(Diagnostic::at(
                 value.span(),
                 format!(
-                    "{what}: \"{}\" must be a reference string like \"$frame\", not a {}",
+                    "{what}: \"{}\" must be a reference string like \"$frame\", not {}",
                     key.get_ref(),
-                    value.get_ref().type_str()
+                    super::with_article(value.get_ref().type_str())
                 ),
             ));
             None
@@ -491,32 +505,22 @@ fn unknown_kind<'a>(
 }
 
 fn prefixed(what: &str, d: Diagnostic) -> Diagnostic {
-    Diagnostic {
-        span: d.span,
-        message: format!("{what}: {}", d.message),
-    }
+    d.of(what)
 }
 
 /// Kahn's algorithm over step-to-step references. Steps that were not built still take part,
-/// so a broken step does not hide a cycle elsewhere; a cycle is reported once, with its path.
+/// so a broken step does not hide a cycle; every distinct cycle is reported once, with its path.
 fn topological_order(
-    built: &[Option<StepConfig>],
+    deps: &[Vec<usize>],
     declared: &[Declared],
     name_spans: &[std::ops::Range<usize>],
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<usize> {
-    let n = built.len();
-    let deps: Vec<Vec<usize>> = built
+    let n = deps.len();
+    let deps: Vec<Vec<usize>> = deps
         .iter()
-        .map(|s| {
-            let mut d: Vec<usize> = s
-                .iter()
-                .flat_map(|s| &s.inputs)
-                .filter_map(|r| match r {
-                    Ref::Step { step, .. } => Some(*step),
-                    Ref::Frame => None,
-                })
-                .collect();
+        .map(|d| {
+            let mut d = d.clone();
             d.sort_unstable();
             d.dedup();
             d
@@ -541,23 +545,30 @@ fn topological_order(
             }
         }
     }
-    if order.len() < n {
-        // Walk back along dependencies from a step still waiting until a step repeats.
-        let start = (0..n).find(|&i| waiting[i] > 0).unwrap_or(0);
+    // Every step still waiting is on a cycle or downstream of one. Walk back along
+    // dependencies from each until a step repeats: that closes a cycle.
+    let mut on_reported_cycle = vec![false; n];
+    for start in (0..n).filter(|&i| waiting[i] > 0) {
         let mut path = vec![start];
         let mut at = start;
         while let Some(&prev) = deps[at].iter().find(|&&d| waiting[d] > 0) {
             if let Some(pos) = path.iter().position(|&p| p == prev) {
-                let mut cycle: Vec<&str> = path[pos..]
-                    .iter()
-                    .rev()
-                    .map(|&i| declared[i].name.as_str())
-                    .collect();
-                cycle.push(cycle[0]);
-                diags.push(Diagnostic::at(
-                    name_spans[prev].clone(),
-                    format!("steps form a cycle: {}", cycle.join(" -> ")),
-                ));
+                let cycle = &path[pos..];
+                if !cycle.iter().any(|&i| on_reported_cycle[i]) {
+                    for &i in cycle {
+                        on_reported_cycle[i] = true;
+                    }
+                    let mut names: Vec<&str> = cycle
+                        .iter()
+                        .rev()
+                        .map(|&i| declared[i].name.as_str())
+                        .collect();
+                    names.push(names[0]);
+                    diags.push(Diagnostic::at(
+                        name_spans[prev].clone(),
+                        format!("steps form a cycle: {}", names.join(" -> ")),
+                    ));
+                }
                 break;
             }
             path.push(prev);

@@ -45,19 +45,19 @@ struct Resize {
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
     let c: Config = params.parse()?;
-    let width = dimension(&c.width)?;
-    let height = dimension(&c.height)?;
+    let width = dimension("width", &c.width)?;
+    let height = dimension("height", &c.height)?;
     Ok(Box::new(Resize {
         size: Size::new(width, height),
     }))
 }
 
-fn dimension(v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
+fn dimension(key: &str, v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
     match i32::try_from(*v.get_ref()) {
         Ok(n) if (1..=16384).contains(&n) => Ok(n),
         _ => Err(Diagnostic::at(
             v.span(),
-            format!("size must be between 1 and 16384, not {}", v.get_ref()),
+            format!("{key} must be between 1 and 16384, not {}", v.get_ref()),
         )),
     }
 }

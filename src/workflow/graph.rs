@@ -75,17 +75,26 @@ impl Graph {
     }
 }
 
+/// A quoted DOT label of several lines.
+fn label(lines: &[&str]) -> String {
+    let escaped: Vec<String> = lines
+        .iter()
+        .map(|l| l.replace('\\', "\\\\").replace('"', "\\\""))
+        .collect();
+    format!("\"{}\"", escaped.join("\\n"))
+}
+
 /// The workflow of a pipeline as Graphviz DOT: the frame, the steps, the sinks, and an edge per
 /// reference labelled with the output it carries.
 pub fn dot(pipeline: &Pipeline) -> String {
     let mut out = String::from("digraph vidflow {\n  rankdir=LR;\n  node [fontname=\"sans\"];\n");
-    let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let q = |s: &str| label(&[s]);
     for s in &pipeline.sources {
         let _ = writeln!(
             out,
             "  {} [shape=cds, label={}];",
             q(&format!("source:{}", s.name)),
-            q(&format!("{}\\n{}", s.name, s.uri))
+            label(&[&s.name, &s.uri.to_string()])
         );
     }
     let frame = q("$frame");
@@ -108,7 +117,7 @@ pub fn dot(pipeline: &Pipeline) -> String {
         let _ = writeln!(
             out,
             "  {id} [shape=box, label={}];",
-            q(&format!("{}\\n({})", s.name, s.kind.name))
+            label(&[&s.name, &format!("({})", s.kind.name)])
         );
         for (port, input) in s.kind.inputs.iter().zip(&s.inputs) {
             let (from, output) = node(input);
@@ -124,7 +133,7 @@ pub fn dot(pipeline: &Pipeline) -> String {
         let _ = writeln!(
             out,
             "  {id} [shape=folder, label={}];",
-            q(&format!("{}\\n({})", s.name, s.kind.name))
+            label(&[&s.name, &format!("({})", s.kind.name)])
         );
         if s.inputs.is_empty() {
             let _ = writeln!(out, "  {frame} -> {id} [style=dashed, label=\"metadata\"];");
