@@ -4,7 +4,7 @@ use opencv::core::{Mat, MatTraitConst, Point, Rect, Scalar};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{ParamDoc, Port, Step, StepError, StepInput, StepKind};
+use super::{ParamDoc, Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::config::{Diagnostic, Params};
 use crate::value::{Value, ValueType};
 
@@ -73,7 +73,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 }
 
 impl Step for Annotate {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let image = input.image(0)?;
         let detections = input.detections(1)?;
         let mut canvas = Mat::default();
@@ -104,6 +104,6 @@ impl Step for Annotate {
                 self.color,
             )?;
         }
-        Ok(vec![Value::Image(canvas.into())])
+        Ok(StepOutput::Values(vec![Value::Image(canvas.into())]))
     }
 }

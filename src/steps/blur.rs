@@ -4,7 +4,7 @@ use opencv::core::{Mat, Size};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{IMAGE_IN, IMAGE_OUT, ParamDoc, Step, StepError, StepInput, StepKind};
+use super::{IMAGE_IN, IMAGE_OUT, ParamDoc, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::config::{Diagnostic, Params};
 use crate::value::Value;
 
@@ -52,10 +52,10 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 }
 
 impl Step for Blur {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let mut out = Mat::default();
         let k = Size::new(self.kernel, self.kernel);
         imgproc::gaussian_blur_def(input.image(0)?, &mut out, k, 0.0)?;
-        Ok(vec![Value::Image(out.into())])
+        Ok(StepOutput::Values(vec![Value::Image(out.into())]))
     }
 }

@@ -4,7 +4,7 @@ use opencv::core::{Mat, MatTraitConst};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind};
+use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::config::{Diagnostic, Params};
 use crate::value::Value;
 
@@ -31,13 +31,13 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 }
 
 impl Step for Grayscale {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let image = input.image(0)?;
         if image.channels() == 1 {
-            return Ok(vec![input.values[0].clone()]);
+            return Ok(StepOutput::Values(vec![input.values[0].clone()]));
         }
         let mut out = Mat::default();
         imgproc::cvt_color_def(image, &mut out, imgproc::COLOR_BGR2GRAY)?;
-        Ok(vec![Value::Image(out.into())])
+        Ok(StepOutput::Values(vec![Value::Image(out.into())]))
     }
 }

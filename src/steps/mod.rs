@@ -13,6 +13,8 @@ use crate::value::{Value, ValueType};
 
 mod annotate;
 mod blur;
+mod crop;
+mod filter;
 mod grayscale;
 mod motion;
 mod resize;
@@ -22,7 +24,9 @@ pub static KINDS: &[&StepKind] = &[
     &resize::KIND,
     &grayscale::KIND,
     &blur::KIND,
+    &crop::KIND,
     &motion::KIND,
+    &filter::KIND,
     &annotate::KIND,
 ];
 
@@ -99,7 +103,16 @@ impl StepInput<'_> {
 /// A runnable step. `run` is called once per frame, possibly from any worker thread; a stateful
 /// step is never called for two frames of one source at once.
 pub trait Step: Send + Sync + fmt::Debug {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError>;
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError>;
+}
+
+/// What a step made of a frame.
+#[derive(Debug)]
+pub enum StepOutput {
+    /// One value per output port, in port order.
+    Values(Vec<Value>),
+    /// Nothing for this frame: the steps that read this one are skipped (not failed).
+    EndBranch,
 }
 
 /// Why a step failed on a frame.

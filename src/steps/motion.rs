@@ -11,7 +11,7 @@ use opencv::imgproc;
 use opencv::video::{self, BackgroundSubtractorMOG2};
 use serde::Deserialize;
 
-use super::{IMAGE_IN, ParamDoc, Port, Step, StepError, StepInput, StepKind};
+use super::{IMAGE_IN, ParamDoc, Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::config::{Diagnostic, Params};
 use crate::value::{BBox, Detection, Value, ValueType};
 
@@ -96,7 +96,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 }
 
 impl Step for Motion {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let image = input.image(0)?;
         let mut mask = Mat::default();
         {
@@ -145,6 +145,8 @@ impl Step for Motion {
                 },
             });
         }
-        Ok(vec![Value::Detections(detections.into())])
+        Ok(StepOutput::Values(vec![Value::Detections(
+            detections.into(),
+        )]))
     }
 }

@@ -4,7 +4,7 @@ use opencv::core::{Mat, Size};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{IMAGE_IN, IMAGE_OUT, ParamDoc, Step, StepError, StepInput, StepKind};
+use super::{IMAGE_IN, IMAGE_OUT, ParamDoc, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::config::{Diagnostic, Params};
 use crate::value::Value;
 
@@ -63,7 +63,7 @@ fn dimension(key: &str, v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
 }
 
 impl Step for Resize {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let mut out = Mat::default();
         imgproc::resize(
             input.image(0)?,
@@ -73,6 +73,6 @@ impl Step for Resize {
             0.0,
             imgproc::INTER_LINEAR,
         )?;
-        Ok(vec![Value::Image(out.into())])
+        Ok(StepOutput::Values(vec![Value::Image(out.into())]))
     }
 }

@@ -26,10 +26,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::graph::Graph;
-use super::pool::PoolHandle;
+use super::pool::{Pool, PoolError, PoolHandle};
 use crate::config::{ExecutorConfig, OnStepError, Ref};
 use crate::frame::Frame;
-use crate::steps::{StepError, StepInput};
+use crate::steps::{StepError, StepInput, StepOutput};
 use crate::value::{Image, Value};
 
 /// What became of one node for one frame.
@@ -96,17 +96,44 @@ pub struct RunStats {
     pub stopped_by: Option<StepFailure>,
 }
 
-/// Runs the DAG on frames, on a pool it is given and never shuts down.
+/// Runs the DAG on frames. With a pool from its host ([`Executor::new`]) it never builds or
+/// shuts down a pool; without one ([`Executor::owning`]) it builds its own at the first
+/// dispatch and shuts it down exactly once, in [`Executor::close`] or on drop.
 #[derive(Debug)]
 pub struct Executor {
     shared: Arc<Shared>,
     config: ExecutorConfig,
 }
 
+/// Counters of the executor itself (the pool counts its own).
+#[derive(Debug, Default)]
+pub struct ExecutorMetrics {
+    /// Times the coordinator woke up (a frame, a finished frame, or an abort arrived).
+    pub coordinator_wakeups: AtomicU64,
+    /// Pools this executor built for itself (0 with a host's pool, at most 1 otherwise).
+    pub pools_built: AtomicU64,
+}
+
+/// Where the executor's jobs go.
+#[derive(Debug)]
+enum PoolSource {
+    /// The host's pool: used, never built or shut down here.
+    Host(PoolHandle),
+    /// Built at the first dispatch, shut down once by `close` (or on drop).
+    Own {
+        size: usize,
+        handle: OnceLock<Option<PoolHandle>>,
+        pool: Mutex<Option<Pool>>,
+    },
+}
+
 #[derive(Debug)]
 struct Shared {
     graph: Arc<Graph>,
-    pool: PoolHandle,
+    pool: PoolSource,
+    /// Whether a worker runs one ready successor itself instead of queueing it.
+    inline: bool,
+    metrics: ExecutorMetrics,
     /// One gate per stateful node.
     gates: Box<[Option<Gate>]>,
     /// Index of the next admitted frame; written only by the coordinator.
@@ -144,7 +171,23 @@ struct Run {
 }
 
 impl Executor {
+    /// An executor on the host's pool.
     pub fn new(graph: Arc<Graph>, pool: PoolHandle, config: ExecutorConfig) -> Self {
+        Self::with_pool(graph, PoolSource::Host(pool), config)
+    }
+
+    /// An executor that builds its own pool of `config.workers` threads when it first needs
+    /// one, for one-shot use without a host.
+    pub fn owning(graph: Arc<Graph>, config: ExecutorConfig) -> Self {
+        let pool = PoolSource::Own {
+            size: config.workers,
+            handle: OnceLock::new(),
+            pool: Mutex::new(None),
+        };
+        Self::with_pool(graph, pool, config)
+    }
+
+    fn with_pool(graph: Arc<Graph>, pool: PoolSource, config: ExecutorConfig) -> Self {
         let gates = graph
             .nodes
             .iter()
@@ -154,11 +197,31 @@ impl Executor {
             shared: Arc::new(Shared {
                 graph,
                 pool,
+                inline: true,
+                metrics: ExecutorMetrics::default(),
                 gates,
                 next_index: AtomicU64::new(0),
             }),
             config,
         }
+    }
+
+    /// Turns inline continuation off (every ready step goes through the pool's queue), to
+    /// measure what it saves. Only before the first frame.
+    pub fn without_inline_continuation(mut self) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.inline = false;
+        }
+        self
+    }
+
+    pub fn metrics(&self) -> &ExecutorMetrics {
+        &self.shared.metrics
+    }
+
+    /// Shuts down the executor's own pool, if it built one; a host's pool is left alone.
+    pub fn close(self) -> Result<(), PoolError> {
+        self.shared.shutdown_own_pool()
     }
 
     pub fn graph(&self) -> &Arc<Graph> {
@@ -209,6 +272,10 @@ impl Executor {
             } else {
                 break;
             };
+            self.shared
+                .metrics
+                .coordinator_wakeups
+                .fetch_add(1, Ordering::Relaxed);
             let Some(result) = finished else {
                 continue;
             };
@@ -288,6 +355,46 @@ impl Executor {
     }
 }
 
+impl Drop for Executor {
+    fn drop(&mut self) {
+        if let Err(e) = self.shared.shutdown_own_pool() {
+            tracing::error!(error = %e, "executor's own pool");
+        }
+    }
+}
+
+impl Shared {
+    /// The pool to queue jobs on; builds the executor's own pool on first use. `None` only if
+    /// its threads could not be started: jobs then run on the calling thread.
+    fn pool(&self) -> Option<&PoolHandle> {
+        match &self.pool {
+            PoolSource::Host(handle) => Some(handle),
+            PoolSource::Own { size, handle, pool } => handle
+                .get_or_init(|| match Pool::new(*size) {
+                    Ok(built) => {
+                        self.metrics.pools_built.fetch_add(1, Ordering::Relaxed);
+                        let h = built.handle();
+                        *pool.lock().unwrap_or_else(PoisonError::into_inner) = Some(built);
+                        Some(h)
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start worker pool; running steps inline");
+                        None
+                    }
+                })
+                .as_ref(),
+        }
+    }
+
+    fn shutdown_own_pool(&self) -> Result<(), PoolError> {
+        let PoolSource::Own { pool, .. } = &self.pool else {
+            return Ok(());
+        };
+        let taken = pool.lock().unwrap_or_else(PoisonError::into_inner).take();
+        taken.map_or(Ok(()), Pool::shutdown)
+    }
+}
+
 #[expect(
     clippy::panic,
     reason = "run() delivers every admitted frame before returning"
@@ -311,8 +418,13 @@ fn admit(run: &Arc<Run>, node: usize) -> bool {
 }
 
 fn dispatch(run: Arc<Run>, node: usize) {
-    let pool = run.shared.pool.clone();
-    pool.execute(Box::new(move || run_from(&run, node)));
+    let shared = run.shared.clone();
+    match shared.pool() {
+        Some(pool) => {
+            pool.execute(Box::new(move || run_from(&run, node)));
+        }
+        None => run_from(&run, node),
+    }
 }
 
 /// Runs `node`, then keeps running one newly ready successor on this thread.
@@ -341,8 +453,11 @@ fn execute(run: &Run, node: usize) {
                 let result = catch_unwind(AssertUnwindSafe(|| n.step.run(&input)))
                     .unwrap_or_else(|panic| Err(StepError::Panic(panic_message(&*panic))));
                 match result {
-                    Ok(values) if values.len() == n.kind.outputs.len() => Outcome::Done(values),
-                    Ok(values) => fail(
+                    Ok(StepOutput::EndBranch) => Outcome::Skipped,
+                    Ok(StepOutput::Values(values)) if values.len() == n.kind.outputs.len() => {
+                        Outcome::Done(values)
+                    }
+                    Ok(StepOutput::Values(values)) => fail(
                         run,
                         &n.name,
                         format!(
@@ -396,7 +511,7 @@ fn finish(run: &Arc<Run>, node: usize) -> Option<usize> {
     let mut inline = None;
     for &succ in &shared.graph.nodes[node].successors {
         if run.pending[succ].fetch_sub(1, Ordering::AcqRel) == 1 && admit(run, succ) {
-            if inline.is_none() {
+            if inline.is_none() && shared.inline {
                 inline = Some(succ);
             } else {
                 dispatch(run.clone(), succ);

@@ -254,7 +254,7 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 use opencv::core::Mat;
 use vidflow::config::{ExecutorConfig, OnStepError, Ref, StepConfig};
 use vidflow::frame::Frame;
-use vidflow::steps::{Port, Step, StepError, StepInput, StepKind};
+use vidflow::steps::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::value::{Value, ValueType};
 
 /// One execution of a step: which step, which frame, on which thread.
@@ -280,7 +280,7 @@ pub struct Probe {
 }
 
 impl Step for Probe {
-    fn run(&self, input: &StepInput<'_>) -> Result<Vec<Value>, StepError> {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let seq = input.frame.seq;
         let t = std::thread::current();
         self.log.lock().unwrap().push(Execution {
@@ -302,7 +302,9 @@ impl Step for Probe {
                 self.name
             )));
         }
-        Ok(vec![Value::Detections(Arc::from(Vec::new()))])
+        Ok(StepOutput::Values(vec![Value::Detections(Arc::from(
+            Vec::new(),
+        ))]))
     }
 }
 
