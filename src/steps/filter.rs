@@ -83,10 +83,7 @@ impl Step for Filter {
             .filter(|d| {
                 d.confidence >= self.min_confidence
                     && d.bbox.width * d.bbox.height >= self.min_area
-                    && self
-                        .classes
-                        .as_ref()
-                        .is_none_or(|cs| cs.iter().any(|c| *c == d.class))
+                    && self.classes.as_ref().is_none_or(|cs| cs.contains(&d.class))
             })
             .cloned()
             .collect();
