@@ -48,7 +48,7 @@ pub trait SinkFactory: Send + Sync + fmt::Debug {
 /// An open sink. Called from its own thread only.
 pub trait Sink: Send {
     /// Writes one frame's results. `Ok(false)`: nothing to write for this frame (counted as
-    /// dropped by this sink, e.g. the image it records was not produced).
+    /// skipped, e.g. the image it records was not produced).
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError>;
     /// Called when no frame is waiting: a chance to flush.
     fn idle(&mut self) -> Result<(), SinkError> {

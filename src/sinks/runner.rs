@@ -20,7 +20,11 @@ pub const SINK_QUEUE: usize = 16;
 /// Counts of one sink.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SinkStats {
+    /// Frames written.
     pub written: u64,
+    /// Frames with nothing for this sink (its input was skipped or the frame failed).
+    pub skipped: u64,
+    /// Frames the sink failed to write.
     pub dropped: u64,
 }
 
@@ -60,7 +64,7 @@ impl SinkRunner {
                             stats.written += 1;
                             failing = false;
                         }
-                        Ok(false) => stats.dropped += 1,
+                        Ok(false) => stats.skipped += 1,
                         Err(e) => {
                             stats.dropped += 1;
                             if !failing {
