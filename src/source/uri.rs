@@ -202,6 +202,18 @@ impl SourceUri {
         }
     }
 
+    /// Whether this is a single picture (decoded to one frame) rather than a stream.
+    pub fn is_still_image(&self) -> bool {
+        let Self::File { path } = self else {
+            return false;
+        };
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        matches!(
+            ext.as_deref(),
+            Some("jpg" | "jpeg" | "png" | "bmp" | "webp" | "tif" | "tiff")
+        )
+    }
+
     /// Whether frames arrive in real time (a camera, a stream, a paced test pattern).
     pub fn is_live(&self) -> bool {
         match self {

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use crossbeam_channel::{Receiver, Sender, select};
 
 use super::graph::Graph;
-use super::pool::{Pool, PoolError, PoolHandle};
+use super::pool::{Pool, PoolError, PoolHandle, PoolMetrics};
 use crate::config::{ExecutorConfig, OnStepError, Ref};
 use crate::frame::Frame;
 use crate::steps::{StepError, StepInput, StepOutput};
@@ -217,6 +217,14 @@ impl Executor {
 
     pub fn metrics(&self) -> &ExecutorMetrics {
         &self.shared.metrics
+    }
+
+    /// The counters of the pool in use: the host's, or the executor's own once built.
+    pub fn pool_metrics(&self) -> Option<Arc<PoolMetrics>> {
+        match &self.shared.pool {
+            PoolSource::Host(handle) => Some(handle.metrics().clone()),
+            PoolSource::Own { handle, .. } => handle.get()?.as_ref().map(|h| h.metrics().clone()),
+        }
     }
 
     /// Shuts down the executor's own pool, if it built one; a host's pool is left alone.

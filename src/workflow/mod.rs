@@ -4,6 +4,46 @@ pub mod executor;
 pub mod graph;
 pub mod pool;
 
-pub use executor::{Executor, FrameResult, Outcome, RunStats, StepFailure};
+use std::sync::Arc;
+
+pub use executor::{Executor, ExecutorMetrics, FrameResult, Outcome, RunStats, StepFailure};
 pub use graph::Graph;
 pub use pool::{Pool, PoolError, PoolHandle, PoolMetrics};
+
+use crate::config::{ExecutorConfig, Pipeline, StepConfig};
+use crate::frame::Frame;
+
+/// A workflow for one-shot library use, without a host: it builds one pool at its first
+/// dispatch, uses it for every frame it is given, and shuts it down exactly once, in
+/// [`Workflow::close`] or when dropped.
+#[derive(Debug)]
+pub struct Workflow {
+    executor: Executor,
+}
+
+impl Workflow {
+    pub fn new(steps: Vec<StepConfig>, config: ExecutorConfig) -> Self {
+        Self {
+            executor: Executor::owning(Arc::new(Graph::new(steps)), config),
+        }
+    }
+
+    /// The steps and executor settings of a loaded pipeline (its source and sinks unused).
+    pub fn from_pipeline(pipeline: Pipeline) -> Self {
+        Self::new(pipeline.steps, pipeline.executor)
+    }
+
+    /// Runs one frame through every step and returns its result.
+    pub fn run_once(&self, frame: Frame) -> FrameResult {
+        self.executor.process(frame)
+    }
+
+    pub fn metrics(&self) -> &ExecutorMetrics {
+        self.executor.metrics()
+    }
+
+    /// Shuts the pool down (if one was built) and joins its threads.
+    pub fn close(self) -> Result<(), PoolError> {
+        self.executor.close()
+    }
+}

@@ -257,13 +257,25 @@ use vidflow::frame::Frame;
 use vidflow::steps::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::value::{Value, ValueType};
 
-/// One execution of a step: which step, which frame, on which thread.
+/// The start or the end of one execution of a step: which step, which frame, on which thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Execution {
     pub step: String,
     pub seq: u64,
     pub thread: ThreadId,
     pub thread_name: String,
+    pub end: bool,
+}
+
+/// Only the starts of executions (one per run of a step).
+pub fn starts(log: &Log) -> Vec<Execution> {
+    log.lock().unwrap().iter().filter(|e| !e.end).cloned().collect()
+}
+
+/// Position in the log of the start (or end) of `step` on frame `seq`.
+pub fn position(log: &[Execution], step: &str, seq: u64, end: bool) -> Option<usize> {
+    log.iter()
+        .position(|e| e.step == step && e.seq == seq && e.end == end)
 }
 
 pub type Log = Arc<Mutex<Vec<Execution>>>;
@@ -283,16 +295,19 @@ impl Step for Probe {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let seq = input.frame.seq;
         let t = std::thread::current();
-        self.log.lock().unwrap().push(Execution {
+        let record = |end| Execution {
             step: self.name.clone(),
             seq,
             thread: t.id(),
             thread_name: t.name().unwrap_or_default().to_owned(),
-        });
+            end,
+        };
+        self.log.lock().unwrap().push(record(false));
         let work = (self.work)(seq);
         if !work.is_zero() {
             std::thread::sleep(work);
         }
+        self.log.lock().unwrap().push(record(true));
         if (self.panic_on)(seq) {
             panic!("probe {} panics on frame {seq}", self.name);
         }
