@@ -1,85 +1,316 @@
-//! The workflow executor on the persistent pool: how often steps run, where, and in what order.
-//! Steps are small recording probes (tests/common); the pool, executor and graph are the real
-//! ones.
+//! The workflow executor on the persistent pool: how often steps run, where, when and in what
+//! order, and what a failure does. Steps are small recording probes (tests/common: the only
+//! stand-ins here, since these behaviours need steps that sleep, fail or panic on command); the
+//! pool, executor and graph are the real ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use vidflow::workflow::{Executor, Graph, Pool};
+use vidflow::frame::Frame;
+use vidflow::steps::StepKind;
+use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};
 
-fn run_all(
-    executor: &Executor,
-    frames: crossbeam_channel::Receiver<vidflow::frame::Frame>,
-) -> Vec<u64> {
+type Spec<'a> = Vec<(&'a str, &'static StepKind, &'a [Option<usize>])>;
+
+fn run_all(executor: &Executor, frames: crossbeam_channel::Receiver<Frame>) -> Vec<FrameResult> {
     let never = crossbeam_channel::never();
-    let mut order = Vec::new();
-    executor.run(&frames, &never, |r| order.push(r.frame().seq));
-    order
+    let mut out = Vec::new();
+    executor.run(&frames, &never, |r| out.push(r));
+    out
+}
+
+fn seqs(results: &[FrameResult]) -> Vec<u64> {
+    results.iter().map(|r| r.frame().seq).collect()
+}
+
+/// A fixed pseudo-random DAG of `n` probes: step i reads one or two earlier steps (or the
+/// frame), so it has many levels, fan-out and joins.
+fn random_dag(n: usize) -> (Vec<String>, Vec<Vec<Option<usize>>>) {
+    let names = (0..n).map(|i| format!("s{i}")).collect();
+    let inputs = (0..n)
+        .map(|i| match i {
+            0 => vec![None],
+            1 | 2 => vec![Some(0)],
+            _ if i % 3 == 0 => vec![Some((i * 7) % i), Some(i - 1)],
+            _ => vec![Some((i * 5) % i)],
+        })
+        .collect();
+    (names, inputs)
+}
+
+fn spec_of<'a>(names: &'a [String], inputs: &'a [Vec<Option<usize>>]) -> Spec<'a> {
+    names
+        .iter()
+        .zip(inputs)
+        .map(|(name, ins)| {
+            let kind: &'static StepKind = match ins.as_slice() {
+                [None] => &FROM_FRAME,
+                [_] => &ONE,
+                _ => &TWO,
+            };
+            (name.as_str(), kind, ins.as_slice())
+        })
+        .collect()
 }
 
 #[test]
-fn pool_is_built_once_per_run_whatever_the_number_of_frames() {
+fn pool_is_built_once_per_run_regardless_of_frames_and_levels() {
     for frames_n in [1u64, 50, 500] {
-        let log = Log::default();
-        let pool = Pool::new(2).unwrap();
-        let executor = Executor::new(
-            Arc::new(Graph::new(chain(&log, 10))),
-            pool.handle(),
-            config(2, 2),
-        );
-        run_all(&executor, frames(frames_n));
-        drop(executor);
-        pool.shutdown().unwrap();
+        for levels in [1usize, 10, 30] {
+            let log = Log::default();
+            let pool = Pool::new(2).unwrap();
+            let executor = Executor::new(
+                Arc::new(Graph::new(chain(&log, levels))),
+                pool.handle(),
+                config(2, 2),
+            );
+            run_all(&executor, frames(frames_n));
+            assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+            drop(executor);
+            pool.shutdown().unwrap();
 
-        let log = log.lock().unwrap();
-        assert_eq!(log.len() as u64, frames_n * 10);
-        // Thread ids are never reused within a process: a pool built per frame or per step
-        // would show up as more threads than the pool has.
-        let threads: HashSet<_> = log.iter().map(|e| e.thread).collect();
-        assert!(threads.len() <= 2, "{} threads ran steps", threads.len());
-        assert!(
-            log.iter()
-                .all(|e| e.thread_name.starts_with("vidflow-worker-")),
-            "steps ran outside the pool"
-        );
+            let log = starts(&log);
+            assert_eq!(log.len() as u64, frames_n * levels as u64);
+            // Thread ids are never reused within a process: a pool built per frame or per
+            // level would show up as more threads than the pool has.
+            let threads: HashSet<_> = log.iter().map(|e| e.thread).collect();
+            assert!(threads.len() <= 2, "{} threads ran steps", threads.len());
+            assert!(
+                log.iter()
+                    .all(|e| e.thread_name.starts_with("vidflow-worker-")),
+                "steps ran outside the pool"
+            );
+        }
     }
 }
 
 #[test]
-fn every_step_runs_exactly_once_per_frame() {
+fn an_executor_without_a_host_pool_builds_one_at_first_dispatch_and_only_one() {
     let log = Log::default();
-    // A diamond with a tail: a -> (b, c) -> d -> e.
-    let steps = steps(
+    let executor = Executor::owning(Arc::new(Graph::new(chain(&log, 20))), config(2, 2));
+    assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+    assert!(
+        executor.pool_metrics().is_none(),
+        "built before any dispatch"
+    );
+    let out = run_all(&executor, frames(300));
+    assert_eq!(out.len(), 300);
+    assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 1);
+    let threads: HashSet<_> = starts(&log).iter().map(|e| e.thread).collect();
+    assert!(threads.len() <= 2);
+    executor.close().unwrap();
+}
+
+#[test]
+fn an_owned_pool_is_shut_down_once_even_when_a_step_fails() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        fail: |name, _| name == "p3",
+        ..Behaviour::default()
+    };
+    let workflow = vidflow::workflow::Workflow::new(chain_with(&log, 5, behaviour), config(2, 1));
+    let r = workflow.run_once(Frame::from_mat("cam".into(), 0, None, Default::default()));
+    assert_eq!(r.failure().unwrap().step.as_ref(), "p3");
+    let r = workflow.run_once(Frame::from_mat("cam".into(), 1, None, Default::default()));
+    assert!(r.failure().is_some());
+    assert_eq!(workflow.metrics().pools_built.load(Ordering::Relaxed), 1);
+    workflow.close().unwrap();
+}
+
+#[test]
+fn no_pool_is_built_when_the_host_supplies_one_and_its_pool_works_afterwards() {
+    let log = Log::default();
+    let pool = Pool::new(2).unwrap();
+    let executor = Executor::new(
+        Arc::new(Graph::new(chain(&log, 5))),
+        pool.handle(),
+        config(2, 2),
+    );
+    run_all(&executor, frames(100));
+    assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+    executor.close().unwrap();
+
+    // The executor is gone; the host's pool still takes work on its own threads.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for _ in 0..10 {
+        let tx = tx.clone();
+        assert!(pool.handle().execute(Box::new(move || {
+            tx.send(std::thread::current().name().unwrap_or_default().to_owned())
+                .unwrap();
+        })));
+    }
+    for _ in 0..10 {
+        let name = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(name.starts_with("vidflow-worker-"));
+    }
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn owned_and_supplied_pools_give_identical_results() {
+    // Real steps from a real pipeline file, on frames with a moving square.
+    let text = r#"
+[sources.cam]
+uri = "test://ball"
+[executor]
+workers = 2
+max_in_flight = 3
+[steps.small]
+kind = "resize"
+image = "$frame"
+width = 160
+height = 120
+[steps.motion]
+kind = "motion"
+image = "$steps.small.image"
+min_area = 10.0
+[steps.big]
+kind = "filter"
+detections = "$steps.motion.detections"
+min_area = 50.0
+"#;
+    let load = || {
+        vidflow::config::load_text(&vidflow::config::SourceText::new("t.toml", text.to_owned()))
+            .unwrap()
+    };
+    let moving_square = |seq: u64| {
+        use opencv::core::{CV_8UC3, Mat, Rect, Scalar};
+        let mut m = Mat::new_rows_cols_with_default(240, 320, CV_8UC3, Scalar::all(0.0)).unwrap();
+        let x = (seq as i32 * 7) % 280;
+        opencv::imgproc::rectangle(
+            &mut m,
+            Rect::new(x, 100, 30, 30),
+            Scalar::all(255.0),
+            -1,
+            opencv::imgproc::LINE_8,
+            0,
+        )
+        .unwrap();
+        Frame::from_mat("cam".into(), seq, None, m)
+    };
+    let frames = || {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for seq in 0..60 {
+            tx.send(moving_square(seq)).unwrap();
+        }
+        rx
+    };
+    let as_json = |results: &[FrameResult]| -> Vec<String> {
+        let r = vidflow::config::Ref::Step { step: 2, output: 0 };
+        results
+            .iter()
+            .map(|res| {
+                format!(
+                    "{:?}",
+                    res.value(r)
+                        .and_then(|v| v.as_detections().map(<[_]>::to_vec))
+                )
+            })
+            .collect()
+    };
+
+    let host = Pool::new(2).unwrap();
+    let p = load();
+    let supplied = Executor::new(Arc::new(Graph::new(p.steps)), host.handle(), p.executor);
+    let with_host = as_json(&run_all(&supplied, frames()));
+    supplied.close().unwrap();
+    host.shutdown().unwrap();
+
+    let p = load();
+    let owning = Executor::owning(Arc::new(Graph::new(p.steps)), p.executor);
+    let with_own = as_json(&run_all(&owning, frames()));
+    owning.close().unwrap();
+
+    assert_eq!(with_host, with_own);
+    assert!(
+        with_own.iter().filter(|d| d.contains("motion")).count() > 30,
+        "the square's motion was not found: {with_own:?}"
+    );
+}
+
+#[test]
+fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        work: |name, _| {
+            if name == "slow" {
+                Duration::from_millis(150)
+            } else {
+                Duration::ZERO
+            }
+        },
+        ..Behaviour::default()
+    };
+    let steps = steps_with(
         &log,
         &[
             ("a", &FROM_FRAME, &[None]),
-            ("b", &ONE, &[Some(0)]),
-            ("c", &ONE, &[Some(0)]),
-            ("d", &TWO, &[Some(1), Some(2)]),
-            ("e", &ONE, &[Some(3)]),
+            ("slow", &ONE, &[Some(0)]),
+            ("fast", &ONE, &[Some(0)]),
+            ("after_fast", &ONE, &[Some(2)]),
         ],
+        behaviour,
     );
-    let pool = Pool::new(4).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(4, 4));
-    let out = run_all(&executor, frames(300));
-    assert_eq!(out.len(), 300);
-    let mut counts: HashMap<(String, u64), usize> = HashMap::new();
-    for e in log.lock().unwrap().iter() {
-        *counts.entry((e.step.clone(), e.seq)).or_default() += 1;
+    let pool = Pool::new(2).unwrap();
+    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 1));
+    run_all(&executor, frames(3));
+    let log = log.lock().unwrap().clone();
+    for seq in 0..3 {
+        let started = position(&log, "after_fast", seq, false).unwrap();
+        let slow_ended = position(&log, "slow", seq, true).unwrap();
+        assert!(
+            started < slow_ended,
+            "frame {seq}: after_fast waited for the slow sibling's level"
+        );
     }
-    assert_eq!(counts.len(), 300 * 5);
-    assert!(
-        counts.values().all(|&c| c == 1),
-        "a step ran twice for one frame"
-    );
+    drop(executor);
+    pool.shutdown().unwrap();
 }
 
-fn jittery(seq: u64) -> Duration {
+#[test]
+fn every_step_runs_exactly_once_per_frame_under_stress() {
+    let (names, inputs) = random_dag(20);
+    for workers in 1..=8 {
+        let log = Log::default();
+        let pool = Pool::new(workers).unwrap();
+        let executor = Executor::new(
+            Arc::new(Graph::new(steps(&log, &spec_of(&names, &inputs)))),
+            pool.handle(),
+            config(workers, 4),
+        );
+        let out = run_all(&executor, frames(2000));
+        assert_eq!(seqs(&out), (0..2000).collect::<Vec<_>>());
+        let mut counts: HashMap<(String, u64), usize> = HashMap::new();
+        for e in starts(&log) {
+            *counts.entry((e.step, e.seq)).or_default() += 1;
+        }
+        assert_eq!(
+            counts.len(),
+            2000 * 20,
+            "{workers} workers: a step never ran"
+        );
+        assert!(
+            counts.values().all(|&c| c == 1),
+            "{workers} workers: a step ran twice for one frame"
+        );
+        // A queued step is never queued again: at most one dispatch per step and frame.
+        let dispatches = pool.metrics().dispatches.load(Ordering::Relaxed);
+        assert!(
+            dispatches <= 2000 * 20,
+            "{dispatches} dispatches for 40000 steps"
+        );
+        drop(executor);
+        pool.shutdown().unwrap();
+    }
+}
+
+fn jittery(_: &str, seq: u64) -> Duration {
     // Deterministic but uneven: later frames often finish before earlier ones.
     Duration::from_micros((seq * 7919 % 13) * 150)
 }
@@ -87,26 +318,297 @@ fn jittery(seq: u64) -> Duration {
 #[test]
 fn frames_come_out_in_order_with_several_in_flight() {
     let log = Log::default();
+    let behaviour = Behaviour {
+        work: jittery,
+        ..Behaviour::default()
+    };
     let steps = steps_with(
         &log,
         &[("a", &FROM_FRAME, &[None]), ("b", &ONE, &[Some(0)])],
-        jittery,
-        never,
-        never,
+        behaviour,
     );
     let pool = Pool::new(2).unwrap();
     let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 4));
     let out = run_all(&executor, frames(200));
-    assert_eq!(out, (0..200).collect::<Vec<_>>());
+    assert_eq!(seqs(&out), (0..200).collect::<Vec<_>>());
     // The frames really overlapped: some frame started before the previous one finished.
-    let log = log.lock().unwrap();
-    let first_b = |seq| log.iter().position(|e| e.step == "b" && e.seq == seq);
-    let first_a = |seq| log.iter().position(|e| e.step == "a" && e.seq == seq);
+    let log = log.lock().unwrap().clone();
     assert!(
-        (1..200).any(|s| first_a(s) < first_b(s - 1)),
+        (1..200).any(|s| position(&log, "a", s, false) < position(&log, "b", s - 1, true)),
         "max_in_flight = 4 never had two frames in the workflow"
     );
-    drop(log);
     drop(executor);
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn stateful_steps_see_frames_in_order_with_four_in_flight() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        work: jittery,
+        ..Behaviour::default()
+    };
+    let steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("state", &STATEFUL, &[Some(0)]),
+            ("after", &ONE, &[Some(1)]),
+        ],
+        behaviour,
+    );
+    let pool = Pool::new(4).unwrap();
+    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(4, 4));
+    let out = run_all(&executor, frames(300));
+    assert_eq!(out.len(), 300);
+    let log = log.lock().unwrap().clone();
+    // The stateful step's starts and ends alternate, in frame order: one frame at a time.
+    let stateful: Vec<(u64, bool)> = log
+        .iter()
+        .filter(|e| e.step == "state")
+        .map(|e| (e.seq, e.end))
+        .collect();
+    let expected: Vec<(u64, bool)> = (0..300).flat_map(|s| [(s, false), (s, true)]).collect();
+    assert_eq!(stateful, expected);
+    // Meanwhile stateless steps of later frames did run alongside.
+    assert!(
+        (1..300).any(|s| position(&log, "a", s, false) < position(&log, "state", s - 1, true)),
+        "stateless steps never overlapped the stateful one"
+    );
+    drop(executor);
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn a_failed_frame_drains_its_running_siblings_before_it_is_reported() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        work: |name, seq| {
+            if name == "slow" && seq == 3 {
+                Duration::from_millis(150)
+            } else {
+                Duration::ZERO
+            }
+        },
+        fail: |name, seq| name == "bad" && seq == 3,
+        ..Behaviour::default()
+    };
+    let steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("slow", &ONE, &[Some(0)]),
+            ("bad", &ONE, &[Some(0)]),
+            ("after_bad", &ONE, &[Some(2)]),
+        ],
+        behaviour,
+    );
+    let pool = Pool::new(2).unwrap();
+    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 2));
+    let never = crossbeam_channel::never();
+    let mut seen_at_report = None;
+    let mut failures = Vec::new();
+    let stats = executor.run(&frames(10), &never, |r| {
+        if r.frame().seq == 3 {
+            seen_at_report = Some(log.lock().unwrap().clone());
+        }
+        failures.push(r.failure());
+    });
+    let at_report = seen_at_report.unwrap();
+    assert!(
+        position(&at_report, "slow", 3, true).is_some(),
+        "frame 3 was reported while its slow sibling still ran"
+    );
+    assert!(position(&at_report, "after_bad", 3, false).is_none());
+    let f = failures[3].clone().unwrap();
+    assert_eq!(f.step.as_ref(), "bad");
+    assert!(f.message.contains("fails on frame 3"), "{}", f.message);
+    assert!(
+        failures
+            .iter()
+            .enumerate()
+            .all(|(i, f)| (i == 3) == f.is_some())
+    );
+    assert_eq!((stats.processed, stats.failed), (9, 1));
+    drop(executor);
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn unstarted_steps_of_a_failed_frame_are_skipped() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        fail: |name, _| name == "bad",
+        ..Behaviour::default()
+    };
+    // One worker: after "a", "bad" runs first (inline) while "c" and "d" wait in the queue.
+    let steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("bad", &ONE, &[Some(0)]),
+            ("c", &ONE, &[Some(0)]),
+            ("d", &ONE, &[Some(0)]),
+            ("e", &ONE, &[Some(2)]),
+        ],
+        behaviour,
+    );
+    let pool = Pool::new(1).unwrap();
+    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(1, 1));
+    let out = run_all(&executor, frames(5));
+    for r in &out {
+        assert!(matches!(r.outcome(1), Some(Outcome::Failed)));
+        for node in 2..5 {
+            assert!(
+                matches!(r.outcome(node), Some(Outcome::Skipped)),
+                "node {node}"
+            );
+        }
+    }
+    let ran: HashSet<String> = starts(&log).into_iter().map(|e| e.step).collect();
+    assert_eq!(ran, HashSet::from(["a".to_owned(), "bad".to_owned()]));
+    drop(executor);
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn a_panicking_step_fails_its_frame_and_the_pool_keeps_its_size() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        work: |_, _| Duration::from_millis(1),
+        panic: |name, seq| name == "b" && seq % 10 == 5,
+        ..Behaviour::default()
+    };
+    let steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("b", &ONE, &[Some(0)]),
+            ("c", &ONE, &[Some(0)]),
+        ],
+        behaviour,
+    );
+    let pool = Pool::new(2).unwrap();
+    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 2));
+    let out = run_all(&executor, frames(100));
+    for r in &out {
+        let seq = r.frame().seq;
+        match r.failure() {
+            Some(f) => {
+                assert_eq!(seq % 10, 5);
+                assert_eq!(f.step.as_ref(), "b");
+                assert!(f.message.contains("panicked"), "{}", f.message);
+            }
+            None => assert_ne!(seq % 10, 5),
+        }
+    }
+    assert_eq!(pool.size(), 2);
+    // Both workers survived the ten panics: the last frames still ran on two threads, the
+    // same two as the first frames.
+    let log = starts(&log);
+    let early: HashSet<_> = log.iter().filter(|e| e.seq < 5).map(|e| e.thread).collect();
+    let late: HashSet<_> = log
+        .iter()
+        .filter(|e| e.seq >= 90)
+        .map(|e| e.thread)
+        .collect();
+    assert_eq!(late.len(), 2, "a worker died");
+    assert!(
+        late.is_subset(&early) || early.len() < 2,
+        "new threads appeared"
+    );
+    drop(executor);
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        end_branch: |name, seq| name == "gate" && seq % 2 == 0,
+        ..Behaviour::default()
+    };
+    let steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("gate", &ONE, &[Some(0)]),
+            ("after_gate", &ONE, &[Some(1)]),
+            ("other", &ONE, &[Some(0)]),
+        ],
+        behaviour,
+    );
+    let pool = Pool::new(2).unwrap();
+    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 2));
+    let never = crossbeam_channel::never();
+    let mut out = Vec::new();
+    let stats = executor.run(&frames(20), &never, |r| out.push(r));
+    assert_eq!((stats.processed, stats.failed), (20, 0));
+    for r in &out {
+        let even = r.frame().seq % 2 == 0;
+        assert!(r.failure().is_none());
+        assert_eq!(matches!(r.outcome(2), Some(Outcome::Skipped)), even);
+        assert!(matches!(r.outcome(3), Some(Outcome::Done(_))));
+    }
+    let log = starts(&log);
+    assert!(
+        log.iter()
+            .all(|e| !(e.step == "after_gate" && e.seq % 2 == 0))
+    );
+    assert_eq!(log.iter().filter(|e| e.step == "after_gate").count(), 10);
+    drop(executor);
+    pool.shutdown().unwrap();
+}
+
+#[test]
+fn nothing_wakes_up_while_no_frame_arrives() {
+    let log = Log::default();
+    let pool = Pool::new(2).unwrap();
+    let executor = Arc::new(Executor::new(
+        Arc::new(Graph::new(chain(&log, 10))),
+        pool.handle(),
+        config(2, 2),
+    ));
+    let (frames_tx, frames_rx) = crossbeam_channel::unbounded();
+    let (results_tx, results_rx) = crossbeam_channel::unbounded();
+    let coordinator = {
+        let executor = executor.clone();
+        std::thread::spawn(move || {
+            let never = crossbeam_channel::never();
+            executor.run(&frames_rx, &never, |r| {
+                results_tx.send(r.frame().seq).unwrap()
+            })
+        })
+    };
+    for seq in 0..20 {
+        frames_tx
+            .send(Frame::from_mat("cam".into(), seq, None, Default::default()))
+            .unwrap();
+    }
+    for _ in 0..20 {
+        results_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    }
+    let snapshot = || {
+        (
+            pool.metrics().wakeups.load(Ordering::Relaxed),
+            pool.metrics().dispatches.load(Ordering::Relaxed),
+            executor
+                .metrics()
+                .coordinator_wakeups
+                .load(Ordering::Relaxed),
+        )
+    };
+    // Let the last worker park; then a second with no frames must not move any counter.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = snapshot();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        snapshot(),
+        before,
+        "(worker wake-ups, dispatches, coordinator wake-ups)"
+    );
+    drop(frames_tx);
+    let stats = coordinator.join().unwrap();
+    assert_eq!(stats.processed, 20);
     pool.shutdown().unwrap();
 }

@@ -137,4 +137,3 @@ impl Failure {
         self.errors.first().map_or(70, DaemonError::exit_code)
     }
 }
-

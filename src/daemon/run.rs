@@ -163,9 +163,15 @@ pub fn run(
         pool: PoolReport {
             workers: executor_config.workers,
             pools_built,
-            dispatches: metrics.as_ref().map_or(0, |m| m.dispatches.load(Ordering::Relaxed)),
-            wakeups: metrics.as_ref().map_or(0, |m| m.wakeups.load(Ordering::Relaxed)),
-            panics: metrics.as_ref().map_or(0, |m| m.panics.load(Ordering::Relaxed)),
+            dispatches: metrics
+                .as_ref()
+                .map_or(0, |m| m.dispatches.load(Ordering::Relaxed)),
+            wakeups: metrics
+                .as_ref()
+                .map_or(0, |m| m.wakeups.load(Ordering::Relaxed)),
+            panics: metrics
+                .as_ref()
+                .map_or(0, |m| m.panics.load(Ordering::Relaxed)),
         },
     };
     let mut errors = Vec::new();
@@ -207,7 +213,10 @@ pub fn run(
 pub fn close_in_order(
     shutdown_pool: impl FnOnce() -> Result<(), PoolError>,
     sinks: Vec<SinkRunner>,
-) -> (Result<(), PoolError>, Vec<(String, SinkStats, Result<(), SinkError>)>) {
+) -> (
+    Result<(), PoolError>,
+    Vec<(String, SinkStats, Result<(), SinkError>)>,
+) {
     let pool = shutdown_pool();
     if let Err(e) = &pool {
         tracing::error!(error = %e, "worker pool did not shut down cleanly; closing sinks anyway");

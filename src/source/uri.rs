@@ -207,7 +207,10 @@ impl SourceUri {
         let Self::File { path } = self else {
             return false;
         };
-        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
         matches!(
             ext.as_deref(),
             Some("jpg" | "jpeg" | "png" | "bmp" | "webp" | "tif" | "tiff")

@@ -269,7 +269,12 @@ pub struct Execution {
 
 /// Only the starts of executions (one per run of a step).
 pub fn starts(log: &Log) -> Vec<Execution> {
-    log.lock().unwrap().iter().filter(|e| !e.end).cloned().collect()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|e| !e.end)
+        .cloned()
+        .collect()
 }
 
 /// Position in the log of the start (or end) of `step` on frame `seq`.
@@ -280,15 +285,42 @@ pub fn position(log: &[Execution], step: &str, seq: u64, end: bool) -> Option<us
 
 pub type Log = Arc<Mutex<Vec<Execution>>>;
 
-/// A step that logs each run, can sleep, fail or panic on chosen frames, and outputs an empty
+/// What a probe does on a frame, given its own name and the frame's number.
+#[derive(Debug, Clone, Copy)]
+pub struct Behaviour {
+    /// How long it works (sleeps).
+    pub work: fn(&str, u64) -> Duration,
+    pub fail: fn(&str, u64) -> bool,
+    pub panic: fn(&str, u64) -> bool,
+    /// Ends its branch (dependents skipped) instead of producing a value.
+    pub end_branch: fn(&str, u64) -> bool,
+}
+
+pub fn no_work(_: &str, _: u64) -> Duration {
+    Duration::ZERO
+}
+pub fn never(_: &str, _: u64) -> bool {
+    false
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            work: no_work,
+            fail: never,
+            panic: never,
+            end_branch: never,
+        }
+    }
+}
+
+/// A step that logs the start and end of each run, behaves as told, and outputs an empty
 /// detections value.
 #[derive(Debug)]
 pub struct Probe {
     pub name: String,
     pub log: Log,
-    pub work: fn(u64) -> Duration,
-    pub fail_on: fn(u64) -> bool,
-    pub panic_on: fn(u64) -> bool,
+    pub behaviour: Behaviour,
 }
 
 impl Step for Probe {
@@ -302,20 +334,24 @@ impl Step for Probe {
             thread_name: t.name().unwrap_or_default().to_owned(),
             end,
         };
+        let b = self.behaviour;
+        let name = self.name.as_str();
         self.log.lock().unwrap().push(record(false));
-        let work = (self.work)(seq);
+        let work = (b.work)(name, seq);
         if !work.is_zero() {
             std::thread::sleep(work);
         }
         self.log.lock().unwrap().push(record(true));
-        if (self.panic_on)(seq) {
-            panic!("probe {} panics on frame {seq}", self.name);
+        if (b.panic)(name, seq) {
+            panic!("probe {name} panics on frame {seq}");
         }
-        if (self.fail_on)(seq) {
+        if (b.fail)(name, seq) {
             return Err(StepError::Other(format!(
-                "probe {} fails on frame {seq}",
-                self.name
+                "probe {name} fails on frame {seq}"
             )));
+        }
+        if (b.end_branch)(name, seq) {
+            return Ok(StepOutput::EndBranch);
         }
         Ok(StepOutput::Values(vec![Value::Detections(Arc::from(
             Vec::new(),
@@ -376,25 +412,16 @@ pub static STATEFUL: StepKind = StepKind {
     build: no_build,
 };
 
-pub fn no_work(_: u64) -> Duration {
-    Duration::ZERO
-}
-pub fn never(_: u64) -> bool {
-    false
-}
-
 /// Builds step configs from `(name, kind, inputs)` where inputs index earlier entries
 /// (`None` = `$frame`).
 pub fn steps(log: &Log, spec: &[(&str, &'static StepKind, &[Option<usize>])]) -> Vec<StepConfig> {
-    steps_with(log, spec, no_work, never, never)
+    steps_with(log, spec, Behaviour::default())
 }
 
 pub fn steps_with(
     log: &Log,
     spec: &[(&str, &'static StepKind, &[Option<usize>])],
-    work: fn(u64) -> Duration,
-    fail_on: fn(u64) -> bool,
-    panic_on: fn(u64) -> bool,
+    behaviour: Behaviour,
 ) -> Vec<StepConfig> {
     spec.iter()
         .map(|(name, kind, inputs)| StepConfig {
@@ -403,9 +430,7 @@ pub fn steps_with(
             step: Arc::new(Probe {
                 name: (*name).to_owned(),
                 log: log.clone(),
-                work,
-                fail_on,
-                panic_on,
+                behaviour,
             }),
             inputs: inputs
                 .iter()
@@ -423,6 +448,10 @@ pub fn steps_with(
 
 /// A chain of `n` probes: p0 reads the frame, each next one the previous.
 pub fn chain(log: &Log, n: usize) -> Vec<StepConfig> {
+    chain_with(log, n, Behaviour::default())
+}
+
+pub fn chain_with(log: &Log, n: usize, behaviour: Behaviour) -> Vec<StepConfig> {
     let names: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
     let inputs: Vec<[Option<usize>; 1]> = (0..n)
         .map(|i| [if i == 0 { None } else { Some(i - 1) }])
@@ -433,7 +462,7 @@ pub fn chain(log: &Log, n: usize) -> Vec<StepConfig> {
             (names[i].as_str(), kind, &inputs[i][..])
         })
         .collect();
-    steps(log, &spec)
+    steps_with(log, &spec, behaviour)
 }
 
 pub fn config(workers: usize, max_in_flight: usize) -> ExecutorConfig {
