@@ -26,7 +26,7 @@ use crate::workflow::{PoolError, StepFailure};
 pub mod notify;
 mod run;
 
-pub use run::{close_in_order, run};
+pub use run::{SinkClosed, close_in_order, run};
 
 /// Decoded frames waiting for the workflow: small, so a live source stays current and a file
 /// source is paced by the workflow.

@@ -213,10 +213,7 @@ pub fn run(
 pub fn close_in_order(
     shutdown_pool: impl FnOnce() -> Result<(), PoolError>,
     sinks: Vec<SinkRunner>,
-) -> (
-    Result<(), PoolError>,
-    Vec<(String, SinkStats, Result<(), SinkError>)>,
-) {
+) -> (Result<(), PoolError>, Vec<SinkClosed>) {
     let pool = shutdown_pool();
     if let Err(e) = &pool {
         tracing::error!(error = %e, "worker pool did not shut down cleanly; closing sinks anyway");
@@ -224,7 +221,10 @@ pub fn close_in_order(
     (pool, close_sinks(sinks))
 }
 
-fn close_sinks(sinks: Vec<SinkRunner>) -> Vec<(String, SinkStats, Result<(), SinkError>)> {
+/// A closed sink: its name, its counts, and how closing went.
+pub type SinkClosed = (String, SinkStats, Result<(), SinkError>);
+
+fn close_sinks(sinks: Vec<SinkRunner>) -> Vec<SinkClosed> {
     sinks
         .into_iter()
         .map(|s| {
