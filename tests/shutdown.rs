@@ -3,13 +3,10 @@
 //! threads of this process, so they take turns.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use vidflow::daemon::{self, RunOptions, Shutdown};
 use vidflow::sinks::{Sink, SinkError, SinkRunner};
 use vidflow::workflow::{FrameResult, Pool, PoolError};

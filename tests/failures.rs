@@ -1,0 +1,206 @@
+//! Step failures through the real binary: a frame fails, the pipeline goes on or stops as
+//! configured, and the sinks are closed either way. The failing step is a real `crop` whose
+//! rectangle does not fit the real decoded frames.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn pipeline(policy: &str) -> String {
+    format!(
+        r#"
+[sources.cam]
+uri = "test://ball?width=320&height=240&live=false&frames=40"
+
+[executor]
+workers = 2
+on_step_error = "{policy}"
+
+[steps.roi]
+kind = "crop"
+image = "$frame"
+x = 200
+width = 200
+height = 100
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+
+[sinks.events]
+kind = "jsonl"
+path = "out/events.jsonl"
+include = ["$steps.motion.detections", "$steps.roi.image"]
+
+[sinks.video]
+kind = "video_file"
+path = "out/frames.mkv"
+image = "$frame"
+"#
+    )
+}
+
+#[test]
+fn a_failing_step_fails_its_frames_and_the_pipeline_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "p.toml", &pipeline("skip_frame"));
+    let out =
+        spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("step failed"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("roi"),
+        "the log names the step: {}",
+        out.stderr
+    );
+
+    let lines = jsonl(&dir.path().join("out/events.jsonl"));
+    assert_eq!(lines.len(), 40);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["frame"], i as u64);
+        assert_eq!(l["error"]["step"], "roi");
+        let message = l["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("does not fit the 320x240 image"),
+            "{message}"
+        );
+        assert!(l.get("steps.motion.detections").is_none(), "{l}");
+    }
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_decoded"], 40);
+    assert_eq!(stats["frames_failed"], 40);
+    assert_eq!(stats["frames_processed"], 0);
+    assert_eq!(count_video_frames(&dir.path().join("out/frames.mkv")), 40);
+}
+
+#[test]
+fn with_stop_the_daemon_drains_closes_its_sinks_and_exits_70() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "p.toml", &pipeline("stop"));
+    let out =
+        spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(70), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("on_step_error = \"stop\""),
+        "{}",
+        out.stderr
+    );
+
+    let stats = read_json(&dir.path().join("stats.json"));
+    let n = |k: &str| stats[k].as_u64().unwrap();
+    assert!(n("frames_failed") >= 1);
+    assert!(n("frames_decoded") < 40, "it did not stop: {stats}");
+    assert_eq!(
+        n("frames_decoded"),
+        n("frames_processed") + n("frames_failed") + n("frames_dropped"),
+        "{stats}"
+    );
+    // Every frame admitted before the stop was drained to the sinks, which were finalized.
+    let lines = jsonl(&dir.path().join("out/events.jsonl"));
+    assert_eq!(lines.len() as u64, n("frames_failed"));
+    assert_eq!(
+        count_video_frames(&dir.path().join("out/frames.mkv")),
+        n("frames_failed")
+    );
+}
+
+#[test]
+fn a_filter_that_ends_its_branch_skips_without_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A still pattern: no motion after the first frame, so the filter ends the branch and the
+    // annotated video gets only the frames with motion.
+    let p = write(
+        dir.path(),
+        "p.toml",
+        r#"
+[sources.cam]
+uri = "test://smpte?width=160&height=120&live=false&frames=20"
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+
+[steps.moving]
+kind = "filter"
+detections = "$steps.motion.detections"
+skip_if_empty = true
+
+[steps.overlay]
+kind = "annotate"
+image = "$frame"
+detections = "$steps.moving.detections"
+
+[sinks.events]
+kind = "jsonl"
+path = "events.jsonl"
+include = ["$steps.moving.detections"]
+
+[sinks.video]
+kind = "video_file"
+path = "moving.mp4"
+image = "$steps.overlay.image"
+"#,
+    );
+    let out =
+        spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_processed"], 20);
+    assert_eq!(stats["frames_failed"], 0);
+    let lines = jsonl(&dir.path().join("events.jsonl"));
+    let skipped = lines
+        .iter()
+        .filter(|l| l["steps.moving.detections"].is_null())
+        .count() as u64;
+    assert!(skipped >= 15, "{skipped} of 20 frames skipped");
+    assert_eq!(stats["sinks"]["video"]["skipped"], skipped);
+    assert_eq!(stats["sinks"]["video"]["written"], 20 - skipped);
+}
+
+#[test]
+fn a_still_image_is_a_one_shot_run_with_its_own_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("still.png");
+    run_to_eos(&format!(
+        "videotestsrc pattern=smpte num-buffers=1 ! video/x-raw,width=320,height=240 ! \
+         videoconvert ! pngenc ! filesink location={}",
+        image.display()
+    ));
+    let with_steps = |steps: &str| {
+        format!(
+            r#"
+[sources.photo]
+uri = "{}"
+{steps}
+[sinks.events]
+kind = "jsonl"
+path = "events.jsonl"
+"#,
+            image.display()
+        )
+    };
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &with_steps("[steps.gray]\nkind = \"grayscale\"\nimage = \"$frame\"\n"),
+    );
+    let out =
+        spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_processed"], 1);
+    assert_eq!(stats["pool"]["pools_built"], 1);
+    assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 1);
+
+    // No step, nothing dispatched: the one-shot pool is never built.
+    let p = write(dir.path(), "p.toml", &with_steps(""));
+    let out =
+        spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_processed"], 1);
+    assert_eq!(stats["pool"]["pools_built"], 0);
+}
