@@ -86,7 +86,10 @@ pub struct PoolReport {
     /// one-shot run never dispatched a step.
     pub pools_built: u64,
     pub dispatches: u64,
+    /// Worker wake-ups from an idle wait.
     pub wakeups: u64,
+    /// Wake-ups of the executor's coordinator (a frame in, a frame done, an abort).
+    pub coordinator_wakeups: u64,
     pub panics: u64,
 }
 

@@ -132,6 +132,10 @@ pub fn run(
     }
     // 2. Drained already: `run` returns after the last admitted frame was delivered.
     let metrics = executor.pool_metrics();
+    let coordinator_wakeups = executor
+        .metrics()
+        .coordinator_wakeups
+        .load(Ordering::Relaxed);
     let pools_built = match &host_pool {
         Some(_) => 1,
         None => executor.metrics().pools_built.load(Ordering::Relaxed),
@@ -169,6 +173,7 @@ pub fn run(
             wakeups: metrics
                 .as_ref()
                 .map_or(0, |m| m.wakeups.load(Ordering::Relaxed)),
+            coordinator_wakeups,
             panics: metrics
                 .as_ref()
                 .map_or(0, |m| m.panics.load(Ordering::Relaxed)),
