@@ -185,7 +185,11 @@ path = "events.jsonl"
     let p = write(
         dir.path(),
         "p.toml",
-        &with_steps("[steps.gray]\nkind = \"grayscale\"\nimage = \"$frame\"\n"),
+        // Two branches: the coordinator runs one, the other needs the pool.
+        &with_steps(
+            "[steps.gray]\nkind = \"grayscale\"\nimage = \"$frame\"\n\
+             [steps.soft]\nkind = \"blur\"\nimage = \"$frame\"\n",
+        ),
     );
     let out =
         spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(60));

@@ -9,7 +9,9 @@
 //! Scheduling: each frame gets a [`Run`] with an atomic count of unfinished predecessors per
 //! node. A node is queued exactly once, by whoever brings that count to zero (the coordinator
 //! for root nodes); a worker that finishes a node runs one newly ready successor itself and
-//! queues the others. A stateful node (see `StepKind::stateful`) also waits for its turn at a
+//! queues the others. A frame that arrives while no other frame is in flight and none waits
+//! behind it (a live source between frames) has its first root run by the coordinator itself,
+//! chain included: no worker is woken for work the coordinator would only wait for. A stateful node (see `StepKind::stateful`) also waits for its turn at a
 //! per-node gate, so it sees frames strictly in admission order; stateless nodes of different
 //! frames run concurrently. When a node's last pending count drops the frame is complete and
 //! goes back to the coordinator, which delivers results in frame order.
@@ -133,6 +135,9 @@ struct Shared {
     pool: PoolSource,
     /// Whether a worker runs one ready successor itself instead of queueing it.
     inline: bool,
+    /// Whether the coordinator runs the first steps of a frame that arrives to an idle
+    /// workflow, instead of waking a worker for them.
+    coordinator_runs_steps: bool,
     metrics: ExecutorMetrics,
     /// One gate per stateful node.
     gates: Box<[Option<Gate>]>,
@@ -198,6 +203,7 @@ impl Executor {
                 graph,
                 pool,
                 inline: true,
+                coordinator_runs_steps: true,
                 metrics: ExecutorMetrics::default(),
                 gates,
                 next_index: AtomicU64::new(0),
@@ -211,6 +217,15 @@ impl Executor {
     pub fn without_inline_continuation(mut self) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.inline = false;
+        }
+        self
+    }
+
+    /// Makes the coordinator hand every step to the pool, to measure what running the first
+    /// steps of an idle workflow's frame itself saves. Only before the first frame.
+    pub fn without_coordinator_steps(mut self) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.coordinator_runs_steps = false;
         }
         self
     }
@@ -257,7 +272,13 @@ impl Executor {
                     recv(frames) -> frame => {
                         match frame {
                             Ok(frame) => {
-                                self.start(frame, &done_tx);
+                                // Alone in the workflow with nothing queued behind it, the
+                                // frame's first steps run right here: the coordinator would
+                                // only wait for them, and no worker has to be woken.
+                                let run_here = self.shared.coordinator_runs_steps
+                                    && in_flight == 0
+                                    && frames.is_empty();
+                                self.start(frame, &done_tx, run_here);
                                 in_flight += 1;
                                 stats.admitted += 1;
                             }
@@ -332,7 +353,7 @@ impl Executor {
         }
     }
 
-    fn start(&self, frame: Frame, done: &Sender<FrameResult>) {
+    fn start(&self, frame: Frame, done: &Sender<FrameResult>, run_here: bool) {
         let shared = &self.shared;
         let graph = &shared.graph;
         let index = shared.next_index.fetch_add(1, Ordering::Relaxed);
@@ -355,10 +376,18 @@ impl Executor {
             let _ = run.done.send(FrameResult { run: run.clone() });
             return;
         }
+        let mut here = None;
         for &root in &graph.roots {
             if admit(&run, root) {
-                dispatch(run.clone(), root);
+                if run_here && here.is_none() {
+                    here = Some(root);
+                } else {
+                    dispatch(run.clone(), root);
+                }
             }
+        }
+        if let Some(root) = here {
+            run_from(&run, root);
         }
     }
 }
