@@ -37,6 +37,8 @@ pub struct Frame {
     pub captured: SystemTime,
     /// Nominal frame rate of the stream (numerator, denominator), when the source knows it.
     pub fps: Option<(i32, i32)>,
+    /// Set on the first frame after the source reconnected: how long no frame came.
+    pub reconnected: Option<Duration>,
     pixels: Pixels,
 }
 
@@ -97,6 +99,7 @@ impl Frame {
             pts,
             captured: SystemTime::now(),
             fps,
+            reconnected: None,
             pixels: Pixels::Mapped {
                 mat,
                 _mapping: Box::new(mapping),
@@ -112,6 +115,7 @@ impl Frame {
             pts,
             captured: SystemTime::now(),
             fps: None,
+            reconnected: None,
             pixels: Pixels::Owned(mat),
         }
     }

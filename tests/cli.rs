@@ -232,8 +232,14 @@ fn run_with_a_missing_pipeline_file_is_a_config_error() {
 #[test]
 fn run_never_prints_the_rtsp_password() {
     let dir = tempfile::tempdir().unwrap();
-    // Port 1 on loopback refuses the connection at once.
+    // Port 1 on loopback refuses the connection at once; two retries, then it gives up.
     let pipeline = write_pipeline(dir.path(), "rtsp://user:s3cret-pw@127.0.0.1:1/x");
+    let text = std::fs::read_to_string(&pipeline).unwrap().replacen(
+        "\n\n[sinks.log]",
+        "\n[sources.cam.reconnect]\ninitial_delay_ms = 50\nmax_attempts = 2\n\n[sinks.log]",
+        1,
+    );
+    std::fs::write(&pipeline, text).unwrap();
     let stdout_path = dir.path().join("stdout.txt");
     let stderr_path = dir.path().join("stderr.txt");
     let mut child = vidflow()
@@ -272,4 +278,8 @@ fn run_never_prints_the_rtsp_password() {
     });
     assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "stderr: {stderr}");
     assert!(stderr.contains("user:***@127.0.0.1:1"), "{stderr}");
+    assert!(
+        stderr.contains("gave up after 2 reconnection attempts"),
+        "{stderr}"
+    );
 }

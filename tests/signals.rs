@@ -10,6 +10,8 @@ use common::*;
 const LIVE: &str = r#"
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=30"
+# Room for two seconds of frames: a loaded test machine must not make this live source drop.
+queue = 60
 
 [executor]
 workers = 2

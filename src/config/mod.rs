@@ -15,6 +15,7 @@ use toml::de::{DeValue, ValueDeserializer};
 
 mod raw;
 mod resolve;
+mod source;
 
 pub use resolve::{
     ExecutorConfig, OnStepError, Pipeline, Ref, SinkConfig, SinkInput, SourceConfig, StepConfig,

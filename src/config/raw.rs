@@ -30,6 +30,29 @@ pub(super) struct RawPipeline<'i> {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSource {
     pub uri: Spanned<String>,
+    pub user: Option<Spanned<String>>,
+    /// A password, or `${VARIABLE}` to read it from the environment.
+    pub password: Option<Spanned<String>>,
+    /// A file holding the password; relative to `$CREDENTIALS_DIRECTORY` when systemd sets it.
+    pub password_file: Option<Spanned<std::path::PathBuf>>,
+    pub transport: Option<Spanned<String>>,
+    pub latency_ms: Option<Spanned<u32>>,
+    pub queue: Option<Spanned<u32>>,
+    pub max_fps: Option<Spanned<u32>>,
+    pub stall_timeout_ms: Option<Spanned<u32>>,
+    #[serde(rename = "loop")]
+    pub looping: Option<Spanned<bool>>,
+    pub reconnect: Option<RawReconnect>,
+}
+
+/// `[sources.NAME.reconnect]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconnect {
+    pub initial_delay_ms: Option<Spanned<u64>>,
+    pub max_delay_ms: Option<Spanned<u64>>,
+    pub max_attempts: Option<Spanned<u32>>,
+    pub reset_after_ms: Option<Spanned<u64>>,
 }
 
 /// `[executor]`.

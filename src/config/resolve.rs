@@ -11,7 +11,7 @@ use toml::de::DeValue;
 use super::raw::{RawComponent, RawExecutor, RawPipeline};
 use super::{Diagnostic, Name, Params};
 use crate::sinks::{self, SinkFactory, SinkKind};
-use crate::source::SourceUri;
+use crate::source::{SourceOptions, SourceUri};
 use crate::steps::{self, Step, StepKind};
 use crate::value::ValueType;
 
@@ -37,6 +37,7 @@ impl Pipeline {
 pub struct SourceConfig {
     pub name: Name,
     pub uri: SourceUri,
+    pub options: SourceOptions,
     /// Byte range of the `uri` value in the file, for problems found later.
     pub uri_span: std::ops::Range<usize>,
 }
@@ -121,7 +122,7 @@ struct Declared {
 }
 
 pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipeline {
-    let sources = resolve_sources(raw.sources_declared, raw.sources, diags);
+    let sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
 
     let declared: Vec<Declared> = raw
@@ -246,46 +247,6 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         steps,
         sinks,
     }
-}
-
-fn resolve_sources(
-    declared: usize,
-    raw: Vec<(Spanned<String>, super::raw::RawSource)>,
-    diags: &mut Vec<Diagnostic>,
-) -> Vec<SourceConfig> {
-    if declared == 0 {
-        diags.push(Diagnostic::new(
-            "no source: add a [sources.NAME] table with a uri",
-        ));
-    }
-    if let Some((name, _)) = raw.get(1) {
-        diags.push(Diagnostic::at(
-            name.span(),
-            format!(
-                "source \"{}\": only one source per pipeline is supported so far",
-                name.get_ref()
-            ),
-        ));
-    }
-    raw.into_iter()
-        .filter_map(|(name, s)| {
-            let uri_span = s.uri.span();
-            match SourceUri::parse(s.uri.get_ref()) {
-                Ok(uri) => Some(SourceConfig {
-                    name: name.get_ref().as_str().into(),
-                    uri,
-                    uri_span,
-                }),
-                Err(e) => {
-                    diags.push(Diagnostic::at(
-                        uri_span,
-                        format!("source \"{}\": {e}", name.get_ref()),
-                    ));
-                    None
-                }
-            }
-        })
-        .collect()
 }
 
 fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorConfig {

@@ -20,17 +20,13 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
 use crate::sinks::{SinkError, SinkStats};
-use crate::source::SourceError;
+use crate::source::{SourceError, SourceStats};
 use crate::workflow::{PoolError, StepFailure};
 
 pub mod notify;
 mod run;
 
 pub use run::{SinkClosed, close_in_order, run};
-
-/// Decoded frames waiting for the workflow: small, so a live source stays current and a file
-/// source is paced by the workflow.
-pub const FRAME_QUEUE: usize = 4;
 
 /// Run-time choices that are not part of the pipeline file.
 #[derive(Debug, Default, Clone)]
@@ -72,6 +68,7 @@ pub struct Report {
     pub frames_processed: u64,
     pub frames_failed: u64,
     pub frames_dropped: u64,
+    pub sources: BTreeMap<String, SourceStats>,
     pub sinks: BTreeMap<String, SinkStats>,
     pub wall_seconds: f64,
     pub frames_per_second: f64,

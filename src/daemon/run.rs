@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{DaemonError, FRAME_QUEUE, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
+use crossbeam_channel::Receiver;
+
+use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
 use crate::config::Pipeline;
+use crate::frame::Frame;
 use crate::sinks::{SinkError, SinkRunner, SinkStats};
-use crate::source;
+use crate::source::{self, SourceError, SourceHandle, SourceStats};
 use crate::workflow::{Executor, Graph, Pool, PoolError};
 
 /// Runs a pipeline until its source ends or `shutdown` is requested.
@@ -45,16 +48,10 @@ pub fn run(
         }
     }
 
-    let Some(source_config) = sources.first() else {
-        close_sinks(sinks);
-        return Err(Failure::before_start(DaemonError::Sink {
-            name: String::new(),
-            source: SinkError::Other("pipeline has no source".to_owned()),
-        }));
-    };
     // A still image is a one-shot run: its executor builds a pool only if a step is
     // dispatched. Streams get the daemon's pool, built now, before the first frame.
-    let host_pool = if source_config.uri.is_still_image() {
+    let one_shot = sources.iter().all(|s| s.uri.is_still_image());
+    let host_pool = if one_shot {
         None
     } else {
         match Pool::new(executor_config.workers) {
@@ -66,14 +63,23 @@ pub fn run(
         }
     };
 
-    let (frames_tx, frames_rx) = crossbeam_channel::bounded(FRAME_QUEUE);
-    let source = match source::start(source_config, frames_tx, options.max_frames) {
-        Ok(source) => source,
-        Err(e) => {
-            let _ = close_in_order(|| host_pool.map_or(Ok(()), Pool::shutdown), sinks);
-            return Err(Failure::before_start(e.into()));
+    // Each source has its own queue, so that one cannot crowd out another.
+    let mut running = Vec::new();
+    let mut queues = Vec::new();
+    for config in &sources {
+        let (tx, rx) = crossbeam_channel::bounded(config.options.queue);
+        match source::start(config, tx, &rx, options.max_frames) {
+            Ok(source) => {
+                running.push(source);
+                queues.push(rx);
+            }
+            Err(e) => {
+                stop_sources(running, queues);
+                let _ = close_in_order(|| host_pool.map_or(Ok(()), Pool::shutdown), sinks);
+                return Err(Failure::before_start(e.into()));
+            }
         }
-    };
+    }
     notify::notify("READY=1");
 
     // Stop requests: the first stops the source gracefully, the second aborts.
@@ -81,7 +87,7 @@ pub fn run(
     let (finished_tx, finished_rx) = crossbeam_channel::bounded::<()>(0);
     let watcher = {
         let requests = shutdown.rx.clone();
-        let control = source.control();
+        let controls: Vec<_> = running.iter().map(source::SourceHandle::control).collect();
         std::thread::Builder::new()
             .name("vidflow-shutdown".to_owned())
             .spawn(move || {
@@ -94,10 +100,10 @@ pub fn run(
                             if count == 1 {
                                 tracing::info!("stop requested: draining (send again to stop at once)");
                                 notify::notify("STOPPING=1");
-                                control.stop();
+                                controls.iter().for_each(source::SourceControl::stop);
                             } else {
                                 tracing::warn!("second stop request: aborting");
-                                control.abort();
+                                controls.iter().for_each(source::SourceControl::abort);
                                 let _ = abort_tx.send(());
                             }
                         }
@@ -112,20 +118,14 @@ pub fn run(
         Some(pool) => Executor::new(graph, pool.handle(), executor_config),
         None => Executor::owning(graph, executor_config),
     };
-    let stats = executor.run(&frames_rx, &abort_rx, |result| {
+    let stats = executor.run_sources(&queues, &abort_rx, |result| {
         for sink in &sinks {
             sink.send(result.clone());
         }
     });
 
-    // 1. The source: stopped hard if it is still running (abort, or stop on step error).
-    // Frames still queued are counted until the source is down and its sender gone (draining
-    // also unblocks a streaming thread waiting for room, so the source can stop).
-    source.control().abort();
-    let leftover = frames_rx.iter().count() as u64;
-    drop(frames_rx);
-    let counters = source.counters().clone();
-    let source_result = source.join();
+    // 1. The sources: stopped hard if still running (abort, or stop on step error).
+    let (source_stats, leftover, source_errors) = stop_sources(running, queues);
     drop(finished_tx);
     if let Some(w) = watcher {
         let _ = w.join();
@@ -151,12 +151,12 @@ pub fn run(
     );
 
     let wall = started.elapsed().as_secs_f64();
-    let decoded = counters.decoded.load(Ordering::Relaxed);
     let mut report = Report {
-        frames_decoded: decoded,
+        frames_decoded: source_stats.values().map(|s| s.decoded).sum(),
         frames_processed: stats.processed,
         frames_failed: stats.failed,
-        frames_dropped: counters.dropped.load(Ordering::Relaxed) + leftover,
+        frames_dropped: source_stats.values().map(|s| s.dropped).sum::<u64>() + leftover,
+        sources: source_stats,
         sinks: BTreeMap::new(),
         wall_seconds: wall,
         frames_per_second: if wall > 0.0 {
@@ -179,10 +179,7 @@ pub fn run(
                 .map_or(0, |m| m.panics.load(Ordering::Relaxed)),
         },
     };
-    let mut errors = Vec::new();
-    if let Err(e) = source_result {
-        errors.push(DaemonError::Source(e));
-    }
+    let mut errors: Vec<DaemonError> = source_errors.into_iter().map(DaemonError::Source).collect();
     if let Some(failure) = stats.stopped_by {
         errors.push(DaemonError::StepStop(failure));
     }
@@ -211,6 +208,32 @@ pub fn run(
             errors,
         })
     }
+}
+
+/// Stops every source hard and waits for it. Frames still queued are counted until a
+/// source is down and its sender gone (draining also unblocks a streaming thread waiting for
+/// room, so the source can stop). Returns each source's counts, the frames left in the queues
+/// and the errors the sources ended with.
+fn stop_sources(
+    running: Vec<SourceHandle>,
+    queues: Vec<Receiver<Frame>>,
+) -> (BTreeMap<String, SourceStats>, u64, Vec<SourceError>) {
+    for source in &running {
+        source.control().abort();
+    }
+    let leftover = queues.iter().map(|q| q.iter().count() as u64).sum();
+    drop(queues);
+    let mut stats = BTreeMap::new();
+    let mut errors = Vec::new();
+    for source in running {
+        let name = source.name().to_string();
+        let counters = source.counters().clone();
+        if let Err(e) = source.join() {
+            errors.push(e);
+        }
+        stats.insert(name, counters.snapshot());
+    }
+    (stats, leftover, errors)
 }
 
 /// Shuts the pool down (joining its threads), then closes every sink, even if the pool

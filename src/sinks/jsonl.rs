@@ -95,6 +95,12 @@ pub(crate) fn frame_json(result: &FrameResult, inputs: &[SinkInput]) -> Json {
         "time".into(),
         json!(humantime::format_rfc3339_millis(frame.captured).to_string()),
     );
+    if let Some(gap) = frame.reconnected {
+        obj.insert(
+            "reconnected".into(),
+            json!({"gap_ms": gap.as_secs_f64() * 1000.0}),
+        );
+    }
     if let Some(failure) = result.failure() {
         obj.insert(
             "error".into(),

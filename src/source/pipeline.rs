@@ -1,33 +1,54 @@
-//! Source URI -> GStreamer pipeline description.
+//! Source URI -> GStreamer pipeline: the description, then the properties that carry the
+//! location and credentials.
 //!
 //! Descriptions never contain a location: the element named `src` gets its `location` (a path,
 //! or an RTSP URL that may carry credentials) as a property after parsing, so a description can
-//! be logged or shown by `vidflow graph` safely, and no quoting of paths is needed.
+//! be logged or shown safely, and no quoting of paths is needed.
 
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+
+use super::options::{SourceOptions, Transport};
 use super::uri::{CameraFormat, SourceUri};
 
 /// Name of the element whose `location`/`device` property receives the URI.
 pub(crate) const SOURCE_ELEMENT: &str = "src";
 /// Name of the appsink that hands BGR frames to vidflow.
 pub(crate) const APPSINK: &str = "frames";
+/// Name of the videorate element that enforces `max_fps`.
+pub(crate) const RATE: &str = "rate";
 
-/// The part of every description after decoding: BGR conversion on all cores, then the appsink.
-fn tail(threads: usize) -> String {
+/// After decoding: the `max_fps` throttle (dropping before the costly conversion), BGR
+/// conversion on every core, then the appsink.
+fn tail(options: &SourceOptions, threads: usize) -> String {
+    let rate = options
+        .max_fps
+        .map(|fps| format!("videorate name={RATE} drop-only=true max-rate={fps} ! "))
+        .unwrap_or_default();
     format!(
-        "videoconvert n-threads={threads} ! video/x-raw,format=BGR ! \
+        "{rate}videoconvert n-threads={threads} ! video/x-raw,format=BGR ! \
          appsink name={APPSINK} sync=false max-buffers=1 enable-last-sample=false"
     )
 }
 
 /// The gst-launch description for a source.
-pub fn describe(uri: &SourceUri, convert_threads: usize) -> String {
-    let tail = tail(convert_threads);
+pub fn describe(uri: &SourceUri, options: &SourceOptions, convert_threads: usize) -> String {
+    let tail = tail(options, convert_threads);
     match uri {
         SourceUri::File { .. } => {
             format!("filesrc name={SOURCE_ELEMENT} ! decodebin ! {tail}")
         }
         SourceUri::Rtsp { .. } => {
-            format!("rtspsrc name={SOURCE_ELEMENT} latency=200 ! decodebin ! {tail}")
+            let protocols = match options.transport {
+                Transport::Tcp => "tcp",
+                Transport::Udp => "udp",
+                Transport::Auto => "udp+tcp",
+            };
+            format!(
+                "rtspsrc name={SOURCE_ELEMENT} latency={} protocols={protocols} ! decodebin ! {tail}",
+                options.latency_ms
+            )
         }
         SourceUri::V4l2 {
             width,
@@ -74,16 +95,57 @@ pub fn describe(uri: &SourceUri, convert_threads: usize) -> String {
     }
 }
 
+/// Builds the pipeline of a source, with its location and credentials set as properties.
+pub(crate) fn build(
+    uri: &SourceUri,
+    options: &SourceOptions,
+) -> Result<(gst::Pipeline, gst_app::AppSink), String> {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let pipeline = gst::parse::launch(&describe(uri, options, threads))
+        .map_err(|e| e.to_string())?
+        .downcast::<gst::Pipeline>()
+        .map_err(|_| "description is not a pipeline".to_owned())?;
+    if let Some(src) = pipeline.by_name(SOURCE_ELEMENT) {
+        match uri {
+            SourceUri::File { path } => {
+                src.set_property("location", path.to_string_lossy().as_ref());
+            }
+            SourceUri::Rtsp { url } => {
+                src.set_property("location", url.as_str());
+                if let Some(c) = &options.credentials {
+                    src.set_property("user-id", c.user.as_str());
+                    src.set_property("user-pw", c.password.expose());
+                }
+            }
+            SourceUri::V4l2 { device, .. } => {
+                src.set_property("device", device.to_string_lossy().as_ref());
+            }
+            SourceUri::Test(_) => {}
+        }
+    }
+    let appsink = pipeline
+        .by_name(APPSINK)
+        .and_then(|e| e.downcast::<gst_app::AppSink>().ok())
+        .ok_or_else(|| "no appsink in pipeline".to_owned())?;
+    Ok((pipeline, appsink))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn describe_uri(uri: &str) -> String {
+        describe(
+            &SourceUri::parse(uri).unwrap(),
+            &SourceOptions::default(),
+            2,
+        )
+    }
+
     #[test]
     fn camera_with_mjpeg_caps_decodes_before_conversion() {
-        let uri = SourceUri::parse("v4l2:///dev/video2?width=1280&height=720&fps=30&format=mjpg")
-            .unwrap();
         assert_eq!(
-            describe(&uri, 2),
+            describe_uri("v4l2:///dev/video2?width=1280&height=720&fps=30&format=mjpg"),
             "v4l2src name=src ! image/jpeg,width=1280,height=720,framerate=30/1 ! decodebin ! \
              videoconvert n-threads=2 ! video/x-raw,format=BGR ! appsink name=frames sync=false \
              max-buffers=1 enable-last-sample=false"
@@ -92,31 +154,46 @@ mod tests {
 
     #[test]
     fn camera_without_caps_lets_gstreamer_negotiate() {
-        let uri = SourceUri::parse("v4l2:///dev/video0").unwrap();
-        assert!(describe(&uri, 1).starts_with("v4l2src name=src ! decodebin ! videoconvert"));
-        let uri = SourceUri::parse("v4l2:///dev/video0?width=640").unwrap();
-        assert!(describe(&uri, 1).starts_with("v4l2src name=src ! video/x-raw,width=640 ! "));
+        assert!(
+            describe_uri("v4l2:///dev/video0")
+                .starts_with("v4l2src name=src ! decodebin ! videoconvert")
+        );
+        assert!(
+            describe_uri("v4l2:///dev/video0?width=640")
+                .starts_with("v4l2src name=src ! video/x-raw,width=640 ! ")
+        );
     }
 
     #[test]
-    fn rtsp_description_never_holds_the_url() {
+    fn rtsp_description_never_holds_the_url_and_follows_the_options() {
         let uri = SourceUri::parse("rtsp://u:secret@cam/stream").unwrap();
-        let d = describe(&uri, 2);
-        assert!(d.starts_with("rtspsrc name=src"));
+        let options = SourceOptions {
+            transport: Transport::Auto,
+            latency_ms: 50,
+            max_fps: Some(5),
+            ..SourceOptions::default()
+        };
+        let d = describe(&uri, &options, 2);
+        assert!(d.starts_with("rtspsrc name=src latency=50 protocols=udp+tcp ! decodebin ! "));
+        assert!(d.contains("videorate name=rate drop-only=true max-rate=5 ! videoconvert"));
         assert!(!d.contains("secret") && !d.contains("cam/stream"));
     }
 
     #[test]
     fn every_description_parses_in_gstreamer() {
-        gstreamer::init().unwrap();
+        gst::init().unwrap();
         for uri in [
             "test://ball?frames=3&live=false",
             "/tmp/x.mp4",
             "rtsp://cam/x",
             "v4l2:///dev/video0?format=raw&width=320&height=240",
         ] {
-            let d = describe(&SourceUri::parse(uri).unwrap(), 2);
-            gstreamer::parse::launch(&d).unwrap_or_else(|e| panic!("{uri}: {d}: {e}"));
+            let options = SourceOptions {
+                max_fps: Some(10),
+                ..SourceOptions::default()
+            };
+            build(&SourceUri::parse(uri).unwrap(), &options)
+                .unwrap_or_else(|e| panic!("{uri}: {e}"));
         }
     }
 }

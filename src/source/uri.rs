@@ -202,6 +202,17 @@ impl SourceUri {
         }
     }
 
+    /// Whether the URI carries a user (and maybe a password) itself.
+    pub fn has_credentials(&self) -> bool {
+        match self {
+            Self::Rtsp { url } => url
+                .split_once("://")
+                .map(|(_, rest)| &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())])
+                .is_some_and(|authority| authority.contains('@')),
+            _ => false,
+        }
+    }
+
     /// Whether this is a single picture (decoded to one frame) rather than a stream.
     pub fn is_still_image(&self) -> bool {
         let Self::File { path } = self else {

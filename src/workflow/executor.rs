@@ -25,7 +25,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use crossbeam_channel::{Receiver, Sender, select};
+use crossbeam_channel::{Receiver, Select, Sender};
 
 use super::graph::Graph;
 use super::pool::{Pool, PoolError, PoolHandle, PoolMetrics};
@@ -257,6 +257,17 @@ impl Executor {
         &self,
         frames: &Receiver<Frame>,
         abort: &Receiver<()>,
+        deliver: impl FnMut(FrameResult),
+    ) -> RunStats {
+        self.run_sources(std::slice::from_ref(frames), abort, deliver)
+    }
+
+    /// Like [`Executor::run`], taking frames from several sources, each with its own channel;
+    /// it ends when every one of them has closed (or on abort or stop).
+    pub fn run_sources(
+        &self,
+        sources: &[Receiver<Frame>],
+        abort: &Receiver<()>,
         mut deliver: impl FnMut(FrameResult),
     ) -> RunStats {
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<FrameResult>();
@@ -265,33 +276,45 @@ impl Executor {
         let mut reorder: VecDeque<Option<FrameResult>> = VecDeque::new();
         let mut next_out = self.shared.next_index.load(Ordering::Relaxed);
         let mut in_flight = 0usize;
-        let mut open = true;
+        // Sources whose channel is still open.
+        let mut open: Vec<&Receiver<Frame>> = sources.iter().collect();
+        let mut admitting = true;
         loop {
-            let finished = if open && in_flight < self.config.max_in_flight {
-                select! {
-                    recv(frames) -> frame => {
-                        match frame {
+            let finished = if admitting && !open.is_empty() && in_flight < self.config.max_in_flight
+            {
+                let mut select = Select::new();
+                for rx in &open {
+                    select.recv(rx);
+                }
+                let done_at = select.recv(&done_rx);
+                let abort_at = select.recv(&abort);
+                let op = select.select();
+                match op.index() {
+                    i if i == done_at => op.recv(&done_rx).ok(),
+                    i if i == abort_at => {
+                        match op.recv(&abort) {
+                            Ok(()) => admitting = false,
+                            // Nobody can abort any more: stop listening.
+                            Err(_) => abort = crossbeam_channel::never(),
+                        }
+                        None
+                    }
+                    i => {
+                        match op.recv(open[i]) {
                             Ok(frame) => {
                                 // Alone in the workflow with nothing queued behind it, the
                                 // frame's first steps run right here: the coordinator would
                                 // only wait for them, and no worker has to be woken.
                                 let run_here = self.shared.coordinator_runs_steps
                                     && in_flight == 0
-                                    && frames.is_empty();
+                                    && open.iter().all(|rx| rx.is_empty());
                                 self.start(frame, &done_tx, run_here);
                                 in_flight += 1;
                                 stats.admitted += 1;
                             }
-                            Err(_) => open = false,
-                        }
-                        None
-                    }
-                    recv(done_rx) -> r => r.ok(),
-                    recv(abort) -> signal => {
-                        match signal {
-                            Ok(()) => open = false,
-                            // Nobody can abort any more: stop listening.
-                            Err(_) => abort = crossbeam_channel::never(),
+                            Err(_) => {
+                                open.remove(i);
+                            }
                         }
                         None
                     }
@@ -328,7 +351,7 @@ impl Executor {
                         {
                             tracing::error!(step = %failure.step, "stopping on step error");
                             stats.stopped_by = Some(failure);
-                            open = false;
+                            admitting = false;
                         }
                     }
                 }

@@ -1,0 +1,257 @@
+//! `[sources.NAME]` tables: URI, credentials and live-source behaviour.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::Diagnostic;
+use super::raw::RawSource;
+use super::resolve::SourceConfig;
+use crate::source::{Credentials, Reconnect, Secret, SourceOptions, SourceUri, Transport};
+
+pub(super) fn resolve_sources(
+    declared: usize,
+    raw: Vec<(Spanned<String>, RawSource)>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<SourceConfig> {
+    if declared == 0 {
+        diags.push(Diagnostic::new(
+            "no source: add a [sources.NAME] table with a uri",
+        ));
+    }
+    raw.into_iter()
+        .filter_map(|(name, s)| {
+            let what = format!("source \"{}\"", name.get_ref());
+            let before = diags.len();
+            let uri = SourceUri::parse(s.uri.get_ref())
+                .map_err(|e| diags.push(Diagnostic::at(s.uri.span(), format!("{what}: {e}"))))
+                .ok();
+            let options = uri
+                .as_ref()
+                .map(|uri| options(&what, uri, &s, diags))
+                .unwrap_or_default();
+            match uri {
+                Some(uri) if diags.len() == before => Some(SourceConfig {
+                    name: name.get_ref().as_str().into(),
+                    uri,
+                    options,
+                    uri_span: s.uri.span(),
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn options(
+    what: &str,
+    uri: &SourceUri,
+    s: &RawSource,
+    diags: &mut Vec<Diagnostic>,
+) -> SourceOptions {
+    let mut o = SourceOptions::default();
+    let mut problem = |span: std::ops::Range<usize>, message: String| {
+        diags.push(Diagnostic::at(span, format!("{what}: {message}")));
+    };
+    let rtsp = matches!(uri, SourceUri::Rtsp { .. });
+    let file = matches!(uri, SourceUri::File { .. });
+
+    // Keys that only make sense for some kinds of source.
+    let only = |key: &str, span: Option<std::ops::Range<usize>>, allowed: bool, kind: &str| {
+        (!allowed).then(|| span.map(|sp| (sp, format!("\"{key}\" applies to {kind} only"))))
+    };
+    let misplaced = [
+        only(
+            "user",
+            s.user.as_ref().map(Spanned::span),
+            rtsp,
+            "rtsp sources",
+        ),
+        only(
+            "password",
+            s.password.as_ref().map(Spanned::span),
+            rtsp,
+            "rtsp sources",
+        ),
+        only(
+            "password_file",
+            s.password_file.as_ref().map(Spanned::span),
+            rtsp,
+            "rtsp sources",
+        ),
+        only(
+            "transport",
+            s.transport.as_ref().map(Spanned::span),
+            rtsp,
+            "rtsp sources",
+        ),
+        only(
+            "latency_ms",
+            s.latency_ms.as_ref().map(Spanned::span),
+            rtsp,
+            "rtsp sources",
+        ),
+        only(
+            "loop",
+            s.looping.as_ref().map(Spanned::span),
+            file,
+            "file sources",
+        ),
+    ];
+    for (span, message) in misplaced.into_iter().flatten().flatten() {
+        problem(span, message);
+    }
+
+    if let Some(t) = &s.transport {
+        match t.get_ref().as_str() {
+            "tcp" => o.transport = Transport::Tcp,
+            "udp" => o.transport = Transport::Udp,
+            "auto" => o.transport = Transport::Auto,
+            other => problem(
+                t.span(),
+                format!("transport must be \"tcp\", \"udp\" or \"auto\", not \"{other}\""),
+            ),
+        }
+    }
+    if let Some(l) = &s.latency_ms {
+        o.latency_ms = *l.get_ref();
+    }
+    o.queue = if uri.is_live() { 2 } else { 4 };
+    if let Some(q) = &s.queue {
+        match *q.get_ref() {
+            n @ 1..=64 => o.queue = n as usize,
+            n => problem(q.span(), format!("queue must be between 1 and 64, not {n}")),
+        }
+    }
+    if let Some(f) = &s.max_fps {
+        match *f.get_ref() {
+            v @ 1..=1000 => o.max_fps = Some(v),
+            v => problem(
+                f.span(),
+                format!("max_fps must be between 1 and 1000, not {v}"),
+            ),
+        }
+    }
+    if let Some(t) = &s.stall_timeout_ms {
+        match *t.get_ref() {
+            ms @ 100.. => o.stall_timeout = Duration::from_millis(u64::from(ms)),
+            ms => problem(
+                t.span(),
+                format!("stall_timeout_ms must be at least 100, not {ms}"),
+            ),
+        }
+    }
+    if let Some(l) = &s.looping {
+        o.looping = *l.get_ref();
+    }
+    if let Some(r) = &s.reconnect {
+        let ms = |v: &Option<Spanned<u64>>| v.as_ref().map(|v| Duration::from_millis(*v.get_ref()));
+        let defaults = Reconnect::default();
+        o.reconnect = Reconnect {
+            initial_delay: ms(&r.initial_delay_ms).unwrap_or(defaults.initial_delay),
+            max_delay: ms(&r.max_delay_ms).unwrap_or(defaults.max_delay),
+            max_attempts: r.max_attempts.as_ref().map(|v| *v.get_ref()),
+            reset_after: ms(&r.reset_after_ms).unwrap_or(defaults.reset_after),
+        };
+        if let Some(d) = &r.initial_delay_ms {
+            if *d.get_ref() < 10 {
+                problem(
+                    d.span(),
+                    "reconnect.initial_delay_ms must be at least 10".to_owned(),
+                );
+            }
+        }
+        if o.reconnect.max_delay < o.reconnect.initial_delay {
+            let span = r.max_delay_ms.as_ref().map_or(0..0, Spanned::span);
+            problem(
+                span,
+                "reconnect.max_delay_ms must not be below initial_delay_ms".to_owned(),
+            );
+        }
+    }
+    if rtsp {
+        o.credentials = credentials(uri, s, &mut problem);
+    }
+    o
+}
+
+/// `user` with `password` (a value or `${VARIABLE}`) or `password_file`.
+fn credentials(
+    uri: &SourceUri,
+    s: &RawSource,
+    problem: &mut impl FnMut(std::ops::Range<usize>, String),
+) -> Option<Credentials> {
+    let password = match (&s.password, &s.password_file) {
+        (Some(_), Some(f)) => {
+            problem(
+                f.span(),
+                "give \"password\" or \"password_file\", not both".to_owned(),
+            );
+            return None;
+        }
+        (Some(p), None) => match expand(p.get_ref()) {
+            Ok(v) => v,
+            Err(message) => {
+                problem(p.span(), message);
+                return None;
+            }
+        },
+        (None, Some(f)) => match read_password(f.get_ref()) {
+            Ok(v) => v,
+            Err(message) => {
+                problem(f.span(), message);
+                return None;
+            }
+        },
+        (None, None) => {
+            if let Some(u) = &s.user {
+                problem(
+                    u.span(),
+                    "\"user\" needs \"password\" or \"password_file\"".to_owned(),
+                );
+            }
+            return None;
+        }
+    };
+    let Some(user) = &s.user else {
+        let span = s
+            .password
+            .as_ref()
+            .map(Spanned::span)
+            .or(s.password_file.as_ref().map(Spanned::span))
+            .unwrap_or(0..0);
+        problem(span, "a password needs \"user\"".to_owned());
+        return None;
+    };
+    if uri.has_credentials() {
+        problem(
+            user.span(),
+            "the uri already has credentials; give them in one place".to_owned(),
+        );
+        return None;
+    }
+    Some(Credentials {
+        user: user.get_ref().clone(),
+        password: Secret::new(password),
+    })
+}
+
+/// `${VARIABLE}` -> its value; anything else is taken as it is.
+fn expand(value: &str) -> Result<String, String> {
+    match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
+        Some(var) => std::env::var(var)
+            .map_err(|_| format!("environment variable \"{var}\" (for the password) is not set")),
+        None => Ok(value.to_owned()),
+    }
+}
+
+fn read_password(path: &Path) -> Result<String, String> {
+    let full: PathBuf = match std::env::var_os("CREDENTIALS_DIRECTORY") {
+        Some(dir) if path.is_relative() => Path::new(&dir).join(path),
+        _ => path.to_owned(),
+    };
+    std::fs::read_to_string(&full)
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+        .map_err(|e| format!("cannot read password file \"{}\": {e}", full.display()))
+}

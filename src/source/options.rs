@@ -1,0 +1,200 @@
+//! How a source behaves beyond its URI: credentials, transport, queue, throttling, stall
+//! detection and reconnection. Filled from `[sources.NAME]` by the config layer.
+
+use std::fmt;
+use std::time::Duration;
+
+/// RTSP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    #[default]
+    Tcp,
+    Udp,
+    /// UDP first, TCP if UDP does not get through.
+    Auto,
+}
+
+/// A password that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// User and password given apart from the URI (`user`, `password`, `password_file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: Secret,
+}
+
+/// Exponential backoff with jitter between reconnection attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    pub initial_delay: Duration,
+    pub max_delay: Duration,
+    /// Attempts after a loss before the source gives up; `None`: never gives up.
+    pub max_attempts: Option<u32>,
+    /// A stream that delivered for this long resets the delay to `initial_delay`.
+    pub reset_after: Duration,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Self {
+            initial_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(30),
+            max_attempts: None,
+            reset_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Everything about a source but its URI.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceOptions {
+    pub credentials: Option<Credentials>,
+    pub transport: Transport,
+    pub latency_ms: u32,
+    /// Decoded frames waiting for the workflow. A live source that is full drops its oldest
+    /// frame; a file waits.
+    pub queue: usize,
+    /// Frames per second let through (dropped before the BGR conversion); `None`: all.
+    pub max_fps: Option<u32>,
+    /// A live source that delivers nothing for this long is torn down and reconnected.
+    pub stall_timeout: Duration,
+    /// Files only: start again at the end.
+    pub looping: bool,
+    pub reconnect: Reconnect,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        Self {
+            credentials: None,
+            transport: Transport::default(),
+            latency_ms: 200,
+            queue: 2,
+            max_fps: None,
+            stall_timeout: Duration::from_secs(5),
+            looping: false,
+            reconnect: Reconnect::default(),
+        }
+    }
+}
+
+/// Delay before each reconnection attempt: doubles from `initial_delay` up to `max_delay`,
+/// each delay drawn within ±20% so that many cameras lost together do not retry in step.
+#[derive(Debug)]
+pub struct Backoff {
+    config: Reconnect,
+    attempt: u32,
+    seed: u64,
+}
+
+impl Backoff {
+    pub fn new(config: Reconnect, seed: u64) -> Self {
+        Self {
+            config,
+            attempt: 0,
+            seed: seed | 1,
+        }
+    }
+
+    /// Attempts made since the last reset.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether another attempt is allowed.
+    pub fn may_retry(&self) -> bool {
+        self.config
+            .max_attempts
+            .is_none_or(|max| self.attempt < max)
+    }
+
+    /// The delay before the next attempt (and counts it).
+    pub fn next_delay(&mut self) -> Duration {
+        let exp = self.attempt.min(20);
+        self.attempt = self.attempt.saturating_add(1);
+        let base = self
+            .config
+            .initial_delay
+            .saturating_mul(1 << exp)
+            .min(self.config.max_delay);
+        // xorshift64: cheap, good enough to spread retries.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let jitter = (self.seed % 401) as f64 / 1000.0 - 0.2; // -0.2 ..= +0.2
+        base.mul_f64(1.0 + jitter).min(self.config.max_delay)
+    }
+
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_grow_exponentially_with_bounded_jitter_and_cap() {
+        let config = Reconnect {
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(2),
+            max_attempts: None,
+            reset_after: Duration::from_secs(10),
+        };
+        let mut b = Backoff::new(config, 42);
+        let delays: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        for (i, d) in delays.iter().enumerate() {
+            let base = (100u64 << i).min(2000) as f64;
+            let ms = d.as_secs_f64() * 1000.0;
+            assert!(
+                ms >= base * 0.8 - 1.0 && ms <= (base * 1.2).min(2000.0) + 1.0,
+                "{i}: {ms}"
+            );
+        }
+        assert!(delays[7] <= Duration::from_secs(2));
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(120));
+    }
+
+    #[test]
+    fn attempts_are_limited_when_asked() {
+        let config = Reconnect {
+            max_attempts: Some(2),
+            ..Reconnect::default()
+        };
+        let mut b = Backoff::new(config, 1);
+        assert!(b.may_retry());
+        b.next_delay();
+        b.next_delay();
+        assert!(!b.may_retry());
+        assert!(Backoff::new(Reconnect::default(), 1).may_retry());
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let c = Credentials {
+            user: "admin".into(),
+            password: Secret::new("hunter2".into()),
+        };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,349 @@
+//! One connection of a source: build the pipeline, watch its bus, tear it down.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+use gstreamer_video as gst_video;
+
+use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
+use crate::frame::Frame;
+
+/// How one connection ended.
+#[derive(Debug)]
+pub(super) enum Ended {
+    /// The stream ended by itself.
+    Eos,
+    /// A stop or abort request ended it.
+    Stopped,
+    /// A live stream delivered nothing for `stall_timeout`.
+    Stalled,
+    /// An error a retry may fix (network, server restart).
+    Failed(SourceError),
+    /// An error no retry fixes (wrong password, missing file).
+    Fatal(SourceError),
+}
+
+/// Checks what can be checked before GStreamer runs, for errors that say what is wrong.
+pub(super) fn preflight(shared: &Shared) -> Result<(), SourceError> {
+    match &shared.uri {
+        SourceUri::File { path } => match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(shared.unavailable("not a regular file")),
+            Err(e) => Err(shared.unavailable(format!("cannot open: {e}"))),
+        },
+        SourceUri::V4l2 { device, .. } => match std::fs::metadata(device) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(shared.unavailable(
+                "no such camera device (is it plugged in, and is the user in group \"video\"?)",
+            )),
+            Err(e) => Err(shared.unavailable(format!("cannot open camera device: {e}"))),
+        },
+        SourceUri::Rtsp { .. } | SourceUri::Test(_) => Ok(()),
+    }
+}
+
+/// A running pipeline of a source.
+pub(super) struct Connection {
+    pipeline: gst::Pipeline,
+    appsink: gst_app::AppSink,
+    bus: gst::Bus,
+    eos_thread: Option<JoinHandle<()>>,
+}
+
+impl Connection {
+    /// Builds and starts the pipeline.
+    pub(super) fn open(
+        shared: &Arc<Shared>,
+        frames: &Sender<Frame>,
+        oldest: Option<&Receiver<Frame>>,
+    ) -> Result<Self, Ended> {
+        preflight(shared).map_err(Ended::Failed)?;
+        shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        let (pipeline, appsink) =
+            super::pipeline::build(&shared.uri, &shared.options).map_err(|message| {
+                Ended::Fatal(SourceError::Gstreamer {
+                    name: shared.name.to_string(),
+                    message,
+                })
+            })?;
+        appsink.set_callbacks(callbacks(shared.clone(), frames.clone(), oldest.cloned()));
+        let bus = pipeline.bus().ok_or_else(|| {
+            Ended::Fatal(SourceError::Gstreamer {
+                name: shared.name.to_string(),
+                message: "pipeline has no bus".to_owned(),
+            })
+        })?;
+        *shared
+            .bus
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bus.clone());
+        let connection = Self {
+            pipeline,
+            appsink,
+            bus,
+            eos_thread: None,
+        };
+        if connection.pipeline.set_state(gst::State::Playing).is_err() {
+            let ended = connection
+                .bus
+                .timed_pop_filtered(gst::ClockTime::from_seconds(1), &[gst::MessageType::Error])
+                .map_or_else(
+                    || Ended::Failed(shared.unavailable("pipeline refused to start")),
+                    |msg| classify(shared, &msg),
+                );
+            connection.close(shared);
+            return Err(ended);
+        }
+        // A request that came before the bus was known is delivered now.
+        if shared.request() != RUN {
+            shared.raise(shared.request());
+        }
+        Ok(connection)
+    }
+
+    /// Blocks on the bus until the stream ends, fails, stalls, or a request stops it.
+    pub(super) fn watch(&mut self, shared: &Shared) -> Ended {
+        use gst::MessageType as T;
+        let live = shared.uri.is_live();
+        let stall = shared.options.stall_timeout;
+        let connected = Instant::now();
+        let mut stopping: Option<(Instant, u64)> = None;
+        loop {
+            let now = Instant::now();
+            let deadline = match stopping {
+                Some((since, _)) => Some(since + STOP_GRACE),
+                None if live => {
+                    let last = shared
+                        .last_frame_at()
+                        .map_or(connected, |t| t.max(connected));
+                    Some(last + stall)
+                }
+                None => None,
+            };
+            let timeout = deadline.map(|d| {
+                gst::ClockTime::try_from(d.saturating_duration_since(now))
+                    .unwrap_or(gst::ClockTime::ZERO)
+            });
+            let Some(msg) = self
+                .bus
+                .timed_pop_filtered(timeout, &[T::Eos, T::Error, T::Application])
+            else {
+                match stopping {
+                    Some((_, seen)) => {
+                        let decoded = shared.counters.decoded.load(Ordering::Relaxed);
+                        if decoded == seen {
+                            tracing::warn!(source = %shared.name, "no end of stream after stop request; stopping hard");
+                            return Ended::Stopped;
+                        }
+                        // Frames are still coming out: give it more time.
+                        stopping = Some((Instant::now(), decoded));
+                    }
+                    None => {
+                        let last = shared
+                            .last_frame_at()
+                            .map_or(connected, |t| t.max(connected));
+                        if last.elapsed() >= stall {
+                            return Ended::Stalled;
+                        }
+                    }
+                }
+                continue;
+            };
+            match msg.view() {
+                gst::MessageView::Eos(_) if stopping.is_some() => return Ended::Stopped,
+                gst::MessageView::Eos(_) => return Ended::Eos,
+                gst::MessageView::Error(_) if shared.request() == ABORT => return Ended::Stopped,
+                gst::MessageView::Error(_) => return classify(shared, &msg),
+                gst::MessageView::Application(app)
+                    if app.structure().is_some_and(|s| s.name() == CONTROL_MESSAGE) =>
+                {
+                    match shared.request() {
+                        ABORT => return Ended::Stopped,
+                        STOP if stopping.is_none() => {
+                            tracing::info!(source = %shared.name, "stopping: sending end of stream");
+                            stopping = Some((
+                                Instant::now(),
+                                shared.counters.decoded.load(Ordering::Relaxed),
+                            ));
+                            self.eos_thread = send_eos(&self.pipeline);
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Takes the pipeline down completely; the appsink callbacks (and their frame sender) go.
+    pub(super) fn close(mut self, shared: &Shared) {
+        *shared
+            .bus
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        let _ = self.pipeline.set_state(gst::State::Null);
+        if let Some(thread) = self.eos_thread.take() {
+            // Returns once the pipeline is down, if it had not already.
+            let _ = thread.join();
+        }
+        if let Some(rate) = self.pipeline.by_name(super::pipeline::RATE) {
+            let dropped: u64 = rate.property("drop");
+            shared
+                .counters
+                .throttled
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
+        self.appsink
+            .set_callbacks(gst_app::AppSinkCallbacks::builder().build());
+    }
+}
+
+/// Turns a bus error into how the connection ended.
+fn classify(shared: &Shared, msg: &gst::Message) -> Ended {
+    let gst::MessageView::Error(err) = msg.view() else {
+        return Ended::Failed(shared.unavailable("unexpected message"));
+    };
+    let scrub = |s: &str| {
+        let s = shared.uri.scrub(s);
+        match &shared.options.credentials {
+            Some(c) if !c.password.expose().is_empty() => s.replace(c.password.expose(), "***"),
+            _ => s,
+        }
+    };
+    let error = SourceError::Stream {
+        name: shared.name.to_string(),
+        uri: shared.uri.to_string(),
+        element: err
+            .src()
+            .map_or_else(|| "pipeline".to_owned(), |s| s.name().to_string()),
+        message: scrub(&err.error().to_string()),
+        debug: err.debug().map(|d| scrub(&d)),
+    };
+    let e = err.error();
+    if e.matches(gst::ResourceError::NotAuthorized) {
+        Ended::Fatal(shared.unavailable(format!(
+            "authentication failed (check user and password): {}",
+            scrub(&e.to_string())
+        )))
+    } else if !shared.uri.is_live() {
+        // A file that cannot be decoded will not decode better next time.
+        Ended::Fatal(error)
+    } else {
+        Ended::Failed(error)
+    }
+}
+
+/// Sends EOS from a helper thread: sending it can block until the streaming thread gets to it,
+/// and the supervisor must stay free to enforce [`STOP_GRACE`].
+fn send_eos(pipeline: &gst::Pipeline) -> Option<JoinHandle<()>> {
+    let weak = pipeline.downgrade();
+    let sent = std::thread::Builder::new()
+        .name("vidflow-eos".to_owned())
+        .spawn(move || {
+            if let Some(pipeline) = weak.upgrade() {
+                pipeline.send_event(gst::event::Eos::new());
+            }
+        });
+    match sent {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot spawn EOS thread; stopping hard");
+            let _ = pipeline.set_state(gst::State::Null);
+            None
+        }
+    }
+}
+
+fn callbacks(
+    shared: Arc<Shared>,
+    frames: Sender<Frame>,
+    oldest: Option<Receiver<Frame>>,
+) -> gst_app::AppSinkCallbacks {
+    let mut info: Option<(gst::Caps, gst_video::VideoInfo)> = None;
+    gst_app::AppSinkCallbacks::builder()
+        .new_sample(move |sink| {
+            // Always pull: a sample left in the appsink would make it wait forever at EOS.
+            let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+            let seq = shared.seq.load(Ordering::Relaxed);
+            if shared.max_frames.is_some_and(|max| seq >= max) {
+                return Err(gst::FlowError::Eos);
+            }
+            let caps = sample.caps_owned().ok_or(gst::FlowError::NotNegotiated)?;
+            if info.as_ref().is_none_or(|(c, _)| *c != caps) {
+                let parsed = gst_video::VideoInfo::from_caps(&caps)
+                    .map_err(|_| gst::FlowError::NotNegotiated)?;
+                info = Some((caps, parsed));
+            }
+            let Some((_, video_info)) = info.as_ref() else {
+                return Err(gst::FlowError::NotNegotiated);
+            };
+            let buffer = sample.buffer_owned().ok_or(gst::FlowError::Error)?;
+            let mut frame = match Frame::from_buffer(shared.name.clone(), seq, buffer, video_info) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::error!(source = %shared.name, error = %e, "cannot wrap decoded buffer");
+                    return Err(gst::FlowError::Error);
+                }
+            };
+            if shared.reconnecting.swap(false, Ordering::AcqRel) {
+                let gap = shared.last_frame_at().map(|t| t.elapsed());
+                frame.reconnected = Some(gap.unwrap_or(Duration::ZERO));
+                shared.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    source = %shared.name,
+                    gap_ms = gap.map_or(0, |g| g.as_millis()),
+                    "source is back; frame numbers continue"
+                );
+            }
+            shared.seq.store(seq + 1, Ordering::Relaxed);
+            shared.last_frame.store(shared.now_ns(), Ordering::Relaxed);
+            shared.counters.decoded.fetch_add(1, Ordering::Relaxed);
+            if !deliver(&shared, &frames, oldest.as_ref(), frame) {
+                return Err(gst::FlowError::Eos);
+            }
+            if shared.max_frames.is_some_and(|max| seq + 1 >= max) {
+                shared.raise(STOP);
+            }
+            Ok(gst::FlowSuccess::Ok)
+        })
+        .build()
+}
+
+/// Queues a frame: a file waits for room; a live source makes room by dropping its oldest
+/// queued frame. Returns false when the consumer is gone.
+fn deliver(
+    shared: &Shared,
+    frames: &Sender<Frame>,
+    oldest: Option<&Receiver<Frame>>,
+    frame: Frame,
+) -> bool {
+    let dropped = |n: u64| shared.counters.dropped.fetch_add(n, Ordering::Relaxed);
+    let Some(queue) = oldest else {
+        return frames.send(frame).is_ok() || {
+            dropped(1);
+            false
+        };
+    };
+    let mut frame = frame;
+    loop {
+        match frames.try_send(frame) {
+            Ok(()) => return true,
+            Err(TrySendError::Full(back)) => {
+                if queue.try_recv().is_ok() {
+                    dropped(1);
+                }
+                frame = back;
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                dropped(1);
+                return false;
+            }
+        }
+    }
+}

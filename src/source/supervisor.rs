@@ -1,0 +1,86 @@
+//! The supervisor of one source: connect, stream, and after a loss tear down and reconnect
+//! with backoff. Each change of state is logged once; retries in between log at debug level.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::options::Backoff;
+use super::stream::{Connection, Ended};
+use super::{RUN, Shared, SourceError, SourceUri};
+use crate::frame::Frame;
+
+pub(super) fn supervise(
+    shared: &Arc<Shared>,
+    frames: &Sender<Frame>,
+    oldest: Option<&Receiver<Frame>>,
+) -> Result<(), SourceError> {
+    let live = shared.uri.is_live();
+    let looping = shared.options.looping && matches!(shared.uri, SourceUri::File { .. });
+    let seed = shared.epoch.elapsed().as_nanos() as u64 ^ shared.name.len() as u64;
+    let mut backoff = Backoff::new(shared.options.reconnect, seed);
+    // Whether a failure to connect was reported already (later ones log at debug level).
+    let mut reported = false;
+    loop {
+        if shared.request() != RUN {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let ended = match Connection::open(shared, frames, oldest) {
+            Ok(mut connection) => {
+                let ended = connection.watch(shared);
+                connection.close(shared);
+                ended
+            }
+            Err(ended) => ended,
+        };
+        let streamed = shared.last_frame_at().is_some_and(|t| t >= started);
+        let reason = match ended {
+            Ended::Stopped => return Ok(()),
+            Ended::Fatal(e) => return Err(e),
+            Ended::Eos if looping => {
+                tracing::debug!(source = %shared.name, "end of file; looping");
+                continue;
+            }
+            Ended::Eos if !live => {
+                tracing::info!(source = %shared.name, "end of stream");
+                return Ok(());
+            }
+            Ended::Failed(e) if !live => return Err(e),
+            Ended::Eos => "the stream ended".to_owned(),
+            Ended::Stalled => format!(
+                "no frame for {} ms",
+                shared.options.stall_timeout.as_millis()
+            ),
+            Ended::Failed(e) => e.to_string(),
+        };
+        if streamed {
+            if started.elapsed() >= shared.options.reconnect.reset_after {
+                backoff.reset();
+            }
+            tracing::warn!(source = %shared.name, reason = %reason, "source lost; reconnecting");
+            reported = true;
+            shared.reconnecting.store(true, Ordering::Release);
+        } else if !reported {
+            tracing::warn!(source = %shared.name, reason = %reason, "cannot connect; retrying");
+            reported = true;
+        } else {
+            tracing::debug!(source = %shared.name, reason = %reason, attempt = backoff.attempts(), "retry failed");
+        }
+        if !backoff.may_retry() {
+            return Err(SourceError::GaveUp {
+                name: shared.name.to_string(),
+                uri: shared.uri.to_string(),
+                attempts: backoff.attempts(),
+                last: reason,
+            });
+        }
+        let delay = backoff.next_delay();
+        // Sleeps, unless a stop or abort request wakes it.
+        if shared.wake.1.recv_timeout(delay).is_ok() && shared.request() != RUN {
+            return Ok(());
+        }
+    }
+}
