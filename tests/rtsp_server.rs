@@ -41,7 +41,10 @@ fn serial() -> MutexGuard<'static, ()> {
 enum Ended {
     Error(String),
     Eos,
-    Timeout { frames: usize },
+    Timeout {
+        #[expect(dead_code, reason = "read through Debug in failure messages")]
+        frames: usize,
+    },
 }
 
 /// `rtspsrc protocols=tcp latency=0 ! decodebin ! videoconvert ! appsink`, playing.

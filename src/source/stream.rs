@@ -187,17 +187,20 @@ impl Connection {
             .bus
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        let _ = self.pipeline.set_state(gst::State::Null);
-        if let Some(thread) = self.eos_thread.take() {
-            // Returns once the pipeline is down, if it had not already.
-            let _ = thread.join();
-        }
+        // Read before the state change: videorate resets its counters when it stops.
         if let Some(rate) = self.pipeline.by_name(super::pipeline::RATE) {
-            let dropped: u64 = rate.property("drop");
+            // Its "drop" count misses what max-rate drops: count in minus out.
+            let (frames_in, frames_out): (u64, u64) = (rate.property("in"), rate.property("out"));
+            let dropped = frames_in.saturating_sub(frames_out);
             shared
                 .counters
                 .throttled
                 .fetch_add(dropped, Ordering::Relaxed);
+        }
+        let _ = self.pipeline.set_state(gst::State::Null);
+        if let Some(thread) = self.eos_thread.take() {
+            // Returns once the pipeline is down, if it had not already.
+            let _ = thread.join();
         }
         self.appsink
             .set_callbacks(gst_app::AppSinkCallbacks::builder().build());

@@ -18,6 +18,8 @@ pub(super) fn supervise(
     oldest: Option<&Receiver<Frame>>,
 ) -> Result<(), SourceError> {
     let live = shared.uri.is_live();
+    // A camera or a stream that ends has gone away; a test pattern that ends was told to.
+    let ends_for_good = !matches!(shared.uri, SourceUri::Rtsp { .. } | SourceUri::V4l2 { .. });
     let looping = shared.options.looping && matches!(shared.uri, SourceUri::File { .. });
     let seed = shared.epoch.elapsed().as_nanos() as u64 ^ shared.name.len() as u64;
     let mut backoff = Backoff::new(shared.options.reconnect, seed);
@@ -44,7 +46,7 @@ pub(super) fn supervise(
                 tracing::debug!(source = %shared.name, "end of file; looping");
                 continue;
             }
-            Ended::Eos if !live => {
+            Ended::Eos if ends_for_good => {
                 tracing::info!(source = %shared.name, "end of stream");
                 return Ok(());
             }
