@@ -1,7 +1,7 @@
 //! Runs the workflow DAG on every frame, on one persistent pool.
 //!
-//! Threads: the coordinator is the thread that calls [`Executor::run`]; it blocks in a
-//! `select!` on three channels: frames from the source (bounded by the source stage), finished
+//! Threads: the coordinator is the thread that calls [`Executor::run`]; it blocks in one select
+//! over: the frame channel of each source (each bounded by its source's `queue`), finished
 //! frames from the workers (`done`, unbounded but never holding more than `max_in_flight`
 //! entries, since a frame is only admitted when fewer than that are in flight) and an abort
 //! channel. Steps run on the pool's workers.
