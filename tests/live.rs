@@ -222,3 +222,27 @@ fn a_looping_file_starts_again_and_frame_numbers_continue() {
     assert_eq!(lines[10]["pts_ms"], 0.0);
     assert_eq!(lines[20]["pts_ms"], 0.0);
 }
+
+#[test]
+fn a_missing_camera_is_a_clear_error_and_exit_69() {
+    // These machines have no /dev/video*: the real v4l2 path up to the device check.
+    let dir = tempfile::tempdir().unwrap();
+    let device = "/dev/video57";
+    assert!(!std::path::Path::new(device).exists());
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"v4l2://{device}?width=1280&height=720&format=mjpg\"\n\n\
+             [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n"
+        ),
+    );
+    let out = spawn_run(&p, &[], dir.path()).finish(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(69), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("source \"cam\" (v4l2:///dev/video57): no such camera device"),
+        "{}",
+        out.stderr
+    );
+}
