@@ -1,28 +1,41 @@
-//! A decoded frame: where it came from, when, and its BGR pixels.
+//! A decoded frame: where it came from, when, and its pixels.
 //!
-//! Pixels decoded by GStreamer are never copied: the buffer is mapped read-only once, and an
-//! OpenCV `Mat` header is built over the mapped plane with its real stride. The header lives in
-//! the same struct as the mapping and is declared first, so it is dropped before the mapping is
-//! released. Steps only ever get `&Mat`, so nothing can write into the decoder's buffer.
+//! Pixels decoded by GStreamer are never copied to hand them over: the buffer is mapped
+//! read-only once and OpenCV `Mat` headers are built over its planes with their real strides.
+//! Sources deliver I420 or NV12 as the decoder made them (or BGR when that is what they have);
+//! the BGR image is converted with OpenCV the first time a step asks for it, on that step's
+//! worker, so the conversion runs in the pool in parallel with decoding, and not at all when no
+//! step needs colour. The luma plane is available as a grey image without any conversion.
+//!
+//! The headers live in the same struct as the mapping and are declared first, so they are
+//! dropped before the mapping is released. Steps only ever get `&Mat`, so nothing can write
+//! into the decoder's buffer.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use gstreamer as gst;
 use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
-use opencv::core::{CV_8UC3, Mat, MatTraitConst};
+use opencv::core::{CV_8UC1, CV_8UC2, CV_8UC3, Mat, MatTraitConst};
+use opencv::imgproc;
 
-/// Why a buffer could not become a frame.
-#[derive(Debug, thiserror::Error)]
+/// Why a buffer could not become a frame, or a frame an image.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum FrameError {
     #[error("buffer does not match its caps: {0}")]
     Map(String),
-    #[error("frame is not 8-bit BGR (format {0:?})")]
+    #[error("unsupported pixel format {0:?} (expected I420, NV12 or BGR)")]
     Format(gst_video::VideoFormat),
     #[error("opencv: {0}")]
-    OpenCv(#[from] opencv::Error),
+    OpenCv(String),
+}
+
+impl From<opencv::Error> for FrameError {
+    fn from(e: opencv::Error) -> Self {
+        Self::OpenCv(e.to_string())
+    }
 }
 
 /// One frame of one source.
@@ -39,58 +52,172 @@ pub struct Frame {
     pub fps: Option<(i32, i32)>,
     /// Set on the first frame after the source reconnected: how long no frame came.
     pub reconnected: Option<Duration>,
+    width: i32,
+    height: i32,
     pixels: Pixels,
 }
 
 enum Pixels {
-    /// A view into a mapped GStreamer buffer. Field order matters: `mat` is dropped first.
+    /// Views into a mapped GStreamer buffer. Field order matters: every `Mat` is dropped before
+    /// `_mapping`.
     Mapped {
-        mat: Mat,
+        /// BGR, converted on first use (or the buffer itself when it is BGR).
+        bgr: OnceLock<Result<Mat, FrameError>>,
+        planes: Planes,
         _mapping: Box<gst_video::VideoFrame<gst_video::video_frame::Readable>>,
     },
     /// Pixels owned by OpenCV (still images, tests).
-    Owned(Mat),
+    Owned(Result<Mat, FrameError>),
+}
+
+/// Zero-copy views of the mapped planes.
+enum Planes {
+    Bgr,
+    /// I420 with its planes back to back, as one `height * 3 / 2` by `width` Mat (OpenCV's
+    /// layout), plus the luma rows on their own.
+    I420 {
+        all: Mat,
+        luma: Mat,
+    },
+    /// NV12: luma, and interleaved chroma at half resolution.
+    Nv12 {
+        luma: Mat,
+        chroma: Mat,
+    },
+    /// I420 laid out differently (padded strides): planes copied into OpenCV's layout.
+    I420Copied {
+        all: Mat,
+        luma: Mat,
+    },
+}
+
+/// A plane of the mapping: its bytes and its stride, checked to hold `rows` rows of
+/// `row_bytes` bytes.
+fn plane(
+    mapping: &gst_video::VideoFrame<gst_video::video_frame::Readable>,
+    index: u32,
+    rows: i32,
+    row_bytes: usize,
+) -> Result<(&[u8], usize), FrameError> {
+    let data = mapping
+        .plane_data(index)
+        .map_err(|e| FrameError::Map(e.to_string()))?;
+    let stride = usize::try_from(mapping.plane_stride()[index as usize])
+        .map_err(|_| FrameError::Map("negative stride".to_owned()))?;
+    let rows = usize::try_from(rows).map_err(|_| FrameError::Map("bad height".to_owned()))?;
+    if rows == 0 || stride < row_bytes || data.len() < stride * (rows - 1) + row_bytes {
+        return Err(FrameError::Map(format!(
+            "plane {index} smaller than its stride says"
+        )));
+    }
+    Ok((data, stride))
+}
+
+/// A Mat header over plane `index`: `rows` by `cols` pixels of `typ` (`px_bytes` each).
+/// Returns the header, the plane's first byte and its stride.
+fn plane_view(
+    mapping: &gst_video::VideoFrame<gst_video::video_frame::Readable>,
+    index: u32,
+    rows: i32,
+    cols: i32,
+    typ: i32,
+    px_bytes: usize,
+) -> Result<(Mat, *const u8, usize), FrameError> {
+    let (data, stride) = plane(mapping, index, rows, cols as usize * px_bytes)?;
+    // SAFETY: `plane` checked that `data` holds `rows` rows of `stride` bytes, each with
+    // `cols * px_bytes` bytes of pixels. `data` stays mapped as long as `mapping` lives; every
+    // caller stores the header in `Pixels::Mapped`, which drops it before the mapping, and only
+    // hands it out as `&Mat`, so OpenCV never writes through the pointer.
+    let mat = unsafe {
+        Mat::new_rows_cols_with_data_unsafe(
+            rows,
+            cols,
+            typ,
+            data.as_ptr().cast_mut().cast(),
+            stride,
+        )
+    }?;
+    Ok((mat, data.as_ptr(), stride))
 }
 
 impl Frame {
-    /// Wraps a decoded BGR buffer without copying it.
+    /// Wraps a decoded I420, NV12 or BGR buffer without copying it.
     pub fn from_buffer(
         source: Arc<str>,
         seq: u64,
         buffer: gst::Buffer,
         info: &gst_video::VideoInfo,
     ) -> Result<Self, FrameError> {
-        if info.format() != gst_video::VideoFormat::Bgr {
-            return Err(FrameError::Format(info.format()));
+        let format = info.format();
+        if !matches!(
+            format,
+            gst_video::VideoFormat::Bgr
+                | gst_video::VideoFormat::I420
+                | gst_video::VideoFormat::Nv12
+        ) {
+            return Err(FrameError::Format(format));
         }
         let pts = buffer.pts().map(Duration::from);
         let mapping = gst_video::VideoFrame::from_buffer_readable(buffer, info)
             .map_err(|_| FrameError::Map(format!("{}x{}", info.width(), info.height())))?;
-        let stride = usize::try_from(mapping.plane_stride()[0])
-            .map_err(|_| FrameError::Map("negative stride".to_owned()))?;
-        let data = mapping
-            .plane_data(0)
-            .map_err(|e| FrameError::Map(e.to_string()))?;
-        let rows = to_i32(mapping.height())?;
-        let cols = to_i32(mapping.width())?;
-        if data.len() < stride * (rows as usize - 1) + cols as usize * 3 {
-            return Err(FrameError::Map(
-                "plane smaller than its stride says".to_owned(),
-            ));
-        }
-        // SAFETY: `data` points to `rows` rows of `stride` bytes (checked above), each holding
-        // `cols` BGR pixels, and stays mapped for as long as `mapping` lives. The Mat header is
-        // stored next to `mapping` and dropped before it (field order of `Pixels::Mapped`), and
-        // it is only ever handed out as `&Mat`, so OpenCV never writes through the pointer.
-        let mat = unsafe {
-            Mat::new_rows_cols_with_data_unsafe(
-                rows,
-                cols,
-                CV_8UC3,
-                data.as_ptr().cast_mut().cast(),
-                stride,
-            )
-        }?;
+        let to_i32 = |v: u32| {
+            i32::try_from(v).map_err(|_| FrameError::Map(format!("dimension {v} too large")))
+        };
+        let (w, h) = (to_i32(mapping.width())?, to_i32(mapping.height())?);
+        let (wu, hu) = (w as usize, h as usize);
+        let bgr = OnceLock::new();
+        let planes = match format {
+            gst_video::VideoFormat::Bgr => {
+                let _ = bgr.set(Ok(plane_view(&mapping, 0, h, w, CV_8UC3, 3)?.0));
+                Planes::Bgr
+            }
+            gst_video::VideoFormat::Nv12 => Planes::Nv12 {
+                luma: plane_view(&mapping, 0, h, w, CV_8UC1, 1)?.0,
+                chroma: plane_view(&mapping, 1, h / 2, w / 2, CV_8UC2, 2)?.0,
+            },
+            _ => {
+                let (luma, y, ys) = plane_view(&mapping, 0, h, w, CV_8UC1, 1)?;
+                let (_, u, us) = plane_view(&mapping, 1, h / 2, w / 2, CV_8UC1, 1)?;
+                let (_, v, vs) = plane_view(&mapping, 2, h / 2, w / 2, CV_8UC1, 1)?;
+                let packed = w % 2 == 0
+                    && h % 2 == 0
+                    && ys == wu
+                    && us == wu / 2
+                    && vs == wu / 2
+                    && u == y.wrapping_add(wu * hu)
+                    && v == u.wrapping_add(wu / 2 * (hu / 2));
+                if packed {
+                    // SAFETY: the three planes were just checked to lie back to back with
+                    // strides w, w/2 and w/2, so `y` starts `w * h * 3 / 2` mapped bytes:
+                    // OpenCV's I420 layout. Stored and handed out like every plane view (see
+                    // `plane_view`).
+                    let all = unsafe {
+                        Mat::new_rows_cols_with_data_unsafe(
+                            h * 3 / 2,
+                            w,
+                            CV_8UC1,
+                            y.cast_mut().cast(),
+                            wu,
+                        )
+                    }?;
+                    Planes::I420 { all, luma }
+                } else {
+                    let mut bytes = Vec::with_capacity(wu * hu * 3 / 2);
+                    for (index, rows, cols) in [(0, h, wu), (1, h / 2, wu / 2), (2, h / 2, wu / 2)]
+                    {
+                        let (data, stride) = plane(&mapping, index, rows, cols)?;
+                        for r in 0..rows as usize {
+                            bytes.extend_from_slice(&data[r * stride..r * stride + cols]);
+                        }
+                    }
+                    let all = Mat::from_slice(&bytes)?
+                        .reshape(1, h * 3 / 2)?
+                        .try_clone()?;
+                    let luma = Mat::roi(&all, opencv::core::Rect::new(0, 0, w, h))?.try_clone()?;
+                    Planes::I420Copied { all, luma }
+                }
+            }
+        };
         let fps = info.fps();
         let fps = (fps.numer() > 0).then(|| (fps.numer(), fps.denom()));
         Ok(Self {
@@ -100,14 +227,17 @@ impl Frame {
             captured: SystemTime::now(),
             fps,
             reconnected: None,
+            width: w,
+            height: h,
             pixels: Pixels::Mapped {
-                mat,
+                bgr,
+                planes,
                 _mapping: Box::new(mapping),
             },
         })
     }
 
-    /// A frame whose pixels OpenCV already owns.
+    /// A frame whose BGR pixels OpenCV already owns.
     pub fn from_mat(source: Arc<str>, seq: u64, pts: Option<Duration>, mat: Mat) -> Self {
         Self {
             source,
@@ -116,28 +246,79 @@ impl Frame {
             captured: SystemTime::now(),
             fps: None,
             reconnected: None,
-            pixels: Pixels::Owned(mat),
+            width: mat.cols(),
+            height: mat.rows(),
+            pixels: Pixels::Owned(Ok(mat)),
         }
     }
 
-    /// The BGR pixels.
-    pub fn mat(&self) -> &Mat {
+    /// The BGR pixels, converted on first use.
+    pub fn bgr(&self) -> Result<&Mat, FrameError> {
         match &self.pixels {
-            Pixels::Mapped { mat, .. } | Pixels::Owned(mat) => mat,
+            Pixels::Owned(mat) => mat.as_ref().map_err(Clone::clone),
+            Pixels::Mapped { bgr, planes, .. } => bgr
+                .get_or_init(|| {
+                    let mut out = Mat::default();
+                    match planes {
+                        Planes::Bgr => return Err(FrameError::Map("BGR view missing".to_owned())),
+                        Planes::I420 { all, .. } | Planes::I420Copied { all, .. } => {
+                            imgproc::cvt_color_def(all, &mut out, imgproc::COLOR_YUV2BGR_I420)?;
+                        }
+                        Planes::Nv12 { luma, chroma } => {
+                            imgproc::cvt_color_two_plane(
+                                luma,
+                                chroma,
+                                &mut out,
+                                imgproc::COLOR_YUV2BGR_NV12,
+                            )?;
+                        }
+                    }
+                    Ok(out)
+                })
+                .as_ref()
+                .map_err(Clone::clone),
         }
     }
 
-    /// Whether the pixels are the decoder's buffer itself (no copy was made).
+    /// The luma plane as a one-channel image, without conversion, when the frame is YUV.
+    pub fn luma(&self) -> Option<&Mat> {
+        match &self.pixels {
+            Pixels::Mapped {
+                planes:
+                    Planes::I420 { luma, .. }
+                    | Planes::I420Copied { luma, .. }
+                    | Planes::Nv12 { luma, .. },
+                ..
+            } => Some(luma),
+            _ => None,
+        }
+    }
+
+    /// Whether the pixels are the decoder's buffer itself (no copy was made to hand them over).
     pub fn is_zero_copy(&self) -> bool {
-        matches!(self.pixels, Pixels::Mapped { .. })
+        matches!(
+            self.pixels,
+            Pixels::Mapped {
+                planes: Planes::Bgr | Planes::I420 { .. } | Planes::Nv12 { .. },
+                ..
+            }
+        )
+    }
+
+    /// Whether the BGR image has been made (or was there from the start).
+    pub fn has_bgr(&self) -> bool {
+        match &self.pixels {
+            Pixels::Owned(_) => true,
+            Pixels::Mapped { bgr, .. } => bgr.get().is_some(),
+        }
     }
 
     pub fn width(&self) -> i32 {
-        self.mat().cols()
+        self.width
     }
 
     pub fn height(&self) -> i32 {
-        self.mat().rows()
+        self.height
     }
 }
 
@@ -147,14 +328,10 @@ impl fmt::Debug for Frame {
             .field("source", &self.source)
             .field("seq", &self.seq)
             .field("pts", &self.pts)
-            .field("size", &(self.width(), self.height()))
+            .field("size", &(self.width, self.height))
             .field("zero_copy", &self.is_zero_copy())
             .finish()
     }
-}
-
-fn to_i32(v: u32) -> Result<i32, FrameError> {
-    i32::try_from(v).map_err(|_| FrameError::Map(format!("dimension {v} too large")))
 }
 
 #[cfg(test)]
@@ -162,38 +339,86 @@ mod tests {
     use super::*;
     use opencv::core::{MatTraitConst, Vec3b};
 
-    #[test]
-    fn mapped_frame_reads_pixels_in_place_with_padded_stride() {
+    fn info(format: gst_video::VideoFormat, w: u32, h: u32) -> gst_video::VideoInfo {
         gst::init().unwrap();
+        gst_video::VideoInfo::builder(format, w, h).build().unwrap()
+    }
+
+    #[test]
+    fn mapped_bgr_frame_reads_pixels_in_place_with_padded_stride() {
         // 5 px wide BGR rows are 15 bytes; GStreamer pads them to a stride of 16.
-        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, 5, 2)
-            .build()
-            .unwrap();
+        let info = info(gst_video::VideoFormat::Bgr, 5, 2);
         assert_eq!(info.stride()[0], 16);
         let mut bytes = vec![0u8; info.size()];
         bytes[16 + 3..16 + 6].copy_from_slice(&[1, 2, 3]); // row 1, column 1
         let ptr = bytes.as_ptr();
-        let buffer = gst::Buffer::from_slice(bytes);
-        let frame = Frame::from_buffer("cam".into(), 7, buffer, &info).unwrap();
+        let frame =
+            Frame::from_buffer("cam".into(), 7, gst::Buffer::from_slice(bytes), &info).unwrap();
         assert!(frame.is_zero_copy());
         assert_eq!((frame.width(), frame.height()), (5, 2));
-        assert_eq!(
-            *frame.mat().at_2d::<Vec3b>(1, 1).unwrap(),
-            Vec3b::from([1, 2, 3])
-        );
-        assert_eq!(
-            frame.mat().data(),
+        let bgr = frame.bgr().unwrap();
+        assert_eq!(*bgr.at_2d::<Vec3b>(1, 1).unwrap(), Vec3b::from([1, 2, 3]));
+        assert_eq!(bgr.data(), ptr, "the Mat must point into the buffer");
+    }
+
+    /// An I420 buffer of one flat colour (Y, U, V), converted by OpenCV to BGR.
+    fn flat_i420(w: u32, h: u32, yuv: [u8; 3]) -> (Frame, *const u8) {
+        let info = info(gst_video::VideoFormat::I420, w, h);
+        let mut bytes = vec![0u8; info.size()];
+        let offsets = info.offset();
+        let (u, v) = (offsets[1], offsets[2]);
+        bytes[..u].fill(yuv[0]);
+        bytes[u..v].fill(yuv[1]);
+        bytes[v..].fill(yuv[2]);
+        let ptr = bytes.as_ptr();
+        (
+            Frame::from_buffer("cam".into(), 0, gst::Buffer::from_slice(bytes), &info).unwrap(),
             ptr,
-            "the Mat must point into the buffer"
-        );
+        )
     }
 
     #[test]
-    fn non_bgr_buffer_is_refused() {
-        gst::init().unwrap();
-        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::I420, 4, 4)
-            .build()
-            .unwrap();
+    fn i420_frames_give_luma_for_free_and_bgr_on_first_use() {
+        // Pure red in BT.601 limited range: Y 81, U 90, V 240.
+        let (frame, ptr) = flat_i420(64, 32, [81, 90, 240]);
+        assert!(frame.is_zero_copy());
+        let luma = frame.luma().unwrap();
+        assert_eq!(luma.data(), ptr);
+        assert_eq!(*luma.at_2d::<u8>(5, 5).unwrap(), 81);
+        assert!(!frame.has_bgr());
+        let px = *frame.bgr().unwrap().at_2d::<Vec3b>(10, 10).unwrap();
+        assert!(px[2] > 230 && px[1] < 25 && px[0] < 25, "{px:?}");
+        assert!(frame.has_bgr());
+    }
+
+    #[test]
+    fn i420_with_padded_strides_is_copied_into_opencv_layout() {
+        // 10 px wide: chroma rows of 5 bytes are padded to 8, so the planes are not packed.
+        let (frame, _) = flat_i420(10, 4, [81, 90, 240]);
+        assert!(!frame.is_zero_copy());
+        let px = *frame.bgr().unwrap().at_2d::<Vec3b>(3, 9).unwrap();
+        assert!(px[2] > 230 && px[1] < 25 && px[0] < 25, "{px:?}");
+        assert_eq!(*frame.luma().unwrap().at_2d::<u8>(3, 9).unwrap(), 81);
+    }
+
+    #[test]
+    fn nv12_frames_convert_from_two_planes() {
+        let info = info(gst_video::VideoFormat::Nv12, 32, 16);
+        let mut bytes = vec![0u8; info.size()];
+        let uv = info.offset()[1];
+        bytes[..uv].fill(81);
+        for pair in bytes[uv..].chunks_mut(2) {
+            pair.copy_from_slice(&[90, 240][..pair.len()]);
+        }
+        let frame =
+            Frame::from_buffer("cam".into(), 0, gst::Buffer::from_slice(bytes), &info).unwrap();
+        let px = *frame.bgr().unwrap().at_2d::<Vec3b>(4, 4).unwrap();
+        assert!(px[2] > 230 && px[1] < 25 && px[0] < 25, "{px:?}");
+    }
+
+    #[test]
+    fn other_formats_are_refused() {
+        let info = info(gst_video::VideoFormat::Yuy2, 4, 4);
         let buffer = gst::Buffer::with_size(info.size()).unwrap();
         let err = Frame::from_buffer("cam".into(), 0, buffer, &info).unwrap_err();
         assert!(matches!(err, FrameError::Format(_)));

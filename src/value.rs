@@ -9,7 +9,7 @@ use std::sync::Arc;
 use opencv::core::Mat;
 use serde::Serialize;
 
-use crate::frame::Frame;
+use crate::frame::{Frame, FrameError};
 
 /// The type of a step input or output, checked when the pipeline is validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,18 +57,34 @@ impl Value {
     }
 }
 
-/// An image: either the decoded frame itself (zero-copy) or pixels a step produced.
+/// An image: the decoded frame itself (zero-copy; BGR made on first use), its luma plane, or
+/// pixels a step produced.
 #[derive(Clone)]
 pub enum Image {
     Frame(Arc<Frame>),
+    /// The frame's luma plane as a grey image (only for frames that have one).
+    Luma(Arc<Frame>),
     Owned(Arc<Mat>),
 }
 
 impl Image {
-    pub fn mat(&self) -> &Mat {
+    pub fn mat(&self) -> Result<&Mat, FrameError> {
         match self {
-            Self::Frame(frame) => frame.mat(),
-            Self::Owned(mat) => mat,
+            Self::Frame(frame) => frame.bgr(),
+            Self::Luma(frame) => frame
+                .luma()
+                .ok_or_else(|| FrameError::Map("frame has no luma plane".to_owned())),
+            Self::Owned(mat) => Ok(mat),
+        }
+    }
+
+    /// Width, height and channels, without converting anything.
+    pub fn shape(&self) -> (i32, i32, i32) {
+        use opencv::core::MatTraitConst;
+        match self {
+            Self::Frame(f) => (f.width(), f.height(), 3),
+            Self::Luma(f) => (f.width(), f.height(), 1),
+            Self::Owned(m) => (m.cols(), m.rows(), m.channels()),
         }
     }
 }
@@ -81,9 +97,8 @@ impl From<Mat> for Image {
 
 impl fmt::Debug for Image {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use opencv::core::MatTraitConst;
-        let mat = self.mat();
-        write!(f, "Image({}x{}x{})", mat.cols(), mat.rows(), mat.channels())
+        let (w, h, c) = self.shape();
+        write!(f, "Image({w}x{h}x{c})")
     }
 }
 

@@ -4,7 +4,6 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use opencv::core::MatTraitConst;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
@@ -113,8 +112,8 @@ pub(crate) fn frame_json(result: &FrameResult, inputs: &[SinkInput]) -> Json {
             None => Json::Null,
             Some(Value::Detections(d)) => serde_json::to_value(&*d).unwrap_or(Json::Null),
             Some(Value::Image(image)) => {
-                let m = image.mat();
-                json!({"width": m.cols(), "height": m.rows(), "channels": m.channels()})
+                let (width, height, channels) = image.shape();
+                json!({"width": width, "height": height, "channels": channels})
             }
         };
         obj.insert(input.label.clone(), value);

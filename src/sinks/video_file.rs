@@ -275,7 +275,9 @@ impl Sink for VideoFile {
         let Some(Value::Image(image)) = result.value(self.image) else {
             return Ok(false);
         };
-        let mat = image.mat();
+        let mat = image
+            .mat()
+            .map_err(|e| SinkError::Other(format!("image: {e}")))?;
         let frame = result.frame();
         if self.encoder.is_none() {
             let fps = frame.fps.unwrap_or(DEFAULT_FPS);

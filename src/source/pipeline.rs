@@ -19,15 +19,16 @@ pub(crate) const APPSINK: &str = "frames";
 /// Name of the videorate element that enforces `max_fps`.
 pub(crate) const RATE: &str = "rate";
 
-/// After decoding: the `max_fps` throttle (dropping before the costly conversion), BGR
-/// conversion on every core, then the appsink.
+/// After decoding: the `max_fps` throttle (dropping before any conversion), then whatever
+/// conversion is needed to reach I420, NV12 or BGR (none for a decoder that gives I420 or
+/// NV12: the BGR image is made later, only if a step asks for it), then the appsink.
 fn tail(options: &SourceOptions, threads: usize) -> String {
     let rate = options
         .max_fps
         .map(|fps| format!("videorate name={RATE} drop-only=true max-rate={fps} ! "))
         .unwrap_or_default();
     format!(
-        "{rate}videoconvert n-threads={threads} ! video/x-raw,format=BGR ! \
+        "{rate}videoconvert n-threads={threads} ! video/x-raw,format={{I420,NV12,BGR}} ! \
          appsink name={APPSINK} sync=false max-buffers=1 enable-last-sample=false"
     )
 }
@@ -147,7 +148,7 @@ mod tests {
         assert_eq!(
             describe_uri("v4l2:///dev/video2?width=1280&height=720&fps=30&format=mjpg"),
             "v4l2src name=src ! image/jpeg,width=1280,height=720,framerate=30/1 ! decodebin ! \
-             videoconvert n-threads=2 ! video/x-raw,format=BGR ! appsink name=frames sync=false \
+             videoconvert n-threads=2 ! video/x-raw,format={I420,NV12,BGR} ! appsink name=frames sync=false \
              max-buffers=1 enable-last-sample=false"
         );
     }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::config::{Diagnostic, Params};
-use crate::value::Value;
+use crate::value::{Image, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "grayscale",
@@ -32,6 +32,14 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 
 impl Step for Grayscale {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        // The decoded frame's luma plane is already grey: no conversion, no copy.
+        if let Some(Value::Image(Image::Frame(frame))) = input.values.first() {
+            if frame.luma().is_some() {
+                return Ok(StepOutput::Values(vec![Value::Image(Image::Luma(
+                    frame.clone(),
+                ))]));
+            }
+        }
         let image = input.image(0)?;
         if image.channels() == 1 {
             return Ok(StepOutput::Values(vec![input.values[0].clone()]));

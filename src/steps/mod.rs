@@ -88,8 +88,9 @@ impl StepInput<'_> {
         self.values
             .get(port)
             .and_then(Value::as_image)
-            .map(crate::value::Image::mat)
-            .ok_or(StepError::Input(port, ValueType::Image))
+            .ok_or(StepError::Input(port, ValueType::Image))?
+            .mat()
+            .map_err(StepError::Frame)
     }
 
     pub fn detections(&self, port: usize) -> Result<&[crate::value::Detection], StepError> {
@@ -122,6 +123,8 @@ pub enum StepError {
     OpenCv(#[from] opencv::Error),
     #[error("input {0} is not {1}")]
     Input(usize, ValueType),
+    #[error("frame: {0}")]
+    Frame(crate::frame::FrameError),
     #[error("panicked: {0}")]
     Panic(String),
     #[error("{0}")]

@@ -40,11 +40,12 @@ pub fn run_to_eos(description: &str) {
     }
 }
 
-/// Encodes `frames` frames of a test pattern as H.264 in MP4.
+/// Encodes `frames` frames of a test pattern as H.264 (4:2:0, as cameras send) in MP4.
 pub fn make_h264_mp4(path: &Path, frames: u32, width: u32, height: u32) {
     run_to_eos(&format!(
         "videotestsrc pattern=ball num-buffers={frames} ! \
          video/x-raw,width={width},height={height},framerate=30/1 ! videoconvert ! \
+         video/x-raw,format=I420 ! \
          x264enc speed-preset=ultrafast ! h264parse ! mp4mux ! filesink location={}",
         path.display()
     ));

@@ -244,13 +244,15 @@ fn run_loop(context: &glib::MainContext, main_loop: &glib::MainLoop) {
     }
 }
 
+/// 8-bit 4:2:0 H.264 like a camera's: without `format=I420`, videotestsrc ! x264enc negotiates
+/// Y444_10LE and the stream becomes High 4:4:4 10-bit.
 fn launch_description(options: &RtspServerOptions) -> String {
     let RtspServerOptions {
         width, height, fps, ..
     } = options;
     format!(
         "( videotestsrc is-live=true pattern=ball ! \
-         video/x-raw,width={width},height={height},framerate={fps}/1 ! \
+         video/x-raw,format=I420,width={width},height={height},framerate={fps}/1 ! \
          x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} ! \
          rtph264pay name=pay0 pt=96 config-interval=-1 )"
     )
