@@ -1,0 +1,551 @@
+//! RTSP sources through the real `vidflow run` binary against a real gst-rtsp-server
+//! (`tests/common/rtsp.rs`): a stream that goes away comes back with frame numbers continuing
+//! and without leaking threads or descriptors, an unreachable camera is retried with growing
+//! delays (logged once, no busy loop), a wrong password is a clear error that never shows the
+//! password, a password from `$CREDENTIALS_DIRECTORY` plays, and one camera dying does not stall
+//! another.
+//!
+//! The tests take turns: each runs encoders and decoders in real time, and the counts they
+//! check (reconnections, retries) would suffer from a machine kept busy by the others.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/rtsp.rs"]
+mod rtsp;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::{gst_init, jsonl, read_json, vidflow, wait_for_lines, write};
+use rtsp::{RtspServer, RtspServerOptions, free_port};
+
+/// Bound for anything that should take a second or two; it only turns a hang into a failure.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A `vidflow` process whose stdout and stderr go to files in its directory, so that both can
+/// be read while it runs and searched afterwards.
+struct Vidflow {
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+/// How a `vidflow` process ended.
+#[derive(Debug)]
+struct Ended {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Vidflow {
+    /// `vidflow ARGS...` in `dir`, with `env` added to its environment.
+    fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let n = std::fs::read_dir(dir).unwrap().count();
+        let stdout = dir.join(format!("stdout-{n}.txt"));
+        let stderr = dir.join(format!("stderr-{n}.txt"));
+        let child = vidflow()
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn run(dir: &Path, pipeline: &Path, env: &[(&str, &str)]) -> Self {
+        let pipeline = pipeline.to_str().unwrap();
+        Self::spawn(dir, &["run", pipeline, "--stats-json", "stats.json"], env)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits until `text` shows in stderr `times` times.
+    fn wait_for_stderr(&self, text: &str, times: usize) {
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            if self.stderr().matches(text).count() >= times {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "stderr never showed {text:?} {times} times:\n{}",
+            self.stderr()
+        );
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn finish(mut self) -> Ended {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > DEADLINE {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "vidflow did not exit within {DEADLINE:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Ended {
+            status,
+            stdout: std::fs::read_to_string(&self.stdout).unwrap(),
+            stderr: std::fs::read_to_string(&self.stderr).unwrap(),
+        }
+    }
+}
+
+impl Drop for Vidflow {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The whole lines of a JSONL file being written (the last one may be incomplete).
+fn complete_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rsplit_once('\n').map_or("", |(whole, _)| whole);
+    whole.lines().map(str::to_owned).collect()
+}
+
+/// Waits until `done` holds for the lines of `path`.
+fn wait_for(path: &Path, what: &str, done: impl Fn(&[String]) -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        if done(&complete_lines(path)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{}: never saw {what}", path.display());
+}
+
+fn entries(dir: &str) -> usize {
+    std::fs::read_dir(dir).map_or(0, Iterator::count)
+}
+
+/// (threads, open fds) of a process.
+fn resources(pid: u32) -> (usize, usize) {
+    (
+        entries(&format!("/proc/{pid}/task")),
+        entries(&format!("/proc/{pid}/fd")),
+    )
+}
+
+/// CPU time (user + system) a process has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name may hold spaces; fields are counted after its closing parenthesis, where
+    // field 3 (state) comes first: utime and stime are fields 14 and 15.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    let per_second: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+fn frame_numbers(lines: &[serde_json::Value], source: &str) -> Vec<u64> {
+    lines
+        .iter()
+        .filter(|l| l["source"] == source)
+        .map(|l| l["frame"].as_u64().unwrap())
+        .collect()
+}
+
+const SINK: &str = "\n[sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n";
+
+#[test]
+fn reconnects_after_the_server_restarts_twenty_times_without_leaking() {
+    const CYCLES: usize = 20;
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"{}\"\nstall_timeout_ms = 2000\n\n\
+             [sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 500\n{SINK}",
+            server.url()
+        ),
+    );
+    let events = dir.path().join("events.jsonl");
+    let run = Vidflow::run(dir.path(), &p, &[]);
+    wait_for_lines(&events, 5, DEADLINE);
+
+    let reconnected = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| l.contains("\"reconnected\""))
+            .count()
+    };
+    let mut counts = Vec::new();
+    for cycle in 1..=CYCLES {
+        server.stop();
+        run.wait_for_stderr("source lost; reconnecting", cycle);
+        server.restart().unwrap();
+        // The cycle's first frame back, and a few more after it.
+        wait_for(
+            &events,
+            &format!("frames after reconnection {cycle}"),
+            |lines| {
+                lines
+                    .iter()
+                    .rposition(|l| l.contains("\"reconnected\""))
+                    .is_some_and(|at| reconnected(lines) == cycle && lines.len() > at + 5)
+            },
+        );
+        counts.push(resources(run.pid()));
+    }
+    println!("(threads, fds) after each cycle: {counts:?}");
+
+    run.signal("TERM");
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    if let Some(lost) = out.stderr.lines().find(|l| l.contains("source lost")) {
+        println!("first loss: {lost}");
+    }
+
+    // What a cycle leaves behind must not add up: from cycle 2 on (GStreamer's and GLib's
+    // lazily made threads and pools exist by then), no cycle ends with more threads or
+    // descriptors than cycle 2 did.
+    let (threads, fds) = counts[1];
+    for (i, &(t, f)) in counts.iter().enumerate().skip(2) {
+        assert!(
+            t <= threads && f <= fds,
+            "cycle {}: (threads, fds) = {:?}, after cycle 2 {:?}; all: {counts:?}",
+            i + 1,
+            (t, f),
+            (threads, fds)
+        );
+    }
+
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["sources"]["cam"]["reconnects"], CYCLES, "{stats}");
+
+    let lines = jsonl(&events);
+    let frames = frame_numbers(&lines, "cam");
+    assert!(
+        frames.windows(2).all(|w| w[0] < w[1]),
+        "frame numbers go back or repeat: {frames:?}"
+    );
+    let gaps: Vec<f64> = lines
+        .iter()
+        .filter_map(|l| l.get("reconnected"))
+        .map(|r| r["gap_ms"].as_f64().unwrap())
+        .collect();
+    assert_eq!(gaps.len(), CYCLES, "{gaps:?}");
+    assert!(gaps.iter().all(|&g| g > 0.0), "{gaps:?}");
+
+    // One line per change of state, not one per failed retry.
+    assert_eq!(
+        out.stderr.matches("source lost").count(),
+        CYCLES,
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("source is back").count(),
+        CYCLES,
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_retried_with_growing_delays() {
+    let _turn = serial();
+    // Loads GStreamer's registry here, so the child does not rebuild it on its clock.
+    gst_init();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().unwrap();
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"rtsp://127.0.0.1:{port}/nobody\"\n\n\
+             [sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 800\n{SINK}"
+        ),
+    );
+    let run = Vidflow::run(dir.path(), &p, &[]);
+    // From the first failure on, the process only retries: measure that part.
+    run.wait_for_stderr("cannot connect; retrying", 1);
+    let since = Instant::now();
+    let cpu_before = cpu_time(run.pid());
+    std::thread::sleep(Duration::from_secs(4));
+    let cpu = cpu_time(run.pid()) - cpu_before;
+    let window = since.elapsed();
+    run.signal("TERM");
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+
+    // Delays before retry k (k = 0, 1, ...): 100 ms doubled k times, capped at 800 ms, each
+    // within +-20% (and never above the cap). How many retries fit in the window, at the
+    // shortest and at the longest delays; the first attempt was made before the window.
+    let fits = |scale: f64| {
+        let mut t = 0.0;
+        let mut n = 0u64;
+        loop {
+            let base = (100.0 * f64::from(1u32 << n.min(10))).min(800.0);
+            t += (base * scale).min(800.0);
+            if t > window.as_secs_f64() * 1000.0 {
+                return n;
+            }
+            n += 1;
+        }
+    };
+    let (fewest, most) = (fits(1.2), fits(0.8));
+    let stats = read_json(&dir.path().join("stats.json"));
+    let attempts = stats["sources"]["cam"]["attempts"].as_u64().unwrap();
+    println!(
+        "{attempts} attempts; {window:?} after the first failure: {fewest}..={most} retries \
+         expected; cpu {cpu:?}"
+    );
+    // Attempts: the first, then one per retry. Each attempt takes some time of its own (a
+    // pipeline is built and fails) and the machine may be busy: up to two fewer retries than
+    // the schedule allows are tolerated; one more, as the window opened a little after the
+    // first failure.
+    let expected = (fewest + 1).saturating_sub(2).max(3)..=most + 2;
+    assert!(
+        expected.contains(&attempts),
+        "{attempts} attempts, expected {expected:?}\n{}",
+        out.stderr
+    );
+    assert_eq!(stats["sources"]["cam"]["reconnects"], 0, "{stats}");
+    assert_eq!(stats["sources"]["cam"]["decoded"], 0, "{stats}");
+    assert_eq!(
+        out.stderr.matches("cannot connect; retrying").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    // Only a busy loop would come near this.
+    assert!(
+        cpu < Duration::from_millis(1500),
+        "{cpu:?} of CPU in {window:?} of retrying"
+    );
+}
+
+/// Everything a user could see of a pipeline whose password is wrong: `run` (stdout, stderr,
+/// stats, JSONL), `graph` and `validate`. Returns how the run ended, and all of it.
+fn everything_shown(dir: &Path, pipeline: &Path, env: &[(&str, &str)]) -> (Ended, String) {
+    let out = Vidflow::run(dir, pipeline, env).finish();
+    let mut shown = format!("{}{}", out.stdout, out.stderr);
+    for file in ["stats.json", "events.jsonl"] {
+        shown.push_str(&std::fs::read_to_string(dir.join(file)).unwrap_or_default());
+    }
+    let pipeline = pipeline.to_str().unwrap();
+    for args in [["graph", pipeline], ["validate", pipeline]] {
+        let other = Vidflow::spawn(dir, &args, env).finish();
+        assert!(
+            other.status.success(),
+            "{args:?}: {}{}",
+            other.stdout,
+            other.stderr
+        );
+        assert!(!other.stdout.is_empty(), "{args:?} printed nothing");
+        shown.push_str(&other.stdout);
+        shown.push_str(&other.stderr);
+    }
+    (out, shown)
+}
+
+#[test]
+fn a_wrong_password_is_a_clear_error_that_never_shows_the_password() {
+    const WRONG: &str = "wrong-pass-XYZ";
+    let _turn = serial();
+    let server = RtspServer::start(RtspServerOptions {
+        credentials: Some(("viewer".to_owned(), "right-pass".to_owned())),
+        ..RtspServerOptions::default()
+    })
+    .unwrap();
+    let port = server.port();
+    let in_uri = format!(
+        "[sources.cam]\nuri = \"{}\"\n{SINK}",
+        server.url_with_credentials("viewer", WRONG)
+    );
+    let apart = format!(
+        "[sources.cam]\nuri = \"{}\"\nuser = \"viewer\"\npassword = \"${{CAM_PASSWORD}}\"\n{SINK}",
+        server.url()
+    );
+    for (what, text, shown_uri) in [
+        (
+            "in the uri",
+            in_uri,
+            format!("rtsp://viewer:***@127.0.0.1:{port}/test"),
+        ),
+        (
+            "from the environment",
+            apart,
+            format!("rtsp://127.0.0.1:{port}/test"),
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "p.toml", &text);
+        let (out, shown) = everything_shown(
+            dir.path(),
+            &p,
+            &[("CAM_PASSWORD", WRONG), ("VIDFLOW_LOG", "debug")],
+        );
+        println!("{what}:\n{}", out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{what}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("source \"cam\" ({shown_uri})")),
+            "{what}: the error should name {shown_uri}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("authentication failed"),
+            "{what}: {}",
+            out.stderr
+        );
+        assert!(
+            !shown.contains(WRONG),
+            "{what}: the password shows:\n{shown}"
+        );
+        // Not retried: one attempt, and no retry logged.
+        let stats = read_json(&dir.path().join("stats.json"));
+        assert_eq!(stats["sources"]["cam"]["attempts"], 1, "{what}: {stats}");
+        assert!(!out.stderr.contains("retrying"), "{what}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn the_right_password_from_a_credentials_file_plays() {
+    let _turn = serial();
+    let server = RtspServer::start(RtspServerOptions {
+        credentials: Some(("viewer".to_owned(), "right-pass".to_owned())),
+        ..RtspServerOptions::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    write(&credentials, "cam.pw", "right-pass\n");
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"{}\"\nuser = \"viewer\"\npassword_file = \"cam.pw\"\n{SINK}",
+            server.url()
+        ),
+    );
+    let run = Vidflow::run(
+        dir.path(),
+        &p,
+        &[("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())],
+    );
+    let events = dir.path().join("events.jsonl");
+    wait_for_lines(&events, 10, DEADLINE);
+    run.signal("TERM");
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(!out.stderr.contains("right-pass"), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["sources"]["cam"]["attempts"], 1, "{stats}");
+    assert!(stats["sources"]["cam"]["decoded"].as_u64().unwrap() >= 10);
+}
+
+#[test]
+fn one_camera_dying_does_not_stall_the_other() {
+    let _turn = serial();
+    let mut a = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let b = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let source = |name: &str, url: &str| {
+        format!(
+            "[sources.{name}]\nuri = \"{url}\"\nstall_timeout_ms = 2000\n\n\
+             [sources.{name}.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 500\n\n"
+        )
+    };
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "{}{}[steps.motion]\nkind = \"motion\"\nimage = \"$frame\"\n\n\
+             [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n\
+             include = [\"$steps.motion.detections\"]\n",
+            source("a", &a.url()),
+            source("b", &b.url())
+        ),
+    );
+    let events = dir.path().join("events.jsonl");
+    let count = |lines: &[String], name: &str| {
+        let tag = format!("\"source\":\"{name}\"");
+        lines.iter().filter(|l| l.contains(&tag)).count()
+    };
+    let run = Vidflow::run(dir.path(), &p, &[]);
+    wait_for(&events, "frames of both sources", |lines| {
+        count(lines, "a") >= 5 && count(lines, "b") >= 5
+    });
+
+    a.stop();
+    run.wait_for_stderr("source lost; reconnecting", 1);
+    assert!(
+        run.stderr().contains("source=a"),
+        "the lost source should be a: {}",
+        run.stderr()
+    );
+    let lines = complete_lines(&events);
+    let (a_before, b_before) = (count(&lines, "a"), count(&lines, "b"));
+    // Two seconds of b's frames at 15 fps, all while a is down.
+    wait_for(&events, "b going on while a is down", |lines| {
+        count(lines, "b") >= b_before + 30
+    });
+    assert_eq!(count(&complete_lines(&events), "a"), a_before);
+    run.signal("TERM");
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+
+    let stats = read_json(&dir.path().join("stats.json"));
+    let get = |source: &str, key: &str| stats["sources"][source][key].as_u64().unwrap();
+    assert!(get("b", "decoded") > get("a", "decoded"), "{stats}");
+    assert!(get("a", "attempts") > 1, "{stats}");
+    assert_eq!(get("b", "attempts"), 1, "{stats}");
+    assert_eq!(get("b", "reconnects"), 0, "{stats}");
+    let lines = jsonl(&events);
+    let b_frames = frame_numbers(&lines, "b");
+    assert!(b_frames.windows(2).all(|w| w[0] < w[1]), "{b_frames:?}");
+}
