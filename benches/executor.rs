@@ -185,6 +185,7 @@ fn config() -> ExecutorConfig {
         workers: WORKERS,
         max_in_flight: MAX_IN_FLIGHT,
         on_step_error: OnStepError::SkipFrame,
+        opencv_threads: 1,
     }
 }
 

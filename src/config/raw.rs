@@ -62,6 +62,7 @@ pub(super) struct RawExecutor {
     pub workers: Option<Spanned<i64>>,
     pub max_in_flight: Option<Spanned<i64>>,
     pub on_step_error: Option<Spanned<String>>,
+    pub opencv_threads: Option<Spanned<i64>>,
 }
 
 /// `[steps.NAME]` or `[sinks.NAME]`: a kind and the keys that kind interprets.

@@ -59,6 +59,10 @@ pub struct ExecutorConfig {
     /// Frames inside the workflow at once.
     pub max_in_flight: usize,
     pub on_step_error: OnStepError,
+    /// Threads OpenCV may use inside one call (its own pool). 1 by default: the worker pool is
+    /// the one place where parallelism comes from, so `workers` and `max_in_flight` mean what
+    /// they say and OpenCV's threads do not fight the pool's for the cores.
+    pub opencv_threads: usize,
 }
 
 impl Default for ExecutorConfig {
@@ -68,6 +72,7 @@ impl Default for ExecutorConfig {
             workers,
             max_in_flight: workers,
             on_step_error: OnStepError::SkipFrame,
+            opencv_threads: 1,
         }
     }
 }
@@ -273,6 +278,9 @@ fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorC
     }
     if let Some(n) = positive(&raw.max_in_flight, "max_in_flight", 1024) {
         config.max_in_flight = n;
+    }
+    if let Some(n) = positive(&raw.opencv_threads, "opencv_threads", 256) {
+        config.opencv_threads = n;
     }
     if let Some(policy) = &raw.on_step_error {
         match policy.get_ref().as_str() {

@@ -29,6 +29,10 @@ pub fn run(
         ..
     } = pipeline;
     let graph = Arc::new(Graph::new(steps));
+    let opencv_threads = i32::try_from(executor_config.opencv_threads).unwrap_or(1);
+    if let Err(e) = opencv::core::set_num_threads(opencv_threads) {
+        tracing::warn!(error = %e, "cannot limit OpenCV's threads");
+    }
 
     let mut sinks = Vec::new();
     for config in &sink_configs {

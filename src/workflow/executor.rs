@@ -10,8 +10,9 @@
 //! node. A node is queued exactly once, by whoever brings that count to zero (the coordinator
 //! for root nodes); a worker that finishes a node runs one newly ready successor itself and
 //! queues the others. A frame that arrives while no other frame is in flight and none waits
-//! behind it (a live source between frames) has its first root run by the coordinator itself,
-//! chain included: no worker is woken for work the coordinator would only wait for. A stateful node (see `StepKind::stateful`) also waits for its turn at a
+//! behind it (a live source between frames), or that takes the last free place in the
+//! workflow, has its first root run by the coordinator itself, chain included: no worker is
+//! woken for work the coordinator could only wait for. A stateful node (see `StepKind::stateful`) also waits for its turn at a
 //! per-node gate, so it sees frames strictly in admission order; stateless nodes of different
 //! frames run concurrently. When a node's last pending count drops the frame is complete and
 //! goes back to the coordinator, which delivers results in frame order.
@@ -302,12 +303,13 @@ impl Executor {
                     i => {
                         match op.recv(open[i]) {
                             Ok(frame) => {
-                                // Alone in the workflow with nothing queued behind it, the
-                                // frame's first steps run right here: the coordinator would
-                                // only wait for them, and no worker has to be woken.
+                                // The frame's first steps run right here when the coordinator
+                                // would only wait for them: the frame is alone with nothing
+                                // queued behind it, or it takes the last free place in the
+                                // workflow. No worker has to be woken for them.
                                 let run_here = self.shared.coordinator_runs_steps
-                                    && in_flight == 0
-                                    && open.iter().all(|rx| rx.is_empty());
+                                    && (in_flight + 1 == self.config.max_in_flight
+                                        || (in_flight == 0 && open.iter().all(|rx| rx.is_empty())));
                                 self.start(frame, &done_tx, run_here);
                                 in_flight += 1;
                                 stats.admitted += 1;

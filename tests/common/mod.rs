@@ -475,6 +475,7 @@ pub fn config(workers: usize, max_in_flight: usize) -> ExecutorConfig {
         workers,
         max_in_flight,
         on_step_error: OnStepError::SkipFrame,
+        opencv_threads: 1,
     }
 }
 
