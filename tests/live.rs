@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A workflow about 2.5 times slower than a 30 fps source on this machine (a wide blur on one
+/// A workflow over twice as slow as a 30 fps source on this machine (a wide blur on one
 /// worker, one frame at a time).
 const SLOW: &str = r#"
 [executor]
@@ -19,7 +19,7 @@ max_in_flight = 1
 [steps.blur]
 kind = "blur"
 image = "$frame"
-kernel = 121
+kernel = 201
 
 [sinks.events]
 kind = "jsonl"

@@ -13,12 +13,12 @@ mod common;
 #[path = "common/rtsp.rs"]
 mod rtsp;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::{gst_init, jsonl, read_json, vidflow, wait_for_lines, write};
+use common::{Finished, Running, gst_init, jsonl, read_json, spawn, wait_for_lines, write};
 use rtsp::{RtspServer, RtspServerOptions, free_port};
 
 /// Bound for anything that should take a second or two; it only turns a hang into a failure.
@@ -29,112 +29,10 @@ fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A `vidflow` process whose stdout and stderr go to files in its directory, so that both can
-/// be read while it runs and searched afterwards.
-struct Vidflow {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-/// How a `vidflow` process ended.
-#[derive(Debug)]
-struct Ended {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Vidflow {
-    /// `vidflow ARGS...` in `dir`, with `env` added to its environment.
-    fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let n = std::fs::read_dir(dir).unwrap().count();
-        let stdout = dir.join(format!("stdout-{n}.txt"));
-        let stderr = dir.join(format!("stderr-{n}.txt"));
-        let child = vidflow()
-            .args(args)
-            .envs(env.iter().copied())
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn run(dir: &Path, pipeline: &Path, env: &[(&str, &str)]) -> Self {
-        let pipeline = pipeline.to_str().unwrap();
-        Self::spawn(dir, &["run", pipeline, "--stats-json", "stats.json"], env)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// Waits until `text` shows in stderr `times` times.
-    fn wait_for_stderr(&self, text: &str, times: usize) {
-        let start = Instant::now();
-        while start.elapsed() < DEADLINE {
-            if self.stderr().matches(text).count() >= times {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!(
-            "stderr never showed {text:?} {times} times:\n{}",
-            self.stderr()
-        );
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn finish(mut self) -> Ended {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > DEADLINE {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "vidflow did not exit within {DEADLINE:?}; stderr:\n{}",
-                    self.stderr()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Ended {
-            status,
-            stdout: std::fs::read_to_string(&self.stdout).unwrap(),
-            stderr: std::fs::read_to_string(&self.stderr).unwrap(),
-        }
-    }
-}
-
-impl Drop for Vidflow {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `vidflow run PIPELINE --stats-json stats.json` in `dir`, with `env` added to its environment.
+fn run_pipeline(dir: &Path, pipeline: &Path, env: &[(&str, &str)]) -> Running {
+    let pipeline = pipeline.to_str().unwrap();
+    spawn(dir, &["run", pipeline, "--stats-json", "stats.json"], env)
 }
 
 /// The whole lines of a JSONL file being written (the last one may be incomplete).
@@ -211,7 +109,7 @@ fn reconnects_after_the_server_restarts_twenty_times_without_leaking() {
         ),
     );
     let events = dir.path().join("events.jsonl");
-    let run = Vidflow::run(dir.path(), &p, &[]);
+    let run = run_pipeline(dir.path(), &p, &[]);
     wait_for_lines(&events, 5, DEADLINE);
 
     let reconnected = |lines: &[String]| {
@@ -223,7 +121,7 @@ fn reconnects_after_the_server_restarts_twenty_times_without_leaking() {
     let mut counts = Vec::new();
     for cycle in 1..=CYCLES {
         server.stop();
-        run.wait_for_stderr("source lost; reconnecting", cycle);
+        run.wait_for_stderr_times("source lost; reconnecting", cycle, DEADLINE);
         server.restart().unwrap();
         // The cycle's first frame back, and a few more after it.
         wait_for(
@@ -241,7 +139,7 @@ fn reconnects_after_the_server_restarts_twenty_times_without_leaking() {
     println!("(threads, fds) after each cycle: {counts:?}");
 
     run.signal("TERM");
-    let out = run.finish();
+    let out = run.finish(DEADLINE);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     if let Some(lost) = out.stderr.lines().find(|l| l.contains("source lost")) {
         println!("first loss: {lost}");
@@ -308,16 +206,16 @@ fn an_unreachable_server_is_retried_with_growing_delays() {
              [sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 800\n{SINK}"
         ),
     );
-    let run = Vidflow::run(dir.path(), &p, &[]);
+    let run = run_pipeline(dir.path(), &p, &[]);
     // From the first failure on, the process only retries: measure that part.
-    run.wait_for_stderr("cannot connect; retrying", 1);
+    run.wait_for_stderr("cannot connect; retrying", DEADLINE);
     let since = Instant::now();
     let cpu_before = cpu_time(run.pid());
     std::thread::sleep(Duration::from_secs(4));
     let cpu = cpu_time(run.pid()) - cpu_before;
     let window = since.elapsed();
     run.signal("TERM");
-    let out = run.finish();
+    let out = run.finish(DEADLINE);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
 
     // Delays before retry k (k = 0, 1, ...): 100 ms doubled k times, capped at 800 ms, each
@@ -369,15 +267,15 @@ fn an_unreachable_server_is_retried_with_growing_delays() {
 
 /// Everything a user could see of a pipeline whose password is wrong: `run` (stdout, stderr,
 /// stats, JSONL), `graph` and `validate`. Returns how the run ended, and all of it.
-fn everything_shown(dir: &Path, pipeline: &Path, env: &[(&str, &str)]) -> (Ended, String) {
-    let out = Vidflow::run(dir, pipeline, env).finish();
+fn everything_shown(dir: &Path, pipeline: &Path, env: &[(&str, &str)]) -> (Finished, String) {
+    let out = run_pipeline(dir, pipeline, env).finish(DEADLINE);
     let mut shown = format!("{}{}", out.stdout, out.stderr);
     for file in ["stats.json", "events.jsonl"] {
         shown.push_str(&std::fs::read_to_string(dir.join(file)).unwrap_or_default());
     }
     let pipeline = pipeline.to_str().unwrap();
     for args in [["graph", pipeline], ["validate", pipeline]] {
-        let other = Vidflow::spawn(dir, &args, env).finish();
+        let other = spawn(dir, &args, env).finish(DEADLINE);
         assert!(
             other.status.success(),
             "{args:?}: {}{}",
@@ -472,7 +370,7 @@ fn the_right_password_from_a_credentials_file_plays() {
             server.url()
         ),
     );
-    let run = Vidflow::run(
+    let run = run_pipeline(
         dir.path(),
         &p,
         &[("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())],
@@ -480,7 +378,7 @@ fn the_right_password_from_a_credentials_file_plays() {
     let events = dir.path().join("events.jsonl");
     wait_for_lines(&events, 10, DEADLINE);
     run.signal("TERM");
-    let out = run.finish();
+    let out = run.finish(DEADLINE);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     assert!(!out.stderr.contains("right-pass"), "{}", out.stderr);
     let stats = read_json(&dir.path().join("stats.json"));
@@ -516,13 +414,13 @@ fn one_camera_dying_does_not_stall_the_other() {
         let tag = format!("\"source\":\"{name}\"");
         lines.iter().filter(|l| l.contains(&tag)).count()
     };
-    let run = Vidflow::run(dir.path(), &p, &[]);
+    let run = run_pipeline(dir.path(), &p, &[]);
     wait_for(&events, "frames of both sources", |lines| {
         count(lines, "a") >= 5 && count(lines, "b") >= 5
     });
 
     a.stop();
-    run.wait_for_stderr("source lost; reconnecting", 1);
+    run.wait_for_stderr("source lost; reconnecting", DEADLINE);
     assert!(
         run.stderr().contains("source=a"),
         "the lost source should be a: {}",
@@ -536,7 +434,7 @@ fn one_camera_dying_does_not_stall_the_other() {
     });
     assert_eq!(count(&complete_lines(&events), "a"), a_before);
     run.signal("TERM");
-    let out = run.finish();
+    let out = run.finish(DEADLINE);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
 
     let stats = read_json(&dir.path().join("stats.json"));

@@ -9,7 +9,7 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, Once};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -88,54 +88,56 @@ pub fn vidflow() -> Command {
     c
 }
 
-/// A running `vidflow` whose stderr is collected as it is written.
+/// A running `vidflow` whose stdout and stderr go to files in its directory, so that both can
+/// be read while it runs and searched afterwards.
 pub struct Running {
     child: Child,
-    stderr: Arc<Mutex<String>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+    stdout: PathBuf,
+    stderr: PathBuf,
 }
 
 /// How a `vidflow` process ended.
 #[derive(Debug)]
 pub struct Finished {
-    pub status: std::process::ExitStatus,
+    pub status: ExitStatus,
+    pub stdout: String,
     pub stderr: String,
+}
+
+/// Starts `vidflow ARGS...` in `dir`, with `env` added to its environment.
+pub fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
+    // Numbered after what the directory holds, so that several runs in one directory keep
+    // their own output.
+    let first = std::fs::read_dir(dir).unwrap().count();
+    let n = (first..)
+        .find(|n| !dir.join(format!("stderr-{n}.txt")).exists())
+        .unwrap();
+    let stdout = dir.join(format!("stdout-{n}.txt"));
+    let stderr = dir.join(format!("stderr-{n}.txt"));
+    let child = vidflow()
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    Running {
+        child,
+        stdout,
+        stderr,
+    }
 }
 
 /// Starts `vidflow run PIPELINE EXTRA...` in `dir`.
 pub fn spawn_run(pipeline: &Path, extra: &[&str], dir: &Path) -> Running {
-    let mut child = vidflow()
-        .arg("run")
-        .arg(pipeline)
-        .args(extra)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let mut pipe = child.stderr.take().unwrap();
-    let reader = {
-        let stderr = stderr.clone();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                stderr
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
-    Running {
-        child,
-        stderr,
-        reader: Some(reader),
-    }
+    let pipeline = pipeline.to_str().unwrap();
+    let args: Vec<&str> = ["run", pipeline]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    spawn(dir, &args, &[])
 }
 
 impl Running {
@@ -147,20 +149,34 @@ impl Running {
         self.child.try_wait().unwrap().is_none()
     }
 
+    /// What it has written to stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    /// What it has written to stderr so far.
     pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// Waits until stderr contains `text` (a hang is a failure, not a slow machine).
     pub fn wait_for_stderr(&self, text: &str, deadline: Duration) {
+        self.wait_for_stderr_times(text, 1, deadline);
+    }
+
+    /// Waits until `text` shows in stderr `times` times.
+    pub fn wait_for_stderr_times(&self, text: &str, times: usize, deadline: Duration) {
         let start = Instant::now();
         while start.elapsed() < deadline {
-            if self.stderr().contains(text) {
+            if self.stderr().matches(text).count() >= times {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("stderr never showed {text:?}:\n{}", self.stderr());
+        panic!(
+            "stderr never showed {text:?} {times} times:\n{}",
+            self.stderr()
+        );
     }
 
     /// Sends a real signal.
@@ -173,7 +189,7 @@ impl Running {
         assert!(status.success());
     }
 
-    /// Waits for the exit with a generous deadline.
+    /// Waits for the exit; past `deadline` it kills the process and fails.
     pub fn finish(mut self, deadline: Duration) -> Finished {
         let start = Instant::now();
         let status = loop {
@@ -190,12 +206,10 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        if let Some(reader) = self.reader.take() {
-            reader.join().unwrap();
-        }
         Finished {
             status,
-            stderr: self.stderr(),
+            stdout: std::fs::read_to_string(&self.stdout).unwrap(),
+            stderr: std::fs::read_to_string(&self.stderr).unwrap(),
         }
     }
 }
