@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
+use vidflow::config::StepConfig;
 use vidflow::frame::Frame;
 use vidflow::steps::StepKind;
 use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};
@@ -23,6 +24,23 @@ fn run_all(executor: &Executor, frames: crossbeam_channel::Receiver<Frame>) -> V
     let mut out = Vec::new();
     executor.run(&frames, &never, |r| out.push(r));
     out
+}
+
+/// An executor on a pool the test builds for it, as a host would.
+fn hosted(steps: Vec<StepConfig>, workers: usize, max_in_flight: usize) -> (Pool, Executor) {
+    let pool = Pool::new(workers).unwrap();
+    let executor = Executor::new(
+        Arc::new(Graph::new(steps)),
+        pool.handle(),
+        config(workers, max_in_flight),
+    );
+    (pool, executor)
+}
+
+/// Takes them down in the host's order: executor first, then the pool, joined.
+fn finish(pool: Pool, executor: Executor) {
+    drop(executor);
+    pool.shutdown().unwrap();
 }
 
 fn seqs(results: &[FrameResult]) -> Vec<u64> {
@@ -64,16 +82,10 @@ fn pool_is_built_once_per_run_regardless_of_frames_and_levels() {
     for frames_n in [1u64, 50, 500] {
         for levels in [1usize, 10, 30] {
             let log = Log::default();
-            let pool = Pool::new(2).unwrap();
-            let executor = Executor::new(
-                Arc::new(Graph::new(chain(&log, levels))),
-                pool.handle(),
-                config(2, 2),
-            );
+            let (pool, executor) = hosted(chain(&log, levels), 2, 2);
             run_all(&executor, frames(frames_n));
             assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
-            drop(executor);
-            pool.shutdown().unwrap();
+            finish(pool, executor);
 
             let log = starts(&log);
             assert_eq!(log.len() as u64, frames_n * levels as u64);
@@ -276,8 +288,7 @@ fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
         ],
         behaviour,
     );
-    let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 1));
+    let (pool, executor) = hosted(steps, 2, 1);
     run_all(&executor, frames(3));
     let log = log.lock().unwrap().clone();
     for seq in 0..3 {
@@ -288,8 +299,7 @@ fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
             "frame {seq}: after_fast waited for the slow sibling's level"
         );
     }
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
@@ -297,12 +307,7 @@ fn every_step_runs_exactly_once_per_frame_under_stress() {
     let (names, inputs) = random_dag(20);
     for workers in 1..=8 {
         let log = Log::default();
-        let pool = Pool::new(workers).unwrap();
-        let executor = Executor::new(
-            Arc::new(Graph::new(steps(&log, &spec_of(&names, &inputs)))),
-            pool.handle(),
-            config(workers, 4),
-        );
+        let (pool, executor) = hosted(steps(&log, &spec_of(&names, &inputs)), workers, 4);
         let out = run_all(&executor, frames(2000));
         assert_eq!(seqs(&out), (0..2000).collect::<Vec<_>>());
         let mut counts: HashMap<(String, u64), usize> = HashMap::new();
@@ -324,8 +329,7 @@ fn every_step_runs_exactly_once_per_frame_under_stress() {
             dispatches <= 2000 * 20,
             "{dispatches} dispatches for 40000 steps"
         );
-        drop(executor);
-        pool.shutdown().unwrap();
+        finish(pool, executor);
     }
 }
 
@@ -346,8 +350,7 @@ fn frames_come_out_in_order_with_several_in_flight() {
         &[("a", &FROM_FRAME, &[None]), ("b", &ONE, &[Some(0)])],
         behaviour,
     );
-    let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 4));
+    let (pool, executor) = hosted(steps, 2, 4);
     let out = run_all(&executor, frames(200));
     assert_eq!(seqs(&out), (0..200).collect::<Vec<_>>());
     // The frames really overlapped: some frame started before the previous one finished.
@@ -356,8 +359,7 @@ fn frames_come_out_in_order_with_several_in_flight() {
         (1..200).any(|s| position(&log, "a", s, false) < position(&log, "b", s - 1, true)),
         "max_in_flight = 4 never had two frames in the workflow"
     );
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
@@ -376,8 +378,7 @@ fn stateful_steps_see_frames_in_order_with_four_in_flight() {
         ],
         behaviour,
     );
-    let pool = Pool::new(4).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(4, 4));
+    let (pool, executor) = hosted(steps, 4, 4);
     let out = run_all(&executor, frames(300));
     assert_eq!(out.len(), 300);
     let log = log.lock().unwrap().clone();
@@ -394,8 +395,7 @@ fn stateful_steps_see_frames_in_order_with_four_in_flight() {
         (1..300).any(|s| position(&log, "a", s, false) < position(&log, "state", s - 1, true)),
         "stateless steps never overlapped the stateful one"
     );
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
@@ -422,8 +422,7 @@ fn a_failed_frame_drains_its_running_siblings_before_it_is_reported() {
         ],
         behaviour,
     );
-    let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 2));
+    let (pool, executor) = hosted(steps, 2, 2);
     let never = crossbeam_channel::never();
     let mut seen_at_report = None;
     let mut failures = Vec::new();
@@ -449,8 +448,7 @@ fn a_failed_frame_drains_its_running_siblings_before_it_is_reported() {
             .all(|(i, f)| (i == 3) == f.is_some())
     );
     assert_eq!((stats.processed, stats.failed), (9, 1));
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
@@ -472,8 +470,7 @@ fn unstarted_steps_of_a_failed_frame_are_skipped() {
         ],
         behaviour,
     );
-    let pool = Pool::new(1).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(1, 1));
+    let (pool, executor) = hosted(steps, 1, 1);
     let out = run_all(&executor, frames(5));
     for r in &out {
         assert!(matches!(r.outcome(1), Some(Outcome::Failed)));
@@ -486,8 +483,7 @@ fn unstarted_steps_of_a_failed_frame_are_skipped() {
     }
     let ran: HashSet<String> = starts(&log).into_iter().map(|e| e.step).collect();
     assert_eq!(ran, HashSet::from(["a".to_owned(), "bad".to_owned()]));
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
@@ -507,8 +503,7 @@ fn a_panicking_step_fails_its_frame_and_the_pool_keeps_its_size() {
         ],
         behaviour,
     );
-    let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 2));
+    let (pool, executor) = hosted(steps, 2, 2);
     let out = run_all(&executor, frames(100));
     for r in &out {
         let seq = r.frame().seq;
@@ -535,8 +530,7 @@ fn a_panicking_step_fails_its_frame_and_the_pool_keeps_its_size() {
     let all = workers(0..100);
     assert_eq!(all.len(), 2, "new threads appeared");
     assert_eq!(workers(80..100), all, "a worker died");
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
@@ -556,8 +550,7 @@ fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() 
         ],
         behaviour,
     );
-    let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(Arc::new(Graph::new(steps)), pool.handle(), config(2, 2));
+    let (pool, executor) = hosted(steps, 2, 2);
     let never = crossbeam_channel::never();
     let mut out = Vec::new();
     let stats = executor.run(&frames(20), &never, |r| out.push(r));
@@ -574,8 +567,7 @@ fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() 
             .all(|e| !(e.step == "after_gate" && e.seq % 2 == 0))
     );
     assert_eq!(log.iter().filter(|e| e.step == "after_gate").count(), 10);
-    drop(executor);
-    pool.shutdown().unwrap();
+    finish(pool, executor);
 }
 
 #[test]
