@@ -9,7 +9,9 @@
 //! Scheduling: each frame gets a [`Run`] with an atomic count of unfinished predecessors per
 //! node. A node is queued exactly once, by whoever brings that count to zero (the coordinator
 //! for root nodes); a worker that finishes a node runs one newly ready successor itself and
-//! queues the others. A frame that arrives while no other frame is in flight and none waits
+//! queues the others; when three or more become ready together, at most one pool job per
+//! worker is queued and those jobs and this thread claim the ready nodes one by one, so a
+//! wide fan-out does not cost a job per node. A frame that arrives while no other frame is in flight and none waits
 //! behind it (a live source between frames), or that takes the last free place in the
 //! workflow, has its first root run by the coordinator itself, chain included: no worker is
 //! woken for work the coordinator could only wait for. A stateful node (see `StepKind::stateful`) also waits for its turn at a
@@ -401,18 +403,18 @@ impl Executor {
             let _ = run.done.send(FrameResult { run: run.clone() });
             return;
         }
-        let mut here = None;
+        let mut ready = Ready::default();
         for &root in &graph.roots {
             if admit(&run, root) {
-                if run_here && here.is_none() {
-                    here = Some(root);
-                } else {
-                    dispatch(run.clone(), root);
-                }
+                ready.push(root);
             }
         }
-        if let Some(root) = here {
-            run_from(&run, root);
+        if run_here {
+            if let Some(root) = spread(&run, ready) {
+                run_from(&run, root);
+            }
+        } else {
+            hand_out(&run, ready);
         }
     }
 }
@@ -445,6 +447,14 @@ impl Shared {
                     }
                 })
                 .as_ref(),
+        }
+    }
+
+    /// Threads of the pool in use (or that will be, for an owned pool not built yet).
+    fn pool_size(&self) -> usize {
+        match &self.pool {
+            PoolSource::Host(handle) => handle.size(),
+            PoolSource::Own { size, .. } => *size,
         }
     }
 
@@ -570,14 +580,10 @@ fn fail(run: &Run, step: &Arc<str>, message: String) -> Outcome {
 /// gate to the next frame, and delivers the frame if this was its last node.
 fn finish(run: &Arc<Run>, node: usize) -> Option<usize> {
     let shared = &run.shared;
-    let mut inline = None;
+    let mut ready = Ready::default();
     for &succ in &shared.graph.nodes[node].successors {
         if run.pending[succ].fetch_sub(1, Ordering::AcqRel) == 1 && admit(run, succ) {
-            if inline.is_none() && shared.inline {
-                inline = Some(succ);
-            } else {
-                dispatch(run.clone(), succ);
-            }
+            ready.push(succ);
         }
     }
     if let Some(gate) = &shared.gates[node] {
@@ -595,7 +601,112 @@ fn finish(run: &Arc<Run>, node: usize) -> Option<usize> {
         // The coordinator outlives every frame it admitted, so this send cannot fail.
         let _ = run.done.send(FrameResult { run: run.clone() });
     }
-    inline
+    spread(run, ready)
+}
+
+/// Nodes of one frame that became ready together. Most nodes free one or two successors:
+/// those are kept without allocating.
+#[derive(Debug, Default)]
+struct Ready {
+    first: Option<usize>,
+    second: Option<usize>,
+    rest: Vec<usize>,
+}
+
+impl Ready {
+    fn push(&mut self, node: usize) {
+        if self.first.is_none() {
+            self.first = Some(node);
+        } else if self.second.is_none() {
+            self.second = Some(node);
+        } else {
+            self.rest.push(node);
+        }
+    }
+
+    fn into_vec(self) -> Vec<usize> {
+        let mut all: Vec<usize> = self.first.into_iter().chain(self.second).collect();
+        all.extend(self.rest);
+        all
+    }
+}
+
+/// Ready nodes shared by several threads, each claiming the next one until none is left: a
+/// wide fan-out costs a few pool jobs (at most one per worker), not one job per node.
+#[derive(Debug)]
+struct Claims {
+    run: Arc<Run>,
+    nodes: Vec<usize>,
+    next: AtomicUsize,
+}
+
+impl Claims {
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&node) = self.nodes.get(i) else {
+                return;
+            };
+            run_from(&self.run, node);
+        }
+    }
+}
+
+/// Shares ready nodes out between this thread and the pool. Returns the node this thread
+/// should run next, if it is not already working through a shared batch.
+fn spread(run: &Arc<Run>, ready: Ready) -> Option<usize> {
+    if !run.shared.inline {
+        hand_out(run, ready);
+        return None;
+    }
+    if ready.rest.is_empty() {
+        if let Some(second) = ready.second {
+            dispatch(run.clone(), second);
+        }
+        return ready.first;
+    }
+    let nodes = ready.into_vec();
+    let helpers = (nodes.len() - 1).min(run.shared.pool_size());
+    let claims = Arc::new(Claims {
+        run: run.clone(),
+        nodes,
+        next: AtomicUsize::new(0),
+    });
+    for _ in 0..helpers {
+        dispatch_claims(claims.clone());
+    }
+    claims.work();
+    None
+}
+
+/// Gives every ready node to the pool (this thread keeps none).
+fn hand_out(run: &Arc<Run>, ready: Ready) {
+    if !run.shared.inline || ready.rest.is_empty() {
+        for node in ready.into_vec() {
+            dispatch(run.clone(), node);
+        }
+        return;
+    }
+    let nodes = ready.into_vec();
+    let helpers = nodes.len().min(run.shared.pool_size());
+    let claims = Arc::new(Claims {
+        run: run.clone(),
+        nodes,
+        next: AtomicUsize::new(0),
+    });
+    for _ in 0..helpers {
+        dispatch_claims(claims.clone());
+    }
+}
+
+fn dispatch_claims(claims: Arc<Claims>) {
+    let shared = claims.run.shared.clone();
+    match shared.pool() {
+        Some(pool) => {
+            pool.execute(Box::new(move || claims.work()));
+        }
+        None => claims.work(),
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
