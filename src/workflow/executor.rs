@@ -9,15 +9,16 @@
 //! Scheduling: each frame gets a [`Run`] with an atomic count of unfinished predecessors per
 //! node. A node is queued exactly once, by whoever brings that count to zero (the coordinator
 //! for root nodes); a worker that finishes a node runs one newly ready successor itself and
-//! queues the others; when three or more become ready together, at most one pool job per
-//! worker is queued and those jobs and this thread claim the ready nodes one by one, so a
-//! wide fan-out does not cost a job per node. A frame that arrives while no other frame is in flight and none waits
-//! behind it (a live source between frames), or that takes the last free place in the
-//! workflow, has its first root run by the coordinator itself, chain included: no worker is
-//! woken for work the coordinator could only wait for. A stateful node (see `StepKind::stateful`) also waits for its turn at a
-//! per-node gate, so it sees frames strictly in admission order; stateless nodes of different
-//! frames run concurrently. When a node's last pending count drops the frame is complete and
-//! goes back to the coordinator, which delivers results in frame order.
+//! queues the others; when three or more become ready together, at most one pool job per worker
+//! is queued and those jobs and this thread claim the ready nodes one by one, so a wide fan-out
+//! does not cost a job per node. A frame that arrives while no other frame is in flight and
+//! none waits behind it (a live source between frames), or that takes the last free place in
+//! the workflow, has its first root run by the coordinator itself, chain included: no worker is
+//! woken for work the coordinator could only wait for. A stateful node (see
+//! `StepKind::stateful`) also waits for its turn at a per-node gate, so it sees frames strictly
+//! in admission order; stateless nodes of different frames run concurrently. When a node's last
+//! pending count drops the frame is complete and goes back to the coordinator, which delivers
+//! results in frame order.
 //!
 //! Failure: a step that errs or panics fails its frame. Nodes of that frame that have not
 //! started are skipped; nodes already running finish; the frame is delivered once every node
