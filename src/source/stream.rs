@@ -14,6 +14,9 @@ use gstreamer_video as gst_video;
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
 use crate::frame::Frame;
 
+/// How long to look for the error that explains a pipeline refusing to start.
+const START_ERROR_WAIT: gst::ClockTime = gst::ClockTime::from_seconds(1);
+
 /// How one connection ended.
 #[derive(Debug)]
 pub(super) enum Ended {
@@ -92,7 +95,7 @@ impl Connection {
         if connection.pipeline.set_state(gst::State::Playing).is_err() {
             let ended = connection
                 .bus
-                .timed_pop_filtered(gst::ClockTime::from_seconds(1), &[gst::MessageType::Error])
+                .timed_pop_filtered(START_ERROR_WAIT, &[gst::MessageType::Error])
                 .map_or_else(
                     || Ended::Failed(shared.unavailable("pipeline refused to start")),
                     |msg| classify(shared, &msg),
