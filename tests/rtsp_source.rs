@@ -1,9 +1,10 @@
 //! RTSP sources through the real `vidflow run` binary against a real gst-rtsp-server
 //! (`tests/common/rtsp.rs`): a stream that goes away comes back with frame numbers continuing
-//! and without leaking threads or descriptors, an unreachable camera is retried with growing
-//! delays (logged once, no busy loop), a wrong password is a clear error that never shows the
-//! password, a password from `$CREDENTIALS_DIRECTORY` plays, and one camera dying does not stall
-//! another.
+//! and without leaking threads or descriptors, a stream that stops sending frames while its
+//! connection stays open is torn down and reconnected, an unreachable camera is retried with
+//! growing delays (logged once, no busy loop), a wrong password is a clear error that never
+//! shows the password, a password from `$CREDENTIALS_DIRECTORY` plays, and one camera dying does
+//! not stall another.
 //!
 //! The tests take turns: each runs encoders and decoders in real time, and the counts they
 //! check (reconnections, retries) would suffer from a machine kept busy by the others.
@@ -188,6 +189,68 @@ fn reconnects_after_the_server_restarts_twenty_times_without_leaking() {
         CYCLES,
         "{}",
         out.stderr
+    );
+}
+
+#[test]
+fn a_stalled_stream_is_reconnected() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"{}\"\nstall_timeout_ms = 1000\n\n\
+             [sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 500\n{SINK}",
+            server.url()
+        ),
+    );
+    let events = dir.path().join("events.jsonl");
+    let run = run_pipeline(dir.path(), &p, &[]);
+    wait_for_lines(&events, 5, DEADLINE);
+
+    // The server goes quiet; its session and the TCP connection stay up.
+    assert_eq!(server.pause_frames(), 1, "one shared media plays");
+    let paused = Instant::now();
+    run.wait_for_stderr("no frame for 1000 ms", DEADLINE);
+    let detected = paused.elapsed();
+    let stderr = run.stderr();
+    let lost = stderr
+        .lines()
+        .find(|l| l.contains("source lost; reconnecting"))
+        .unwrap_or_else(|| panic!("the stall is not a loss:\n{stderr}"));
+    assert!(lost.contains("no frame for 1000 ms"), "{lost}");
+    // The last frame came at most a frame interval before the pause, usually after it.
+    assert!(
+        detected >= Duration::from_millis(900),
+        "stall reported {detected:?} after the frames stopped"
+    );
+
+    // Frames again, whichever media the reconnection's new session gets. The factory is
+    // shared: the new session gets a fresh media (valve open) once the old session's teardown
+    // has unprepared the paused one, which is what happens here (vidflow tears down before it
+    // logs the loss); were the paused media still prepared, the new session would join it, and
+    // this opens its valve, before or after the new session arrives.
+    server.resume_frames();
+    let lines_at_loss = complete_lines(&events).len();
+    wait_for(&events, "frames after the reconnection", |lines| {
+        lines
+            .iter()
+            .rposition(|l| l.contains("\"reconnected\""))
+            .is_some_and(|at| at >= lines_at_loss && lines.len() > at + 5)
+    });
+
+    run.signal("TERM");
+    let out = run.finish(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    let reconnects = stats["sources"]["cam"]["reconnects"].as_u64().unwrap();
+    assert!(reconnects >= 1, "{stats}");
+    let frames = frame_numbers(&jsonl(&events), "cam");
+    assert!(
+        frames.windows(2).all(|w| w[0] < w[1]),
+        "frame numbers go back or repeat: {frames:?}"
     );
 }
 

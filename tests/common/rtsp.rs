@@ -2,6 +2,12 @@
 //! `gst-rtsp-server` on 127.0.0.1, optionally behind basic auth, and able to go away and come
 //! back on the same port so reconnect logic can be tested against the real thing.
 //!
+//! It can also go quiet without going away: `pause_frames` closes a `valve` between the test
+//! source and the encoder in every media constructed so far, so no RTP packet is sent while the
+//! RTSP session and its TCP connection stay open (RTCP and keep-alives go on); `resume_frames`
+//! opens them again. A media constructed later starts with its valve open, whatever was paused
+//! before.
+//!
 //! Threads: while the server is up, one thread (`vidflow-test-rtsp`) runs a `glib::MainLoop` on a
 //! `glib::MainContext` of its own; the listening socket and every client connection are dispatched
 //! there. Each prepared media adds gst-rtsp-server's media thread and the pipeline's streaming
@@ -17,6 +23,7 @@
 
 use std::fmt::Write as _;
 use std::net::TcpListener;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -25,6 +32,9 @@ use gstreamer::glib;
 use gstreamer_rtsp_server as rtsp_server;
 use gstreamer_rtsp_server::gio;
 use gstreamer_rtsp_server::prelude::*;
+
+/// Name of the `valve` in the launch line, found again in each media's bin.
+const VALVE: &str = "valve";
 
 /// Upper bound on the dispatches the loop thread runs after quitting, to finish closing clients;
 /// a bound so that a source that keeps re-arming itself cannot hang `stop`.
@@ -73,6 +83,9 @@ struct Running {
     /// The listening socket's watch; destroying it closes the socket.
     listener: glib::Source,
     thread: JoinHandle<()>,
+    /// The valve of each media constructed so far (weak: a media that is unprepared takes it
+    /// along). Filled by the factory's `media-configure` handler on the loop thread.
+    valves: Arc<Mutex<Vec<glib::WeakRef<gst::Element>>>>,
 }
 
 impl RtspServer {
@@ -130,6 +143,17 @@ impl RtspServer {
         }
     }
 
+    /// Stops sending frames on every media constructed so far, keeping sessions and
+    /// connections open. Returns how many media it reached (0 when stopped or nobody plays).
+    pub fn pause_frames(&self) -> usize {
+        self.running.as_ref().map_or(0, |r| r.set_drop(true))
+    }
+
+    /// Sends frames again on every media constructed so far; returns how many it reached.
+    pub fn resume_frames(&self) -> usize {
+        self.running.as_ref().map_or(0, |r| r.set_drop(false))
+    }
+
     /// Serves the same stream on the same port again (stopping first if still running).
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop();
@@ -155,6 +179,22 @@ impl Running {
         let factory = rtsp_server::RTSPMediaFactory::new();
         factory.set_launch(&launch_description(options));
         factory.set_shared(true);
+        let valves: Arc<Mutex<Vec<glib::WeakRef<gst::Element>>>> = Arc::default();
+        {
+            let valves = valves.clone();
+            factory.connect_media_configure(move |_, media| {
+                let valve = media
+                    .element()
+                    .downcast::<gst::Bin>()
+                    .ok()
+                    .and_then(|bin| bin.by_name(VALVE));
+                if let Some(valve) = valve {
+                    let mut valves = valves.lock().unwrap_or_else(PoisonError::into_inner);
+                    valves.retain(|v| v.upgrade().is_some());
+                    valves.push(valve.downgrade());
+                }
+            });
+        }
         if let Some((user, pass)) = &options.credentials {
             let auth = rtsp_server::RTSPAuth::new();
             let token = rtsp_server::RTSPToken::builder()
@@ -202,7 +242,19 @@ impl Running {
             main_loop,
             listener,
             thread,
+            valves,
         })
+    }
+
+    /// Sets `drop` on the valve of every media still alive; returns how many there were.
+    fn set_drop(&self, drop: bool) -> usize {
+        let valves = self.valves.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut reached = 0;
+        for valve in valves.iter().filter_map(glib::WeakRef::upgrade) {
+            valve.set_property("drop", drop);
+            reached += 1;
+        }
+        reached
     }
 
     fn stop(self) {
@@ -212,6 +264,7 @@ impl Running {
             main_loop,
             listener,
             thread,
+            valves: _,
         } = self;
         let loop_server = server.clone();
         let loop_main_loop = main_loop.clone();
@@ -245,7 +298,8 @@ fn run_loop(context: &glib::MainContext, main_loop: &glib::MainLoop) {
 }
 
 /// 8-bit 4:2:0 H.264 like a camera's: without `format=I420`, videotestsrc ! x264enc negotiates
-/// Y444_10LE and the stream becomes High 4:4:4 10-bit.
+/// Y444_10LE and the stream becomes High 4:4:4 10-bit. The valve (open) lets `pause_frames`
+/// starve the encoder, so nothing is sent while the session stays up.
 fn launch_description(options: &RtspServerOptions) -> String {
     let RtspServerOptions {
         width, height, fps, ..
@@ -253,6 +307,7 @@ fn launch_description(options: &RtspServerOptions) -> String {
     format!(
         "( videotestsrc is-live=true pattern=ball ! \
          video/x-raw,format=I420,width={width},height={height},framerate={fps}/1 ! \
+         valve name={VALVE} drop=false ! \
          x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} ! \
          rtph264pay name=pay0 pt=96 config-interval=-1 )"
     )
