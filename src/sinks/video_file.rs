@@ -21,7 +21,7 @@ use toml::Spanned;
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::config::{Diagnostic, Params, SinkInput};
 use crate::steps::ParamDoc;
-use crate::value::{Value, ValueType};
+use crate::value::{Image, Value, ValueType};
 use crate::workflow::FrameResult;
 
 /// Longest wait for the muxer to finish the file after the last frame.
@@ -175,6 +175,20 @@ struct VideoFile {
     size_warned: bool,
 }
 
+/// An image's BGR bytes, for a GStreamer buffer that borrows them. Only built for images whose
+/// BGR Mat exists and is continuous (checked in `buffer_for`).
+struct ImageBytes(Image);
+
+impl AsRef<[u8]> for ImageBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0
+            .mat()
+            .ok()
+            .and_then(|m| m.data_bytes().ok())
+            .unwrap_or_default()
+    }
+}
+
 struct Encoder {
     pipeline: gst::Pipeline,
     appsrc: gst_app::AppSrc,
@@ -240,8 +254,13 @@ impl VideoFile {
     }
 
     /// BGR bytes laid out as GStreamer expects them for `info` (rows padded to its stride).
-    fn buffer_for(mat: &Mat, info: &gst_video::VideoInfo) -> Result<gst::Buffer, SinkError> {
+    /// The image as a buffer of BGR rows at the stride GStreamer expects for `info`: the
+    /// image's own memory when it is laid out that way (no copy), its rows copied otherwise.
+    fn buffer_for(image: &Image, info: &gst_video::VideoInfo) -> Result<gst::Buffer, SinkError> {
         let other = |e: opencv::Error| SinkError::Other(format!("opencv: {e}"));
+        let mat = image
+            .mat()
+            .map_err(|e| SinkError::Other(format!("image: {e}")))?;
         let bgr;
         let mat = if mat.channels() == 1 {
             let mut converted = Mat::default();
@@ -253,9 +272,9 @@ impl VideoFile {
         };
         let stride = info.stride()[0] as usize;
         let row = info.width() as usize * 3;
-        if mat.is_continuous() && row == stride {
-            let bytes = mat.data_bytes().map_err(other)?;
-            return Ok(gst::Buffer::from_slice(bytes.to_vec()));
+        if mat.is_continuous() && row == stride && image.mat().is_ok_and(|m| m.channels() == 3) {
+            // The buffer keeps the image (and so its pixels) alive until the encoder is done.
+            return Ok(gst::Buffer::from_slice(ImageBytes(image.clone())));
         }
         let mut out = vec![0u8; info.size()];
         for y in 0..mat.rows() {
@@ -275,25 +294,23 @@ impl Sink for VideoFile {
         let Some(Value::Image(image)) = result.value(self.image) else {
             return Ok(false);
         };
-        let mat = image
-            .mat()
-            .map_err(|e| SinkError::Other(format!("image: {e}")))?;
+        let (width, height, _) = image.shape();
         let frame = result.frame();
         if self.encoder.is_none() {
             let fps = frame.fps.unwrap_or(DEFAULT_FPS);
-            self.encoder = Some(self.start(mat.cols(), mat.rows(), fps)?);
+            self.encoder = Some(self.start(width, height, fps)?);
         }
         let Some(enc) = self.encoder.as_mut() else {
             return Ok(false);
         };
-        if mat.cols() != enc.info.width() as i32 || mat.rows() != enc.info.height() as i32 {
+        if width != enc.info.width() as i32 || height != enc.info.height() as i32 {
             if !self.size_warned {
                 tracing::warn!(path = %self.path.display(), "image size changed; frames of the new size are not written");
                 self.size_warned = true;
             }
             return Ok(false);
         }
-        let mut buffer = Self::buffer_for(mat, &enc.info)?;
+        let mut buffer = Self::buffer_for(&image, &enc.info)?;
         // Timestamps follow the source's, relative to the first frame written; without them,
         // the nominal frame rate. Either way they only ever increase.
         let pts = match (frame.pts, enc.first_pts) {
