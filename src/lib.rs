@@ -1,8 +1,9 @@
 //! vidflow: live video analytics.
 //!
 //! ```text
-//! source (GStreamer: file / rtsp / v4l2 / test pattern) -> decode -> BGR frames (zero-copy)
-//!   -> bounded frame queue (daemon::FRAME_QUEUE)
+//! sources (GStreamer: file / rtsp / v4l2 / test pattern; each supervised, reconnecting)
+//!   -> decode -> frames as decoded (I420/NV12, zero-copy; BGR made on first use)
+//!   -> a bounded queue per source (live: drop oldest; file: wait)
 //!   -> workflow::Executor: the step DAG of each frame on one persistent workflow::Pool,
 //!      up to max_in_flight frames at once, results back in frame order
 //!   -> sinks (jsonl, video_file), each on its own thread behind a bounded queue
