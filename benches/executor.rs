@@ -48,10 +48,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, black_box};
 use opencv::core::Mat;
-use vidflow::config::{Diagnostic, ExecutorConfig, OnStepError, Params, Ref, StepConfig};
+use vidflow::config::{ExecutorConfig, OnStepError, Ref, StepConfig};
 use vidflow::frame::Frame;
-use vidflow::steps::{Port, Step, StepError, StepInput, StepKind, StepOutput};
-use vidflow::value::{Image, Value, ValueType};
+use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
+use vidflow::value::{Image, Value};
 use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};
 
 const WORKERS: usize = 2;
@@ -60,6 +60,11 @@ const MAX_IN_FLIGHT: usize = 2;
 const BATCH: u64 = 1000;
 /// Interval between frames at live cadence (~30 fps).
 const CADENCE: Duration = Duration::from_millis(33);
+
+#[path = "../tests/common/kinds.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod kinds;
+use kinds::{FROM_FRAME, ONE, TWO};
 
 // ---- trivial steps ----
 
@@ -74,50 +79,6 @@ impl Step for Trivial {
         ))]))
     }
 }
-
-fn no_build(_: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
-    Err(Diagnostic::new("benchmark kind"))
-}
-
-const DETECTIONS: Port = Port {
-    name: "in",
-    ty: ValueType::Detections,
-};
-const OUT: &[Port] = &[Port {
-    name: "out",
-    ty: ValueType::Detections,
-}];
-
-static FROM_FRAME: StepKind = StepKind {
-    name: "bench-root",
-    summary: "",
-    inputs: &[Port {
-        name: "image",
-        ty: ValueType::Image,
-    }],
-    outputs: OUT,
-    params: &[],
-    stateful: false,
-    build: no_build,
-};
-static ONE: StepKind = StepKind {
-    name: "bench-1",
-    summary: "",
-    inputs: &[DETECTIONS],
-    outputs: OUT,
-    params: &[],
-    stateful: false,
-    build: no_build,
-};
-static TWO: StepKind = StepKind {
-    name: "bench-2",
-    summary: "",
-    inputs: &[DETECTIONS, DETECTIONS],
-    outputs: OUT,
-    params: &[],
-    stateful: false,
-    build: no_build,
-};
 
 // ---- topologies ----
 

@@ -58,49 +58,26 @@ fn options(
     let file = matches!(uri, SourceUri::File { .. });
 
     // Keys that only make sense for some kinds of source.
-    let only = |key: &str, span: Option<std::ops::Range<usize>>, allowed: bool, kind: &str| {
-        (!allowed).then(|| span.map(|sp| (sp, format!("\"{key}\" applies to {kind} only"))))
-    };
-    let misplaced = [
-        only(
-            "user",
-            s.user.as_ref().map(Spanned::span),
-            rtsp,
-            "rtsp sources",
-        ),
-        only(
-            "password",
-            s.password.as_ref().map(Spanned::span),
-            rtsp,
-            "rtsp sources",
-        ),
-        only(
-            "password_file",
-            s.password_file.as_ref().map(Spanned::span),
-            rtsp,
-            "rtsp sources",
-        ),
-        only(
-            "transport",
-            s.transport.as_ref().map(Spanned::span),
-            rtsp,
-            "rtsp sources",
-        ),
-        only(
-            "latency_ms",
-            s.latency_ms.as_ref().map(Spanned::span),
-            rtsp,
-            "rtsp sources",
-        ),
-        only(
+    let rtsp_only = [
+        ("user", s.user.as_ref().map(Spanned::span)),
+        ("password", s.password.as_ref().map(Spanned::span)),
+        ("password_file", s.password_file.as_ref().map(Spanned::span)),
+        ("transport", s.transport.as_ref().map(Spanned::span)),
+        ("latency_ms", s.latency_ms.as_ref().map(Spanned::span)),
+    ];
+    let misplaced = rtsp_only
+        .into_iter()
+        .filter(|_| !rtsp)
+        .map(|(key, at)| (key, at, "rtsp sources"))
+        .chain((!file).then_some((
             "loop",
             s.looping.as_ref().map(Spanned::span),
-            file,
             "file sources",
-        ),
-    ];
-    for (span, message) in misplaced.into_iter().flatten().flatten() {
-        problem(span, message);
+        )));
+    for (key, at, kind) in misplaced {
+        if let Some(at) = at {
+            problem(at, format!("\"{key}\" applies to {kind} only"));
+        }
     }
 
     if let Some(t) = &s.transport {

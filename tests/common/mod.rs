@@ -2,6 +2,7 @@
 //! steps that record how the executor ran them. Each test file uses only some of them.
 #![allow(
     dead_code,
+    unused_imports,
     unreachable_pub,
     clippy::unwrap_used,
     clippy::expect_used,
@@ -273,8 +274,11 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 use opencv::core::Mat;
 use vidflow::config::{ExecutorConfig, OnStepError, Ref, StepConfig};
 use vidflow::frame::Frame;
-use vidflow::steps::{Port, Step, StepError, StepInput, StepKind, StepOutput};
-use vidflow::value::{Value, ValueType};
+use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
+use vidflow::value::Value;
+
+mod kinds;
+pub use kinds::{FROM_FRAME, ONE, STATEFUL, TWO};
 
 /// The start or the end of one execution of a step: which step, which frame, on which thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,59 +381,6 @@ impl Step for Probe {
         ))]))
     }
 }
-
-fn no_build(_: vidflow::config::Params<'_>) -> Result<Box<dyn Step>, vidflow::config::Diagnostic> {
-    Err(vidflow::config::Diagnostic::new("test kind"))
-}
-
-const DET: Port = Port {
-    name: "in",
-    ty: ValueType::Detections,
-};
-const OUT: &[Port] = &[Port {
-    name: "out",
-    ty: ValueType::Detections,
-}];
-
-pub static FROM_FRAME: StepKind = StepKind {
-    name: "probe-root",
-    summary: "",
-    inputs: &[Port {
-        name: "image",
-        ty: ValueType::Image,
-    }],
-    outputs: OUT,
-    params: &[],
-    stateful: false,
-    build: no_build,
-};
-pub static ONE: StepKind = StepKind {
-    name: "probe-1",
-    summary: "",
-    inputs: &[DET],
-    outputs: OUT,
-    params: &[],
-    stateful: false,
-    build: no_build,
-};
-pub static TWO: StepKind = StepKind {
-    name: "probe-2",
-    summary: "",
-    inputs: &[DET, DET],
-    outputs: OUT,
-    params: &[],
-    stateful: false,
-    build: no_build,
-};
-pub static STATEFUL: StepKind = StepKind {
-    name: "probe-stateful",
-    summary: "",
-    inputs: &[DET],
-    outputs: OUT,
-    params: &[],
-    stateful: true,
-    build: no_build,
-};
 
 /// Builds step configs from `(name, kind, inputs)` where inputs index earlier entries
 /// (`None` = `$frame`).
