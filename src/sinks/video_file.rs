@@ -261,8 +261,9 @@ impl VideoFile {
         let mat = image
             .mat()
             .map_err(|e| SinkError::Other(format!("image: {e}")))?;
+        let own_memory = mat.channels() == 3;
         let bgr;
-        let mat = if mat.channels() == 1 {
+        let mat = if !own_memory {
             let mut converted = Mat::default();
             imgproc::cvt_color_def(mat, &mut converted, imgproc::COLOR_GRAY2BGR).map_err(other)?;
             bgr = converted;
@@ -272,7 +273,7 @@ impl VideoFile {
         };
         let stride = info.stride()[0] as usize;
         let row = info.width() as usize * 3;
-        if mat.is_continuous() && row == stride && image.mat().is_ok_and(|m| m.channels() == 3) {
+        if own_memory && mat.is_continuous() && row == stride {
             // The buffer keeps the image (and so its pixels) alive until the encoder is done.
             return Ok(gst::Buffer::from_slice(ImageBytes(image.clone())));
         }
