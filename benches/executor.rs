@@ -48,8 +48,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, black_box};
 use opencv::core::Mat;
-use vidflow::config::{ExecutorConfig, OnStepError, Ref, StepConfig};
+use vidflow::config::{ExecutorConfig, OnStepError, StepConfig};
 use vidflow::frame::Frame;
+use vidflow::spec::Ref;
 use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::value::{Image, Value};
 use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};

@@ -411,7 +411,7 @@ fn main() {
         SMOKE_FRAMES
     };
     gst::init().expect("gstreamer");
-    vidflow::source::init().expect("gstreamer");
+    vidflow::gst_setup::init().expect("gstreamer");
     let sent: Sent = Arc::default();
     let server = Server::start(sent.clone());
     println!(

@@ -245,7 +245,7 @@ pub fn describe_kinds() -> String {
     out
 }
 
-fn params(out: &mut String, params: &[steps::ParamDoc]) {
+fn params(out: &mut String, params: &[crate::spec::ParamDoc]) {
     use std::fmt::Write as _;
     for p in params {
         let _ = writeln!(

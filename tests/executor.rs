@@ -233,7 +233,7 @@ min_area = 50.0
         rx
     };
     let as_json = |results: &[FrameResult]| -> Vec<String> {
-        let r = vidflow::config::Ref::Step { step: 2, output: 0 };
+        let r = vidflow::spec::Ref::Step { step: 2, output: 0 };
         results
             .iter()
             .map(|res| {

@@ -5,59 +5,22 @@
 //! [`Pipeline`]: step kinds built, references resolved and type-checked, the step graph checked
 //! for cycles. Every stage keeps going after a problem, so one run reports all of them, each
 //! with file, line and column.
+//!
+//! This is the layer that binds kinds: it looks `kind = "..."` up in the step and sink
+//! registries and the URI in `source`. What the file is made of (diagnostics, parameters,
+//! references) lives below, in [`crate::spec`], so kinds never import this module.
 
 use std::fmt;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use toml::de::{DeValue, ValueDeserializer};
+use crate::spec::Diagnostic;
 
 mod raw;
 mod resolve;
 mod source;
 
-pub use resolve::{
-    ExecutorConfig, OnStepError, Pipeline, Ref, SinkConfig, SinkInput, SourceConfig, StepConfig,
-};
-
-/// A problem found in a pipeline file, at a byte range of its text when it has one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Diagnostic {
-    pub span: Option<Range<usize>>,
-    pub message: String,
-}
-
-impl Diagnostic {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            span: None,
-            message: message.into(),
-        }
-    }
-
-    pub fn at(span: Range<usize>, message: impl Into<String>) -> Self {
-        Self {
-            span: Some(span),
-            message: message.into(),
-        }
-    }
-
-    fn from_toml(err: &toml::de::Error) -> Self {
-        Self {
-            span: err.span(),
-            message: humanize(err.message().trim_end()),
-        }
-    }
-
-    /// The same problem, said of `what` (`executor`, `step "motion"`).
-    fn of(self, what: &str) -> Self {
-        Self {
-            span: self.span,
-            message: format!("{what}: {}", self.message),
-        }
-    }
-}
+pub use resolve::{ExecutorConfig, OnStepError, Pipeline, SinkConfig, StepConfig};
 
 /// A diagnostic placed in its file: `path:line:column: message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,24 +121,6 @@ impl SourceText {
     }
 }
 
-/// The remaining keys of a component table, for its kind's builder to deserialize.
-#[derive(Debug)]
-pub struct Params<'i> {
-    value: toml::Spanned<DeValue<'i>>,
-}
-
-impl<'i> Params<'i> {
-    fn new(value: toml::Spanned<DeValue<'i>>) -> Self {
-        Self { value }
-    }
-
-    /// Deserializes the parameters; use `#[serde(deny_unknown_fields)]` and `toml::Spanned`
-    /// fields to get precise locations.
-    pub fn parse<T: serde::de::DeserializeOwned>(self) -> Result<T, Diagnostic> {
-        T::deserialize(ValueDeserializer::from(self.value)).map_err(|e| Diagnostic::from_toml(&e))
-    }
-}
-
 /// Loads, checks and builds a pipeline file. Every problem in the file is reported at once.
 pub fn load(path: &Path) -> Result<Pipeline, ConfigError> {
     let source = SourceText::read(path)?;
@@ -196,53 +141,6 @@ pub fn load_text(source: &SourceText) -> Result<Pipeline, ConfigError> {
             })
         }
     }
-}
-
-/// Rewrites serde's wording (Rust types, backticks, "field") into the words of a TOML file.
-fn humanize(message: &str) -> String {
-    let mut out = message
-        .replace("unknown field", "unknown key")
-        .replace("missing field", "missing key")
-        .replace("there are no fields", "this table takes no keys")
-        .replace('`', "\"");
-    for (rust, toml) in [
-        ("i8", "an integer"),
-        ("i16", "an integer"),
-        ("i32", "an integer"),
-        ("i64", "an integer"),
-        ("u8", "an integer from 0 to 255"),
-        ("u16", "a whole number"),
-        ("u32", "a whole number"),
-        ("u64", "a whole number"),
-        ("usize", "a whole number"),
-        ("f32", "a number"),
-        ("f64", "a number"),
-        ("a sequence", "a list"),
-    ] {
-        let from = format!("expected {rust}");
-        if out.ends_with(&from) {
-            out.truncate(out.len() - from.len());
-            out.push_str("expected ");
-            out.push_str(toml);
-        }
-    }
-    if let Some(at) = out.find("expected struct ") {
-        out.truncate(at);
-        out.push_str("expected a table");
-    }
-    if let Some(at) = out.find(", expected") {
-        // "unknown key "x", expected one of ..." reads better with a semicolon.
-        if out.starts_with("unknown key") {
-            out.replace_range(at..at + 1, ";");
-        }
-    }
-    out
-}
-
-/// "an integer", "a string", "an array": a TOML type name with its article.
-fn with_article(type_name: &str) -> String {
-    let vowel = type_name.starts_with(['a', 'e', 'i', 'o', 'u']);
-    format!("{} {type_name}", if vowel { "an" } else { "a" })
 }
 
 /// A component or source name as written in `[steps.NAME]`.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use super::Diagnostic;
+use crate::spec::Diagnostic;
 
 pub(super) type Entry<'i> = (Spanned<String>, Spanned<DeValue<'i>>);
 

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use toml::Spanned;
 use toml::de::DeValue;
 
+use super::Name;
 use super::raw::{RawComponent, RawExecutor, RawPipeline};
-use super::{Diagnostic, Name, Params};
 use crate::sinks::{self, SinkFactory, SinkKind};
-use crate::source::{SourceOptions, SourceUri};
+use crate::source::SourceConfig;
+use crate::spec::{Diagnostic, Params, Ref, SinkInput};
 use crate::steps::{self, Step, StepKind};
 use crate::value::ValueType;
 
@@ -31,15 +32,6 @@ impl Pipeline {
         self.path = path.to_owned();
         self
     }
-}
-
-#[derive(Debug)]
-pub struct SourceConfig {
-    pub name: Name,
-    pub uri: SourceUri,
-    pub options: SourceOptions,
-    /// Byte range of the `uri` value in the file, for problems found later.
-    pub uri_span: std::ops::Range<usize>,
 }
 
 /// What a frame does when one of its steps fails.
@@ -77,15 +69,6 @@ impl Default for ExecutorConfig {
     }
 }
 
-/// Where a step or sink input comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Ref {
-    /// `$frame`: the decoded frame.
-    Frame,
-    /// `$steps.NAME.OUTPUT`: output `output` of step `step` (an index into `Pipeline::steps`).
-    Step { step: usize, output: usize },
-}
-
 pub struct StepConfig {
     pub name: Name,
     pub kind: &'static StepKind,
@@ -102,14 +85,6 @@ impl fmt::Debug for StepConfig {
             .field("inputs", &self.inputs)
             .finish()
     }
-}
-
-/// One reference a sink reads, with the text the user wrote (without `$`), used as its label.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkInput {
-    pub port: &'static str,
-    pub label: String,
-    pub from: Ref,
 }
 
 #[derive(Debug)]
@@ -346,7 +321,7 @@ fn resolve_sinks(
             };
             for text in texts {
                 match resolver.resolve(&what, port.name, port.ty, &text, diags) {
-                    Some(from) => inputs.push(super::SinkInput {
+                    Some(from) => inputs.push(SinkInput {
                         port: port.name,
                         label: text.get_ref().trim_start_matches('$').to_owned(),
                         from,
@@ -448,7 +423,7 @@ fn reference_text(
                 format!(
                     "{what}: \"{}\" must be a reference string like \"$frame\", not {}",
                     key.get_ref(),
-                    super::with_article(value.get_ref().type_str())
+                    crate::spec::with_article(value.get_ref().type_str())
                 ),
             ));
             None

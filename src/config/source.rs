@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::Diagnostic;
 use super::raw::RawSource;
-use super::resolve::SourceConfig;
-use crate::source::{Credentials, Reconnect, Secret, SourceOptions, SourceUri, Transport};
+use crate::source::{
+    Credentials, Reconnect, Secret, SourceConfig, SourceOptions, SourceUri, Transport,
+};
+use crate::spec::Diagnostic;
 
 pub(super) fn resolve_sources(
     declared: usize,

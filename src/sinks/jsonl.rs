@@ -8,8 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
-use crate::config::{Diagnostic, Params, SinkInput};
-use crate::steps::ParamDoc;
+use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::Value;
 use crate::workflow::FrameResult;
 

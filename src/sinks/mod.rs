@@ -2,8 +2,7 @@
 
 use std::fmt;
 
-use crate::config::{Diagnostic, Params, SinkInput};
-use crate::steps::ParamDoc;
+use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::ValueType;
 use crate::workflow::FrameResult;
 

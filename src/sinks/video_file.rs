@@ -19,8 +19,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
-use crate::config::{Diagnostic, Params, SinkInput};
-use crate::steps::ParamDoc;
+use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::{Image, Value, ValueType};
 use crate::workflow::FrameResult;
 
@@ -144,7 +143,7 @@ impl SinkFactory for Factory {
             path: self.path.clone(),
             source,
         })?;
-        crate::source::init().map_err(|message| SinkError::Gstreamer {
+        crate::gst_setup::init().map_err(|message| SinkError::Gstreamer {
             path: self.path.clone(),
             message,
         })?;
@@ -170,7 +169,7 @@ struct VideoFile {
     muxer: &'static str,
     preset: String,
     bitrate_kbps: u32,
-    image: crate::config::Ref,
+    image: crate::spec::Ref,
     encoder: Option<Encoder>,
     size_warned: bool,
 }

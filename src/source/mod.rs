@@ -22,7 +22,6 @@ use crossbeam_channel::{Receiver, Sender};
 use gstreamer as gst;
 use serde::Serialize;
 
-use crate::config::SourceConfig;
 use crate::frame::Frame;
 
 mod options;
@@ -34,6 +33,16 @@ mod uri;
 pub use options::{Backoff, Credentials, Reconnect, Secret, SourceOptions, Transport};
 pub use pipeline::describe;
 pub use uri::{CameraFormat, SourceUri, TestPattern, UriError, redact};
+
+/// One `[sources.NAME]` table, checked: what [`start`] needs to run the source.
+#[derive(Debug)]
+pub struct SourceConfig {
+    pub name: Arc<str>,
+    pub uri: SourceUri,
+    pub options: SourceOptions,
+    /// Byte range of the `uri` value in the pipeline file, for problems found later.
+    pub uri_span: std::ops::Range<usize>,
+}
 
 /// How long a stopping source may go without delivering a frame before it is stopped hard.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -209,13 +218,6 @@ impl SourceControl {
     }
 }
 
-/// Initializes GStreamer once per process.
-pub fn init() -> Result<(), String> {
-    static INIT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    INIT.get_or_init(|| gst::init().map_err(|e| e.to_string()))
-        .clone()
-}
-
 /// Starts a source. Frames go into `frames`; at most `max_frames` are accepted. Fails at once
 /// if the source cannot be opened at all (missing file or camera); a live source that cannot
 /// connect yet is retried in the background.
@@ -225,7 +227,7 @@ pub fn start(
     frames_rx: &Receiver<Frame>,
     max_frames: Option<u64>,
 ) -> Result<SourceHandle, SourceError> {
-    init().map_err(|message| SourceError::Gstreamer {
+    crate::gst_setup::init().map_err(|message| SourceError::Gstreamer {
         name: config.name.to_string(),
         message,
     })?;

@@ -4,8 +4,8 @@ use opencv::core::{Mat, MatTraitConst, Point, Rect, Scalar};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{ParamDoc, Port, Step, StepError, StepInput, StepKind, StepOutput};
-use crate::config::{Diagnostic, Params};
+use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Value, ValueType};
 
 pub(super) static KIND: StepKind = StepKind {

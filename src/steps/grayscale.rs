@@ -5,7 +5,7 @@ use opencv::imgproc;
 use serde::Deserialize;
 
 use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
-use crate::config::{Diagnostic, Params};
+use crate::spec::{Diagnostic, Params};
 use crate::value::{Image, Value};
 
 pub(super) static KIND: StepKind = StepKind {

@@ -7,8 +7,8 @@
 
 use std::fmt;
 
-use crate::config::{Diagnostic, Params};
 use crate::frame::Frame;
+use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Value, ValueType};
 
 mod annotate;
@@ -40,15 +40,6 @@ pub fn kind(name: &str) -> Option<&'static StepKind> {
 pub struct Port {
     pub name: &'static str,
     pub ty: ValueType,
-}
-
-/// Documentation of one parameter, shown by `vidflow steps`.
-#[derive(Debug, Clone, Copy)]
-pub struct ParamDoc {
-    pub name: &'static str,
-    pub ty: &'static str,
-    pub default: &'static str,
-    pub doc: &'static str,
 }
 
 /// Builds a step from its parameters (inputs already removed).

@@ -11,8 +11,8 @@ use opencv::imgproc;
 use opencv::video::{self, BackgroundSubtractorMOG2};
 use serde::Deserialize;
 
-use super::{IMAGE_IN, ParamDoc, Port, Step, StepError, StepInput, StepKind, StepOutput};
-use crate::config::{Diagnostic, Params};
+use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value, ValueType};
 
 pub(super) static KIND: StepKind = StepKind {

@@ -4,8 +4,8 @@ use opencv::core::{Mat, Size};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{IMAGE_IN, IMAGE_OUT, ParamDoc, Step, StepError, StepInput, StepKind, StepOutput};
-use crate::config::{Diagnostic, Params};
+use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::Value;
 
 pub(super) static KIND: StepKind = StepKind {

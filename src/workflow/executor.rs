@@ -33,8 +33,9 @@ use crossbeam_channel::{Receiver, Select, Sender};
 
 use super::graph::Graph;
 use super::pool::{Pool, PoolError, PoolHandle, PoolMetrics};
-use crate::config::{ExecutorConfig, OnStepError, Ref};
+use crate::config::{ExecutorConfig, OnStepError};
 use crate::frame::Frame;
+use crate::spec::Ref;
 use crate::steps::{StepError, StepInput, StepOutput};
 use crate::value::{Image, Value};
 

@@ -7,7 +7,8 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::config::{Pipeline, Ref, StepConfig};
+use crate::config::{Pipeline, StepConfig};
+use crate::spec::Ref;
 use crate::steps::Step;
 
 #[derive(Debug)]

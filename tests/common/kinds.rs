@@ -1,7 +1,7 @@
 //! Step kinds for steps built in code (tests and benchmarks), by the shape of their inputs.
 //! Their builder is never called: such steps are not read from pipeline files.
 
-use vidflow::config::{Diagnostic, Params};
+use vidflow::spec::{Diagnostic, Params};
 use vidflow::steps::{Port, Step, StepKind};
 use vidflow::value::ValueType;
 

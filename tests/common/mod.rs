@@ -272,8 +272,9 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 // ---- steps that record how the executor runs them ----
 
 use opencv::core::Mat;
-use vidflow::config::{ExecutorConfig, OnStepError, Ref, StepConfig};
+use vidflow::config::{ExecutorConfig, OnStepError, StepConfig};
 use vidflow::frame::Frame;
+use vidflow::spec::Ref;
 use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::value::Value;
 
