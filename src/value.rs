@@ -2,6 +2,11 @@
 //!
 //! Values are cheap to clone (reference counted) because one output may feed several steps and
 //! several sinks of the same frame, possibly on different threads.
+//!
+//! Everything about a value type is said here and nowhere else: its [`ValueType`] (checked when
+//! a pipeline is validated), how messages name it, its JSON form, and how a step reads it from an
+//! input port ([`FromValue`]). Adding a type means a variant of [`ValueType`] and of [`Value`],
+//! and the arms of the matches in this file.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,12 +23,27 @@ pub enum ValueType {
     Detections,
 }
 
-impl fmt::Display for ValueType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl ValueType {
+    /// The type's name, as `vidflow steps` lists ports.
+    pub fn name(self) -> &'static str {
+        match self {
             Self::Image => "image",
             Self::Detections => "detections",
-        })
+        }
+    }
+
+    /// How a message speaks of one value of this type: "\"image\" takes an image".
+    pub fn phrase(self) -> &'static str {
+        match self {
+            Self::Image => "an image",
+            Self::Detections => "detections",
+        }
+    }
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -42,17 +62,45 @@ impl Value {
         }
     }
 
-    pub fn as_image(&self) -> Option<&Image> {
+    /// The value as one JSON line shows it: detections in full, an image by its shape.
+    pub fn to_json(&self) -> serde_json::Value {
         match self {
-            Self::Image(image) => Some(image),
-            Self::Detections(_) => None,
+            Self::Detections(d) => serde_json::to_value(&**d).unwrap_or(serde_json::Value::Null),
+            Self::Image(image) => {
+                let (width, height, channels) = image.shape();
+                serde_json::json!({"width": width, "height": height, "channels": channels})
+            }
         }
     }
 
-    pub fn as_detections(&self) -> Option<&[Detection]> {
-        match self {
-            Self::Detections(d) => Some(d),
-            Self::Image(_) => None,
+    /// The value as `T`, if it is of `T`'s type.
+    pub fn get<T: FromValue + ?Sized>(&self) -> Option<&T> {
+        T::from_value(self)
+    }
+}
+
+/// A Rust type a value of one [`ValueType`] can be read as.
+pub trait FromValue {
+    const TYPE: ValueType;
+    fn from_value(value: &Value) -> Option<&Self>;
+}
+
+impl FromValue for Image {
+    const TYPE: ValueType = ValueType::Image;
+    fn from_value(value: &Value) -> Option<&Self> {
+        match value {
+            Value::Image(image) => Some(image),
+            Value::Detections(_) => None,
+        }
+    }
+}
+
+impl FromValue for [Detection] {
+    const TYPE: ValueType = ValueType::Detections;
+    fn from_value(value: &Value) -> Option<&Self> {
+        match value {
+            Value::Detections(d) => Some(d),
+            Value::Image(_) => None,
         }
     }
 }
@@ -120,4 +168,47 @@ pub struct Detection {
     pub confidence: f32,
     #[serde(rename = "box")]
     pub bbox: BBox,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detections() -> Value {
+        Value::Detections(Arc::from(vec![Detection {
+            class: "person".into(),
+            confidence: 0.5,
+            bbox: BBox {
+                x: 1.0,
+                y: 2.0,
+                width: 3.0,
+                height: 4.0,
+            },
+        }]))
+    }
+
+    #[test]
+    fn a_value_reads_only_as_its_own_type() {
+        let image = Value::Image(Mat::default().into());
+        assert!(image.get::<Image>().is_some());
+        assert!(image.get::<[Detection]>().is_none());
+        assert_eq!(detections().get::<[Detection]>().map(<[_]>::len), Some(1));
+        assert!(detections().get::<Image>().is_none());
+        assert_eq!(<Image as FromValue>::TYPE, image.value_type());
+        assert_eq!(<[Detection] as FromValue>::TYPE, detections().value_type());
+    }
+
+    #[test]
+    fn json_shows_detections_in_full_and_images_by_shape() {
+        assert_eq!(
+            detections().to_json(),
+            serde_json::json!([{"class": "person", "confidence": 0.5,
+                "box": {"x": 1.0, "y": 2.0, "width": 3.0, "height": 4.0}}])
+        );
+        let image = Value::Image(Mat::default().into());
+        assert_eq!(
+            image.to_json(),
+            serde_json::json!({"width": 0, "height": 0, "channels": 1})
+        );
+    }
 }

@@ -240,7 +240,7 @@ min_area = 50.0
                 format!(
                     "{:?}",
                     res.value(r)
-                        .and_then(|v| v.as_detections().map(<[_]>::to_vec))
+                        .and_then(|v| v.get::<[vidflow::value::Detection]>().map(<[_]>::to_vec))
                 )
             })
             .collect()

@@ -395,17 +395,10 @@ impl Resolver<'_> {
         match expected {
             Some(want) if want != ty => fail(format!(
                 "\"{port}\" takes {}, but \"{s}\" is {ty}",
-                article(want)
+                want.phrase()
             )),
             _ => Some(r),
         }
-    }
-}
-
-fn article(ty: ValueType) -> String {
-    match ty {
-        ValueType::Image => "an image".to_owned(),
-        ValueType::Detections => "detections".to_owned(),
     }
 }
 

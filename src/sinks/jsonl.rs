@@ -9,7 +9,6 @@ use serde_json::{Map, Value as Json, json};
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
-use crate::value::Value;
 use crate::workflow::FrameResult;
 
 pub(super) static KIND: SinkKind = SinkKind {
@@ -107,14 +106,7 @@ pub(crate) fn frame_json(result: &FrameResult, inputs: &[SinkInput]) -> Json {
         return Json::Object(obj);
     }
     for input in inputs {
-        let value = match result.value(input.from) {
-            None => Json::Null,
-            Some(Value::Detections(d)) => serde_json::to_value(&*d).unwrap_or(Json::Null),
-            Some(Value::Image(image)) => {
-                let (width, height, channels) = image.shape();
-                json!({"width": width, "height": height, "channels": channels})
-            }
-        };
+        let value = result.value(input.from).map_or(Json::Null, |v| v.to_json());
         obj.insert(input.label.clone(), value);
     }
     Json::Object(obj)

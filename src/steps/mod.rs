@@ -9,7 +9,7 @@ use std::fmt;
 
 use crate::frame::Frame;
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{Value, ValueType};
+use crate::value::{Detection, FromValue, Image, Value, ValueType};
 
 mod annotate;
 mod blur;
@@ -75,20 +75,21 @@ pub struct StepInput<'a> {
 }
 
 impl StepInput<'_> {
-    pub fn image(&self, port: usize) -> Result<&opencv::core::Mat, StepError> {
+    /// The input at `port` as `T` (`Image`, `[Detection]`, ...).
+    pub fn get<T: FromValue + ?Sized>(&self, port: usize) -> Result<&T, StepError> {
         self.values
             .get(port)
-            .and_then(Value::as_image)
-            .ok_or(StepError::Input(port, ValueType::Image))?
-            .mat()
-            .map_err(StepError::Frame)
+            .and_then(Value::get::<T>)
+            .ok_or(StepError::Input(port, T::TYPE))
     }
 
-    pub fn detections(&self, port: usize) -> Result<&[crate::value::Detection], StepError> {
-        self.values
-            .get(port)
-            .and_then(Value::as_detections)
-            .ok_or(StepError::Input(port, ValueType::Detections))
+    /// The image at `port` as pixels (a frame is converted to BGR on first use).
+    pub fn image(&self, port: usize) -> Result<&opencv::core::Mat, StepError> {
+        self.get::<Image>(port)?.mat().map_err(StepError::Frame)
+    }
+
+    pub fn detections(&self, port: usize) -> Result<&[Detection], StepError> {
+        self.get::<[Detection]>(port)
     }
 }
 
