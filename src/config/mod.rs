@@ -18,7 +18,8 @@ mod resolve;
 mod source;
 
 pub use resolve::{
-    ExecutorConfig, OnStepError, Pipeline, Ref, SinkConfig, SinkInput, SourceConfig, StepConfig,
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, Ref, SinkConfig,
+    SinkInput, SourceConfig, StepConfig,
 };
 
 /// A problem found in a pipeline file, at a byte range of its text when it has one.

@@ -25,8 +25,9 @@ use crate::workflow::{PoolError, StepFailure};
 
 pub mod notify;
 mod run;
+mod shutdown;
 
-pub use run::{SinkClosed, close_in_order, run};
+pub use run::run;
 
 /// Run-time choices that are not part of the pipeline file.
 #[derive(Debug, Default, Clone)]
@@ -101,6 +102,8 @@ pub enum DaemonError {
     Pool(#[from] PoolError),
     #[error("step \"{}\" failed and on_step_error = \"stop\": {}", .0.step, .0.message)]
     StepStop(StepFailure),
+    #[error("stop deadline of {timeout_s} s reached; abandoned: {abandoned}")]
+    StopDeadline { timeout_s: u64, abandoned: String },
 }
 
 impl DaemonError {
@@ -112,7 +115,9 @@ impl DaemonError {
                 source: SinkError::Io { .. },
                 ..
             } => 73,
-            Self::Sink { .. } | Self::Pool(_) | Self::StepStop(_) => 70,
+            // A run that had to abandon something at the stop deadline lost frames or left a
+            // thread or a file behind: not a clean end.
+            Self::Sink { .. } | Self::Pool(_) | Self::StepStop(_) | Self::StopDeadline { .. } => 70,
         }
     }
 }

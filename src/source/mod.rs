@@ -188,7 +188,10 @@ impl Shared {
 #[derive(Debug)]
 pub struct SourceHandle {
     shared: Arc<Shared>,
-    thread: JoinHandle<Result<(), SourceError>>,
+    thread: JoinHandle<()>,
+    /// The supervisor's result, sent as its last act: lets [`SourceHandle::join_until`] wait
+    /// with a deadline (a `JoinHandle` cannot).
+    ended: Receiver<Result<(), SourceError>>,
 }
 
 /// Stops a running source from any thread.
@@ -246,18 +249,28 @@ pub fn start(
     stream::preflight(&shared)?;
     // A live source drops its oldest queued frame to make room: it needs the receiving end.
     let oldest = shared.uri.is_live().then(|| frames_rx.clone());
+    let (ended_tx, ended) = crossbeam_channel::bounded(1);
     let thread = {
         let shared = shared.clone();
         std::thread::Builder::new()
             .name(format!("vidflow-source-{}", config.name))
-            .spawn(move || supervisor::supervise(&shared, &frames, oldest.as_ref()))
+            .spawn(move || {
+                let result = supervisor::supervise(&shared, &frames, oldest.as_ref());
+                // The frame sender goes first: the consumer sees the channel close.
+                drop(frames);
+                let _ = ended_tx.send(result);
+            })
             .map_err(|e| SourceError::Gstreamer {
                 name: config.name.to_string(),
                 message: format!("cannot spawn source thread: {e}"),
             })?
     };
     tracing::info!(source = %config.name, uri = %config.uri, "source started");
-    Ok(SourceHandle { shared, thread })
+    Ok(SourceHandle {
+        shared,
+        thread,
+        ended,
+    })
 }
 
 impl SourceHandle {
@@ -278,11 +291,34 @@ impl SourceHandle {
     /// Waits for the supervisor; the pipeline is down when this returns.
     pub fn join(self) -> Result<(), SourceError> {
         let name = self.shared.name.to_string();
-        self.thread.join().unwrap_or_else(|_| {
+        let result = self.ended.recv().unwrap_or_else(|_| {
             Err(SourceError::Gstreamer {
                 name,
                 message: "source thread panicked".to_owned(),
             })
-        })
+        });
+        let _ = self.thread.join();
+        result
+    }
+
+    /// Waits for the supervisor until `deadline`. Past it the thread is abandoned (detached,
+    /// never joined) and `None` is returned: a GStreamer call that blocks (a TCP connect to a
+    /// host that does not answer) cannot hold the caller.
+    pub fn join_until(self, deadline: Instant) -> Option<Result<(), SourceError>> {
+        let name = self.shared.name.to_string();
+        match self.ended.recv_deadline(deadline) {
+            Ok(result) => {
+                let _ = self.thread.join();
+                Some(result)
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                let _ = self.thread.join();
+                Some(Err(SourceError::Gstreamer {
+                    name,
+                    message: "source thread panicked".to_owned(),
+                }))
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+        }
     }
 }

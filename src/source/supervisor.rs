@@ -42,10 +42,14 @@ pub(super) fn supervise(
         let reason = match ended {
             Ended::Stopped => return Ok(()),
             Ended::Fatal(e) => return Err(e),
-            Ended::Eos if looping => {
+            // A pass that gave frames starts the next one at once; one that ended without a
+            // frame (an empty file) would loop hot: it waits for the backoff like a retry.
+            Ended::Eos if looping && streamed => {
                 tracing::debug!(source = %shared.name, "end of file; looping");
+                backoff.reset();
                 continue;
             }
+            Ended::Eos if looping => "the file ended without a frame".to_owned(),
             Ended::Eos if ends_for_good => {
                 tracing::info!(source = %shared.name, "end of stream");
                 return Ok(());
@@ -65,6 +69,9 @@ pub(super) fn supervise(
             tracing::warn!(source = %shared.name, reason = %reason, "source lost; reconnecting");
             reported = true;
             shared.reconnecting.store(true, Ordering::Release);
+        } else if !reported && looping {
+            tracing::warn!(source = %shared.name, reason = %reason, "looping after a backoff");
+            reported = true;
         } else if !reported {
             tracing::warn!(source = %shared.name, reason = %reason, "cannot connect; retrying");
             reported = true;
@@ -80,6 +87,7 @@ pub(super) fn supervise(
             });
         }
         let delay = backoff.next_delay();
+        tracing::debug!(source = %shared.name, delay_ms = delay.as_millis() as u64, attempt = backoff.attempts(), "next attempt after backoff");
         // Sleeps, unless a stop or abort request wakes it.
         if shared.wake.1.recv_timeout(delay).is_ok() && shared.request() != RUN {
             return Ok(());
