@@ -139,6 +139,15 @@ struct Shared {
     /// streaming thread, read by the supervisor for stall detection.
     last_frame: AtomicU64,
     epoch: Instant,
+    /// Added to the timestamps of the pipeline running now, in ns: each new pipeline (a file
+    /// looping, a stream reconnecting) starts its timestamps again near zero, and frames carry
+    /// them on from where the previous one ended, as they do frame numbers (a video sink would
+    /// otherwise see time go back). Written by `Connection::open` before the pipeline starts,
+    /// read by its streaming thread.
+    pts_offset: AtomicU64,
+    /// The end (timestamp plus one frame) of the last frame delivered, offset included, in ns.
+    /// Written by the streaming thread, read by `Connection::open`.
+    pts_end: AtomicU64,
     /// Set by the supervisor after a loss; the first frame of the next pipeline clears it and
     /// counts the reconnection.
     reconnecting: AtomicBool,
@@ -244,6 +253,8 @@ pub fn start(
         seq: AtomicU64::new(0),
         last_frame: AtomicU64::new(0),
         epoch: Instant::now(),
+        pts_offset: AtomicU64::new(0),
+        pts_end: AtomicU64::new(0),
         reconnecting: AtomicBool::new(false),
     });
     stream::preflight(&shared)?;

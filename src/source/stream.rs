@@ -75,6 +75,9 @@ impl Connection {
                     message,
                 })
             })?;
+        shared
+            .pts_offset
+            .store(shared.pts_end.load(Ordering::Acquire), Ordering::Release);
         appsink.set_callbacks(callbacks(shared.clone(), frames.clone(), oldest.cloned()));
         let bus = pipeline.bus().ok_or_else(|| {
             Ended::Fatal(SourceError::Gstreamer {
@@ -301,6 +304,19 @@ fn callbacks(
                     return Err(gst::FlowError::Error);
                 }
             };
+            if let Some(pts) = frame.pts {
+                let pts = pts + Duration::from_nanos(shared.pts_offset.load(Ordering::Acquire));
+                frame.pts = Some(pts);
+                // One frame at the nominal rate (1 ms without one: only order matters then).
+                let length = frame
+                    .fps
+                    .filter(|&(n, d)| n > 0 && d > 0)
+                    .map_or(Duration::from_millis(1), |(n, d)| {
+                        Duration::from_secs_f64(f64::from(d) / f64::from(n))
+                    });
+                let end = u64::try_from((pts + length).as_nanos()).unwrap_or(u64::MAX);
+                shared.pts_end.fetch_max(end, Ordering::AcqRel);
+            }
             if shared.reconnecting.swap(false, Ordering::AcqRel) {
                 let gap = shared.last_frame_at().map(|t| t.elapsed());
                 frame.reconnected = Some(gap.unwrap_or(Duration::ZERO));
