@@ -43,7 +43,8 @@ pub(super) fn supervise(
             Ended::Stopped => return Ok(()),
             Ended::Fatal(e) => return Err(e),
             // A pass that gave frames starts the next one at once; one that ended without a
-            // frame (an empty file) would loop hot: it waits for the backoff like a retry.
+            // frame (a file with no video frame) would rebuild the pipeline in a hot loop with
+            // nothing to show for it: it waits for the backoff like a failed attempt.
             Ended::Eos if looping && streamed => {
                 tracing::debug!(source = %shared.name, "end of file; looping");
                 backoff.reset();
@@ -62,16 +63,20 @@ pub(super) fn supervise(
             ),
             Ended::Failed(e) => e.to_string(),
         };
-        if streamed {
+        if looping {
+            if reported {
+                tracing::debug!(source = %shared.name, reason = %reason, "a pass without a frame");
+            } else {
+                tracing::warn!(source = %shared.name, reason = %reason, "the file ends at once; looping after a backoff");
+                reported = true;
+            }
+        } else if streamed {
             if started.elapsed() >= shared.options.reconnect.reset_after {
                 backoff.reset();
             }
             tracing::warn!(source = %shared.name, reason = %reason, "source lost; reconnecting");
             reported = true;
             shared.reconnecting.store(true, Ordering::Release);
-        } else if !reported && looping {
-            tracing::warn!(source = %shared.name, reason = %reason, "looping after a backoff");
-            reported = true;
         } else if !reported {
             tracing::warn!(source = %shared.name, reason = %reason, "cannot connect; retrying");
             reported = true;
