@@ -1,6 +1,7 @@
 //! How soon frames flow again after an RTSP server comes back, outage after outage.
 //!
 //! Run:   scripts/bench-reconnect   (= cargo bench --bench reconnect; ~2.5 min: 20 restarts)
+//!        OUTAGE_MS=4500 scripts/bench-reconnect: a longer outage (default 3000).
 //! Test:  `cargo test --benches` runs 2 short restarts, checking the set-up works.
 //!
 //! Method: the real RTSP test server (`tests/common/rtsp.rs`: gst-rtsp-server on 127.0.0.1, a
@@ -90,7 +91,11 @@ impl Tail {
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let (restarts, outage) = if full {
-        (20, Duration::from_secs(3))
+        let ms = std::env::var("OUTAGE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3000);
+        (20, Duration::from_millis(ms))
     } else {
         (2, Duration::from_millis(1200))
     };

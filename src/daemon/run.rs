@@ -186,9 +186,10 @@ pub fn run(
         abandoned.push(format!("{n} pool worker(s)"));
     }
 
-    // Every decoded frame is processed, failed or dropped; what the sources dropped and the
-    // frames left in their queues are known, the rest never came out of the workflow. Counters
-    // are read in that order so a source still running cannot make the sum exceed `decoded`.
+    // Every decoded frame is processed, failed or dropped: what the sources dropped and the
+    // frames left in their queues are known; the rest were in the workflow when it was given
+    // up (`lost`). A source abandoned while still running may count a frame between its two
+    // counters: `frames_decoded` is then the sum, so the invariant holds whatever.
     let source_dropped: u64 = stopped.stats.values().map(|s| s.dropped).sum();
     let decoded: u64 = stopped.stats.values().map(|s| s.decoded).sum();
     let lost = decoded

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 
 use crate::frame::Frame;
 use crate::sinks::{SinkError, SinkRunner, SinkStats};
@@ -113,11 +113,9 @@ pub(super) fn stop_sources(
     }
     let mut out = SourcesStopped::default();
     for queue in &queues {
-        loop {
-            match queue.recv_deadline(deadline) {
-                Ok(_) => out.leftover += 1,
-                Err(RecvTimeoutError::Disconnected | RecvTimeoutError::Timeout) => break,
-            }
+        // Until the source's sender is gone (disconnected) or the deadline.
+        while queue.recv_deadline(deadline).is_ok() {
+            out.leftover += 1;
         }
     }
     drop(queues);

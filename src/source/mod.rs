@@ -7,11 +7,19 @@
 //! it into this source's own bounded channel (capacity `queue`): a file waits for room, a live
 //! source drops its oldest queued frame and counts it, so it stays current.
 //!
-//! Stop protocol: [`SourceControl::stop`] records the request, wakes a backoff wait through
-//! a channel and a bus wait through an application message; a streaming pipeline then gets EOS
-//! and still delivers what it decoded. If no frame moves for [`STOP_GRACE`] it is stopped hard.
-//! [`SourceControl::abort`] stops hard at once. When the supervisor ends, the pipeline is down
-//! and the frame sender is dropped: the consumer sees the channel close after the last frame.
+//! Stop protocol: [`SourceControl::stop`] records the request (`request`, only ever raised),
+//! wakes a backoff wait through the `wake` channel (capacity 1) and a bus wait through an
+//! application message; a request made while a pipeline is being built is delivered once its bus
+//! is known. A stop wins in every state: between attempts the supervisor returns at once; a
+//! connection that has not given a frame yet (starting, connecting, set up to a server that does
+//! not answer) has nothing to drain and is stopped hard at once (an EOS sent to an `rtspsrc`
+//! whose streams do not exist yet would be lost); a streaming pipeline gets EOS and still
+//! delivers what it decoded, for at most [`STOP_GRACE`] after the request, then it is stopped
+//! hard; an error after a request ends it instead of reconnecting. [`SourceControl::abort`]
+//! stops hard at once. When the supervisor ends, the pipeline is down and the frame sender is
+//! dropped (the consumer sees the channel close after the last frame), then its result is sent
+//! on `ended`, so that [`SourceHandle::join_until`] can give up on a supervisor blocked in
+//! GStreamer (a state change waiting on a TCP connect) at a deadline.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,7 +43,9 @@ pub use options::{Backoff, Credentials, Reconnect, Secret, SourceOptions, Transp
 pub use pipeline::describe;
 pub use uri::{CameraFormat, SourceUri, TestPattern, UriError, redact};
 
-/// How long a stopping source may go without delivering a frame before it is stopped hard.
+/// How long a streaming source may take, after a stop request, to deliver what it decoded and
+/// end its stream before it is stopped hard: the decoder's few queued frames take milliseconds;
+/// this is for a slow workflow holding a file's streaming thread, well inside the stop deadline.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Why a source could not start or ended badly. Messages never contain a password.

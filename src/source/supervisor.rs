@@ -1,5 +1,12 @@
 //! The supervisor of one source: connect, stream, and after a loss tear down and reconnect
-//! with backoff. Each change of state is logged once; retries in between log at debug level.
+//! with backoff. Each change of state is logged once; retries in between log at debug level,
+//! with the delay chosen.
+//!
+//! Backoff: delays double from `initial_delay` per failed attempt. The loss of a stream that ran
+//! for `reset_after` resets them and keeps the retries of that outage at `initial_delay` for
+//! `reset_after` (see `flat_until`); a stream lost sooner keeps climbing (a flapping camera is not
+//! hammered). A looping file starts its next pass at once, unless the pass gave no frame: then it
+//! waits for the backoff too. A stop request ends the backoff wait at once (`wake`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

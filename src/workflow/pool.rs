@@ -7,7 +7,9 @@
 //! is finishing a step. An idle worker blocks in `recv`; nothing polls or spins.
 //!
 //! Stop protocol: `shutdown` sends one `Stop` per worker behind any queued jobs (the channel is
-//! FIFO, so queued work still runs), then joins every thread. A job that panics is caught: the
+//! FIFO, so queued work still runs), then joins every thread; `shutdown_until` waits for them
+//! only until a deadline (each worker drops its end of the `exited` channel as it ends) and
+//! abandons, unjoined, a worker still in a step then. A job that panics is caught: the
 //! worker survives and the pool keeps its size. Dropping a pool without `shutdown` does the
 //! same, ignoring errors.
 
