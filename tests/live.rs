@@ -218,9 +218,86 @@ fn a_looping_file_starts_again_and_frame_numbers_continue() {
     let lines = jsonl(&dir.path().join("events.jsonl"));
     let frames: Vec<u64> = lines.iter().map(|l| l["frame"].as_u64().unwrap()).collect();
     assert_eq!(frames, (0..25).collect::<Vec<_>>());
-    // The file's own timestamps start again at each pass.
-    assert_eq!(lines[10]["pts_ms"], 0.0);
-    assert_eq!(lines[20]["pts_ms"], 0.0);
+    // Timestamps go on from pass to pass, as frame numbers do (a video sink needs them to).
+    let pts: Vec<f64> = lines
+        .iter()
+        .map(|l| l["pts_ms"].as_f64().unwrap())
+        .collect();
+    assert!(pts.windows(2).all(|w| w[0] < w[1]), "{pts:?}");
+    assert!(pts[10] >= pts[9] + 30.0, "{pts:?}");
+}
+
+/// A Matroska file with a video track and no frame: the 1-frame file cut before its first
+/// cluster. It opens and ends at once, without an error.
+fn file_without_frames(dir: &std::path::Path) -> std::path::PathBuf {
+    let one = dir.join("one.mkv");
+    run_to_eos(&format!(
+        "videotestsrc num-buffers=1 ! video/x-raw,format=I420,width=160,height=120 ! \
+         x264enc ! h264parse ! matroskamux ! filesink location={}",
+        one.display()
+    ));
+    let bytes = std::fs::read(&one).unwrap();
+    let cluster = [0x1F, 0x43, 0xB6, 0x75];
+    let at = bytes.windows(4).position(|w| w == cluster).unwrap();
+    let zero = dir.join("zero.mkv");
+    std::fs::write(&zero, &bytes[..at]).unwrap();
+    zero
+}
+
+#[test]
+fn a_looping_file_without_frames_backs_off_instead_of_spinning() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = file_without_frames(dir.path());
+    let text = format!(
+        "[sources.clip]\nuri = \"{}\"\nloop = true\n\n\
+         [sources.clip.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 400\n\n\
+         [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n",
+        clip.display()
+    );
+    let p = write(dir.path(), "p.toml", &text);
+    let run = spawn(
+        dir.path(),
+        &["run", p.to_str().unwrap(), "--stats-json", "stats.json"],
+        &[("VIDFLOW_LOG", "debug")],
+    );
+    // The delays the supervisor chose, from its debug log.
+    run.wait_for_stderr_times("next attempt after backoff", 5, Duration::from_secs(30));
+    run.signal("TERM");
+    let out = run.finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("the file ends at once").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    let delays: Vec<u64> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("next attempt after backoff"))
+        .map(|l| {
+            let at = l.find("delay_ms=").unwrap() + "delay_ms=".len();
+            l[at..].split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    // 100 ms doubling up to 400 ms, each within +-20% and never above the cap.
+    for (i, &d) in delays.iter().enumerate() {
+        let base = (100u64 << i.min(2)).min(400);
+        assert!(
+            d * 10 >= base * 8 && d * 10 <= (base * 12).min(4000),
+            "delay {i}: {d} ms, expected about {base}: {delays:?}"
+        );
+    }
+    // Every pass after the first waited: one attempt per backoff, plus the first (and the one
+    // the stop may have cut short).
+    let stats = read_json(&dir.path().join("stats.json"));
+    let attempts = stats["sources"]["clip"]["attempts"].as_u64().unwrap();
+    let waits = delays.len() as u64;
+    assert!(
+        attempts == waits || attempts == waits + 1,
+        "{attempts} attempts for {waits} backoffs: {stats}"
+    );
+    assert_eq!(stats["frames_decoded"], 0, "{stats}");
 }
 
 #[test]

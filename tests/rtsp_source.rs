@@ -192,6 +192,70 @@ fn reconnects_after_the_server_restarts_twenty_times_without_leaking() {
     );
 }
 
+/// After the loss of a stream that ran past `reset_after_ms`, the source retries at
+/// `initial_delay_ms` for `reset_after_ms`, outage after outage: the delays it chose (its debug
+/// log) never climb, so it is back soon after the server is (issue 7: doubling from each loss
+/// made gaps grow from 3.7 to 16.6 s).
+#[test]
+fn after_a_stream_that_ran_past_reset_after_retries_stay_at_the_initial_delay() {
+    const CYCLES: usize = 4;
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"{}\"\nstall_timeout_ms = 2000\n\n\
+             [sources.cam.reconnect]\ninitial_delay_ms = 200\nmax_delay_ms = 3000\n\
+             reset_after_ms = 1500\n{SINK}",
+            server.url()
+        ),
+    );
+    let events = dir.path().join("events.jsonl");
+    let run = run_pipeline(dir.path(), &p, &[("VIDFLOW_LOG", "debug")]);
+    for cycle in 1..=CYCLES {
+        // Two seconds of frames (15 fps) since the last reconnection: past reset_after.
+        wait_for(
+            &events,
+            &format!("a stream of 2 s before outage {cycle}"),
+            |lines| {
+                let since = lines
+                    .iter()
+                    .rposition(|l| l.contains("\"reconnected\""))
+                    .map_or(0, |at| at + 1);
+                lines.len() >= since + 30
+            },
+        );
+        server.stop();
+        run.wait_for_stderr_times("source lost; reconnecting", cycle, DEADLINE);
+        // Down for 1 s: five retries at 200 ms, or three doubling ones (200, 400, 800 ms).
+        std::thread::sleep(Duration::from_secs(1));
+        server.restart().unwrap();
+        run.wait_for_stderr_times("source is back", cycle, DEADLINE);
+    }
+    run.signal("TERM");
+    let out = run.finish(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let delays: Vec<u64> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("next attempt after backoff"))
+        .map(|l| {
+            let at = l.find("delay_ms=").unwrap() + "delay_ms=".len();
+            l[at..].split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    println!("delays chosen: {delays:?}");
+    assert!(delays.len() >= CYCLES * 2, "{delays:?}\n{}", out.stderr);
+    assert!(
+        delays.iter().all(|&d| d <= 240),
+        "a delay above initial_delay_ms + 20%: {delays:?}"
+    );
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["sources"]["cam"]["reconnects"], CYCLES, "{stats}");
+}
+
 #[test]
 fn a_stalled_stream_is_reconnected() {
     let _turn = serial();

@@ -1,17 +1,30 @@
-//! The end of a run: the pool is joined before the sinks close, the sinks close even when the
-//! pool fails, and runs leave no threads or file descriptors behind. These tests count the
-//! threads of this process, so they take turns.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The end of a real `daemon::run`: the pool is joined before the sinks close, the sinks close
+//! even when an earlier stage failed (a step error with `on_step_error = "stop"`, a drain that
+//! hangs past the stop deadline), a sink that will not close is abandoned at the deadline, and
+//! runs leave no threads or file descriptors behind. These tests count the threads of this
+//! process, so they take turns.
+//!
+//! Mocked, because it cannot be produced for real: the sink (`Witness`) must look at the process
+//! at the very moment it is closed, and the steps that fail or hang are code-built probes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod common;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Behaviour, FROM_FRAME, Log, steps_with};
+use vidflow::config::{OnStepError, Pipeline, SinkConfig, SourceText, load_text};
 use vidflow::daemon::{self, RunOptions, Shutdown};
-use vidflow::sinks::{Sink, SinkError, SinkRunner};
-use vidflow::workflow::{FrameResult, Pool, PoolError};
+use vidflow::sinks::{Sink, SinkError, SinkFactory};
+use vidflow::spec::SinkInput;
+use vidflow::workflow::FrameResult;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Turns a hang into a failure.
+const DEADLINE: Duration = Duration::from_secs(60);
 
 fn task_names() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
@@ -21,90 +34,258 @@ fn task_names() -> Vec<String> {
         .collect()
 }
 
-fn workers_alive() -> usize {
-    // Thread names are cut to 15 bytes in /proc: "vidflow-worker-".
+/// Threads of this process whose name starts with `prefix` (names are cut to 15 bytes).
+fn alive(prefix: &str) -> usize {
     task_names()
         .iter()
-        .filter(|n| n.starts_with("vidflow-worker"))
+        .filter(|n| n.starts_with(prefix))
         .count()
 }
 
-/// A sink that notes, when it is closed, how many pool workers still exist. It stands in for
-/// a file sink because it must look at the process at the very moment of closing.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < DEADLINE, "never saw {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What the witness saw.
+#[derive(Debug, Default)]
+struct Seen {
+    written: AtomicU64,
+    /// Pool workers alive when the sink was closed.
+    workers_at_close: AtomicUsize,
+    closed: AtomicBool,
+}
+
+/// A sink that notes, when it is closed, how many pool workers still exist; with `hang`, its
+/// close never returns (until the test lets it).
+#[derive(Debug, Clone)]
 struct Witness {
-    workers_at_close: Arc<AtomicUsize>,
-    closed: Arc<AtomicBool>,
+    seen: Arc<Seen>,
+    hang: bool,
+}
+
+impl SinkFactory for Witness {
+    fn open(&self, _: &str, _: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+        Ok(Box::new(self.clone()))
+    }
 }
 
 impl Sink for Witness {
     fn write(&mut self, _: &FrameResult) -> Result<bool, SinkError> {
+        self.seen.written.fetch_add(1, Ordering::SeqCst);
         Ok(true)
     }
 
     fn close(self: Box<Self>) -> Result<(), SinkError> {
-        self.workers_at_close
-            .store(workers_alive(), Ordering::SeqCst);
-        self.closed.store(true, Ordering::SeqCst);
+        self.seen
+            .workers_at_close
+            .store(alive("vidflow-worker"), Ordering::SeqCst);
+        if self.hang {
+            block_until_released();
+        }
+        self.seen.closed.store(true, Ordering::SeqCst);
         Ok(())
     }
 }
 
-fn witness() -> (SinkRunner, Arc<AtomicUsize>, Arc<AtomicBool>) {
-    let workers = Arc::new(AtomicUsize::new(usize::MAX));
-    let closed = Arc::new(AtomicBool::new(false));
-    let sink = Witness {
-        workers_at_close: workers.clone(),
-        closed: closed.clone(),
-    };
-    (
-        SinkRunner::spawn("witness", Box::new(sink)).unwrap(),
-        workers,
-        closed,
-    )
+/// Where hanging steps and sinks wait; `release` lets them go at the end of a test, so that
+/// the threads abandoned by the run end before the next test counts threads.
+static HELD: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+fn block_until_released() {
+    let (lock, cv) = &HELD;
+    let mut released = lock.lock().unwrap();
+    while !*released {
+        released = cv.wait(released).unwrap();
+    }
+}
+
+fn hold() {
+    *HELD.0.lock().unwrap() = false;
+}
+
+fn release() {
+    *HELD.0.lock().unwrap() = true;
+    HELD.1.notify_all();
+}
+
+/// A test pattern of `frames` frames into a workflow of one probe and the witness sink.
+fn pipeline(frames: u32, extra: &str, probe: Behaviour, witness: &Witness) -> Pipeline {
+    let text = format!(
+        "[sources.cam]\nuri = \"test://ball?width=160&height=120&frames={frames}&live=false\"\n\
+         [executor]\nworkers = 3\n{extra}"
+    );
+    let mut p = load_text(&SourceText::new("shutdown.toml", text)).unwrap();
+    let log = Log::default();
+    p.steps = steps_with(&log, &[("probe", &FROM_FRAME, &[None])], probe);
+    p.sinks.push(SinkConfig {
+        name: "witness".into(),
+        kind: vidflow::sinks::kind("jsonl").unwrap(),
+        factory: Box::new(witness.clone()),
+        inputs: Vec::new(),
+    });
+    p
+}
+
+/// `daemon::run` on a thread of its own: a run that does not return within [`DEADLINE`] is a
+/// failure, not a hung test.
+fn run_guarded(p: Pipeline, shutdown: &Shutdown) -> Result<daemon::Report, daemon::Failure> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let shutdown = shutdown.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(daemon::run(p, &RunOptions::default(), &shutdown));
+    });
+    rx.recv_timeout(DEADLINE)
+        .unwrap_or_else(|_| panic!("daemon::run did not return within {DEADLINE:?}"))
+}
+
+fn witness(hang: bool) -> Witness {
+    Witness {
+        seen: Arc::default(),
+        hang,
+    }
 }
 
 #[test]
 fn the_pool_is_joined_before_the_sinks_close() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let pool = Pool::new(3).unwrap();
-    // Each thread names itself once it runs.
-    let start = std::time::Instant::now();
-    while workers_alive() < 3 && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(workers_alive(), 3);
-    let (sink, workers_at_close, closed) = witness();
-    let (pool_result, sinks) = daemon::close_in_order(|| pool.shutdown(), vec![sink]);
-    pool_result.unwrap();
-    assert!(closed.load(Ordering::SeqCst));
-    assert_eq!(workers_at_close.load(Ordering::SeqCst), 0);
-    assert!(sinks[0].2.is_ok());
+    let w = witness(false);
+    let p = pipeline(30, "", Behaviour::default(), &w);
+    let report = daemon::run(p, &RunOptions::default(), &Shutdown::new()).unwrap();
+    assert_eq!(report.frames_processed, 30);
+    assert!(w.seen.closed.load(Ordering::SeqCst));
+    assert_eq!(w.seen.written.load(Ordering::SeqCst), 30);
+    assert_eq!(
+        w.seen.workers_at_close.load(Ordering::SeqCst),
+        0,
+        "pool workers were still alive when the sink closed"
+    );
 }
 
-/// A panic payload that panics again when dropped: the worker catches the first panic, then
-/// dies dropping the payload, so joining it fails for real.
-struct PanicOnDrop;
-
-impl Drop for PanicOnDrop {
-    fn drop(&mut self) {
-        panic!("payload dropped");
-    }
+fn fails_on_3(_: &str, seq: u64) -> bool {
+    seq == 3
 }
 
 #[test]
-fn the_sinks_close_even_when_joining_the_pool_fails() {
+fn the_sinks_close_when_a_step_error_stops_the_run() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let pool = Pool::new(2).unwrap();
-    pool.handle()
-        .execute(Box::new(|| std::panic::panic_any(PanicOnDrop)));
-    let (sink, _, closed) = witness();
-    let (pool_result, sinks) = daemon::close_in_order(|| pool.shutdown(), vec![sink]);
+    let w = witness(false);
+    let probe = Behaviour {
+        fail: fails_on_3,
+        ..Behaviour::default()
+    };
+    let mut p = pipeline(300, "", probe, &w);
+    p.executor.on_step_error = OnStepError::Stop;
+    let failure = daemon::run(p, &RunOptions::default(), &Shutdown::new()).unwrap_err();
+    assert_eq!(failure.exit_code(), 70, "{:?}", failure.errors);
     assert!(
-        matches!(pool_result, Err(PoolError::Join(1))),
-        "{pool_result:?}"
+        w.seen.closed.load(Ordering::SeqCst),
+        "the sink was not closed"
     );
-    assert!(closed.load(Ordering::SeqCst), "the sink was not closed");
-    assert!(sinks[0].2.is_ok());
+    let report = failure.report.unwrap();
+    assert_eq!(report.frames_failed, 1, "{report:?}");
+    assert_eq!(
+        report.frames_decoded,
+        report.frames_processed + report.frames_failed + report.frames_dropped,
+        "{report:?}"
+    );
+}
+
+fn hangs_on_5(_: &str, seq: u64) -> Duration {
+    if seq == 5 {
+        block_until_released();
+    }
+    Duration::ZERO
+}
+
+/// The drain hangs (a step that never returns): at the stop deadline the run gives it up,
+/// counts the frames it held as dropped, still closes the sink, and says what it abandoned.
+#[test]
+fn a_drain_that_hangs_is_abandoned_at_the_stop_deadline_and_the_sinks_still_close() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    hold();
+    let w = witness(false);
+    let probe = Behaviour {
+        work: hangs_on_5,
+        ..Behaviour::default()
+    };
+    let p = pipeline(40, "[daemon]\nstop_timeout_s = 1\n", probe, &w);
+    let shutdown = Shutdown::new();
+    let stopper = {
+        let shutdown = shutdown.clone();
+        let seen = w.seen.clone();
+        std::thread::spawn(move || {
+            // Frames 0..=4 are out; frame 5 hangs in the workflow.
+            wait_until("5 frames written", || {
+                seen.written.load(Ordering::SeqCst) >= 5
+            });
+            shutdown.request();
+        })
+    };
+    let started = Instant::now();
+    let failure = run_guarded(p, &shutdown).unwrap_err();
+    let took = started.elapsed();
+    stopper.join().unwrap();
+    release();
+    wait_until("abandoned threads to end", || {
+        alive("vidflow-worker") == 0 && alive("vidflow-executo") == 0
+    });
+
+    assert!(took < DEADLINE, "{took:?}");
+    assert_eq!(failure.exit_code(), 70, "{:?}", failure.errors);
+    let message = failure
+        .errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(message.contains("stop deadline of 1 s"), "{message}");
+    assert!(message.contains("drain"), "{message}");
+    assert!(
+        w.seen.closed.load(Ordering::SeqCst),
+        "the sink was not closed"
+    );
+    let r = failure.report.unwrap();
+    assert_eq!(r.frames_processed, 5, "{r:?}");
+    assert!(
+        r.frames_dropped >= 1,
+        "the hung frame is not counted: {r:?}"
+    );
+    assert_eq!(
+        r.frames_decoded,
+        r.frames_processed + r.frames_failed + r.frames_dropped,
+        "{r:?}"
+    );
+}
+
+/// A sink whose close never returns is abandoned at the deadline and named; the run returns.
+#[test]
+fn a_sink_that_will_not_close_is_abandoned_at_the_stop_deadline() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    hold();
+    let w = witness(true);
+    let p = pipeline(
+        10,
+        "[daemon]\nstop_timeout_s = 1\n",
+        Behaviour::default(),
+        &w,
+    );
+    let failure = run_guarded(p, &Shutdown::new()).unwrap_err();
+    let sink_was_closing = w.seen.workers_at_close.load(Ordering::SeqCst) != usize::MAX;
+    release();
+    wait_until("the abandoned sink to end", || {
+        w.seen.closed.load(Ordering::SeqCst) && alive("vidflow-sink") == 0
+    });
+    assert!(sink_was_closing);
+    assert_eq!(failure.exit_code(), 70, "{:?}", failure.errors);
+    let message = failure.errors[0].to_string();
+    assert!(message.contains("sink \"witness\""), "{message}");
+    let r = failure.report.unwrap();
+    assert_eq!(r.frames_processed, 10, "{r:?}");
+    assert_eq!(r.frames_dropped, 0, "{r:?}");
 }
 
 fn descriptors() -> usize {
@@ -140,11 +321,7 @@ image = "$steps.overlay.image"
         dir = dir.path().display()
     );
     let run = || {
-        let pipeline = vidflow::config::load_text(&vidflow::config::SourceText::new(
-            "runs.toml",
-            text.clone(),
-        ))
-        .unwrap();
+        let pipeline = load_text(&SourceText::new("runs.toml", text.clone())).unwrap();
         let report = daemon::run(pipeline, &RunOptions::default(), &Shutdown::new()).unwrap();
         assert_eq!(report.frames_processed, 30);
     };
@@ -157,7 +334,7 @@ image = "$steps.overlay.image"
     for i in 0..3 {
         run();
         settle();
-        assert_eq!(workers_alive(), 0, "run {i}: pool workers left");
+        assert_eq!(alive("vidflow-worker"), 0, "run {i}: pool workers left");
         assert_eq!(task_names().len(), threads, "run {i}: {:?}", task_names());
         assert_eq!(descriptors(), fds, "run {i}: file descriptors left");
     }

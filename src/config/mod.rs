@@ -20,7 +20,10 @@ mod raw;
 mod resolve;
 mod source;
 
-pub use resolve::{ExecutorConfig, OnStepError, Pipeline, SinkConfig, StepConfig};
+pub use resolve::{
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
+    StepConfig,
+};
 
 /// A diagnostic placed in its file: `path:line:column: message`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,6 +21,7 @@ pub(super) struct RawPipeline<'i> {
     pub sources_declared: usize,
     pub sources: Vec<(Spanned<String>, RawSource)>,
     pub executor: RawExecutor,
+    pub daemon: RawDaemon,
     pub steps: Vec<RawComponent<'i>>,
     pub sinks: Vec<RawComponent<'i>>,
 }
@@ -65,6 +66,13 @@ pub(super) struct RawExecutor {
     pub opencv_threads: Option<Spanned<i64>>,
 }
 
+/// `[daemon]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDaemon {
+    pub stop_timeout_s: Option<Spanned<i64>>,
+}
+
 /// `[steps.NAME]` or `[sinks.NAME]`: a kind and the keys that kind interprets.
 #[derive(Debug)]
 pub(super) struct RawComponent<'i> {
@@ -92,7 +100,7 @@ impl<'i> RawComponent<'i> {
     }
 }
 
-const SECTIONS: &str = "sources, executor, steps, sinks";
+const SECTIONS: &str = "sources, executor, daemon, steps, sinks";
 
 pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<RawPipeline<'i>> {
     let (doc, errors) = DeTable::parse_recoverable(text);
@@ -117,6 +125,11 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
             "executor" => {
                 if let Some(e) = deserialize::<RawExecutor>("executor", value, diags) {
                     raw.executor = e;
+                }
+            }
+            "daemon" => {
+                if let Some(d) = deserialize::<RawDaemon>("daemon", value, diags) {
+                    raw.daemon = d;
                 }
             }
             "steps" => raw.steps = components("steps", key, value, diags),

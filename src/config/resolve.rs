@@ -4,12 +4,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use toml::Spanned;
 use toml::de::DeValue;
 
 use super::Name;
-use super::raw::{RawComponent, RawExecutor, RawPipeline};
+use super::raw::{RawComponent, RawDaemon, RawExecutor, RawPipeline};
 use crate::sinks::{self, SinkFactory, SinkKind};
 use crate::source::SourceConfig;
 use crate::spec::{Diagnostic, Params, Ref, SinkInput};
@@ -22,6 +23,7 @@ pub struct Pipeline {
     pub path: PathBuf,
     pub sources: Vec<SourceConfig>,
     pub executor: ExecutorConfig,
+    pub daemon: DaemonConfig,
     /// In an order where every step comes after the steps it reads from.
     pub steps: Vec<StepConfig>,
     pub sinks: Vec<SinkConfig>,
@@ -69,6 +71,30 @@ impl Default for ExecutorConfig {
     }
 }
 
+/// `[daemon]`: how the run as a whole behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// The whole shutdown (source stop, drain, pool join, sink close) must end within this
+    /// long of the stop request (or of the run ending by itself); what is still going at the
+    /// deadline is abandoned, counted and named in the log.
+    pub stop_timeout: Duration,
+}
+
+/// `stop_timeout_s` when the file does not say: well inside systemd's `TimeoutStopSec=60` of
+/// the shipped unit, so vidflow, not SIGKILL, decides what is abandoned.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The largest `stop_timeout_s` accepted: an hour.
+const MAX_STOP_TIMEOUT_S: i64 = 3600;
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        Self {
+            stop_timeout: DEFAULT_STOP_TIMEOUT,
+        }
+    }
+}
+
 pub struct StepConfig {
     pub name: Name,
     pub kind: &'static StepKind,
@@ -104,6 +130,7 @@ struct Declared {
 pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipeline {
     let sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
+    let daemon = resolve_daemon(&raw.daemon, diags);
 
     let declared: Vec<Declared> = raw
         .steps
@@ -224,9 +251,29 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         path: PathBuf::new(),
         sources,
         executor,
+        daemon,
         steps,
         sinks,
     }
+}
+
+fn resolve_daemon(raw: &RawDaemon, diags: &mut Vec<Diagnostic>) -> DaemonConfig {
+    let mut config = DaemonConfig::default();
+    if let Some(t) = &raw.stop_timeout_s {
+        match u64::try_from(*t.get_ref()) {
+            Ok(s) if s >= 1 && *t.get_ref() <= MAX_STOP_TIMEOUT_S => {
+                config.stop_timeout = Duration::from_secs(s);
+            }
+            _ => diags.push(Diagnostic::at(
+                t.span(),
+                format!(
+                    "daemon: stop_timeout_s must be between 1 and {MAX_STOP_TIMEOUT_S}, not {}",
+                    t.get_ref()
+                ),
+            )),
+        }
+    }
+    config
 }
 
 fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorConfig {

@@ -1,8 +1,9 @@
 //! Assembles source -> executor -> sinks for one run, and takes it down in order.
 //!
-//! Threads: the caller's thread coordinates the executor; the source has its bus thread (and
-//! GStreamer's streaming threads), the pool its workers, each sink its own thread, and a
-//! `vidflow-shutdown` thread waits for stop requests.
+//! Threads: the caller's thread starts everything, then waits for stop requests and for the
+//! executor, whose coordinator runs on a `vidflow-executor` thread; each source has its
+//! supervisor (and GStreamer's streaming threads), the pool its workers, each sink its own
+//! thread.
 //!
 //! Shutdown order, whatever ends the run (end of stream, a stop request, a source error, a
 //! step error with `on_step_error = "stop"`):
@@ -13,6 +14,11 @@
 //!
 //! A second stop request aborts: no new frame is admitted, frames still queued are counted as
 //! dropped, frames in flight still finish, and the sinks are still closed.
+//!
+//! The stop deadline (`[daemon] stop_timeout_s`, from the first stop request or the end of the
+//! run) bounds all four steps: what has not finished by then is abandoned, never waited for,
+//! counted (frames as dropped) and named in the log, and the run fails with
+//! [`DaemonError::StopDeadline`] (exit 70). See `shutdown.rs` for the shares of the deadline.
 
 use std::collections::BTreeMap;
 
@@ -25,8 +31,9 @@ use crate::workflow::{PoolError, StepFailure};
 
 pub mod notify;
 mod run;
+mod shutdown;
 
-pub use run::{SinkClosed, close_in_order, run};
+pub use run::run;
 
 /// Run-time choices that are not part of the pipeline file.
 #[derive(Debug, Default, Clone)]
@@ -101,6 +108,8 @@ pub enum DaemonError {
     Pool(#[from] PoolError),
     #[error("step \"{}\" failed and on_step_error = \"stop\": {}", .0.step, .0.message)]
     StepStop(StepFailure),
+    #[error("stop deadline of {timeout_s} s reached; abandoned: {abandoned}")]
+    StopDeadline { timeout_s: u64, abandoned: String },
 }
 
 impl DaemonError {
@@ -112,7 +121,9 @@ impl DaemonError {
                 source: SinkError::Io { .. },
                 ..
             } => 73,
-            Self::Sink { .. } | Self::Pool(_) | Self::StepStop(_) => 70,
+            // A run that had to abandon something at the stop deadline lost frames or left a
+            // thread or a file behind: not a clean end.
+            Self::Sink { .. } | Self::Pool(_) | Self::StepStop(_) | Self::StopDeadline { .. } => 70,
         }
     }
 }

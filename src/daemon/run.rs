@@ -1,18 +1,22 @@
 //! One run: source -> executor -> sinks, and the shutdown order (see the module above).
+//!
+//! Threads here: the caller's thread starts everything, then waits for stop requests and for
+//! the executor, which coordinates on a `vidflow-executor` thread of its own so that the caller
+//! can give up on it at the stop deadline (see [`super::shutdown`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 
+use super::shutdown::{Delivered, StopDeadline, close_in_order, close_sinks, stop_sources};
 use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
 use crate::config::Pipeline;
-use crate::frame::Frame;
-use crate::sinks::{SinkError, SinkRunner, SinkStats};
-use crate::source::{self, SourceError, SourceHandle, SourceStats};
-use crate::workflow::{Executor, Graph, Pool, PoolError};
+use crate::sinks::SinkRunner;
+use crate::source::{self, SourceControl, SourceHandle};
+use crate::workflow::{Executor, Graph, Pool, PoolError, RunStats};
 
 /// Runs a pipeline until its source ends or `shutdown` is requested.
 pub fn run(
@@ -24,10 +28,12 @@ pub fn run(
     let Pipeline {
         sources,
         executor: executor_config,
+        daemon: daemon_config,
         steps,
         sinks: sink_configs,
         ..
     } = pipeline;
+    let stop_timeout = daemon_config.stop_timeout;
     let graph = Arc::new(Graph::new(steps));
     let opencv_threads = i32::try_from(executor_config.opencv_threads).unwrap_or(1);
     if let Err(e) = opencv::core::set_num_threads(opencv_threads) {
@@ -43,7 +49,7 @@ pub fn run(
         match opened {
             Ok(runner) => sinks.push(runner),
             Err(source) => {
-                close_sinks(sinks);
+                close_sinks(sinks, None);
                 return Err(Failure::before_start(DaemonError::Sink {
                     name: config.name.to_string(),
                     source,
@@ -61,7 +67,7 @@ pub fn run(
         match Pool::new(executor_config.workers) {
             Ok(pool) => Some(pool),
             Err(e) => {
-                close_sinks(sinks);
+                close_sinks(sinks, None);
                 return Err(Failure::before_start(e.into()));
             }
         }
@@ -78,122 +84,171 @@ pub fn run(
                 queues.push(rx);
             }
             Err(e) => {
-                stop_sources(running, queues);
-                let _ = close_in_order(|| host_pool.map_or(Ok(()), Pool::shutdown), sinks);
+                let deadline = StopDeadline::starting_now(stop_timeout);
+                stop_sources(running, queues, deadline.joins());
+                let _ = close_in_order(host_pool, sinks, &deadline);
                 return Err(Failure::before_start(e.into()));
             }
         }
     }
     notify::notify("READY=1");
 
-    // Stop requests: the first stops the source gracefully, the second aborts.
-    let (abort_tx, abort_rx) = crossbeam_channel::unbounded::<()>();
-    let (finished_tx, finished_rx) = crossbeam_channel::bounded::<()>(0);
-    let watcher = {
-        let requests = shutdown.rx.clone();
-        let controls: Vec<_> = running.iter().map(source::SourceHandle::control).collect();
-        std::thread::Builder::new()
-            .name("vidflow-shutdown".to_owned())
-            .spawn(move || {
-                let mut count = 0;
-                loop {
-                    crossbeam_channel::select! {
-                        recv(requests) -> r => {
-                            if r.is_err() { return; }
-                            count += 1;
-                            if count == 1 {
-                                tracing::info!("stop requested: draining (send again to stop at once)");
-                                notify::notify("STOPPING=1");
-                                controls.iter().for_each(source::SourceControl::stop);
-                            } else {
-                                tracing::warn!("second stop request: aborting");
-                                controls.iter().for_each(source::SourceControl::abort);
-                                let _ = abort_tx.send(());
-                            }
-                        }
-                        recv(finished_rx) -> _ => return,
-                    }
-                }
-            })
-            .ok()
-    };
-
     let executor = match &host_pool {
         Some(pool) => Executor::new(graph, pool.handle(), executor_config),
         None => Executor::owning(graph, executor_config),
     };
-    let stats = executor.run_sources(&queues, &abort_rx, |result| {
-        for sink in &sinks {
-            sink.send(result.clone());
+    let host_metrics = host_pool.as_ref().map(|p| p.metrics().clone());
+    let delivered = Arc::new(Delivered::default());
+    let (abort_tx, abort_rx) = crossbeam_channel::unbounded::<()>();
+    let (finished_tx, finished_rx) = crossbeam_channel::bounded::<(RunStats, Executor)>(1);
+    let spawned = {
+        let queues = queues.clone();
+        let senders: Vec<_> = sinks.iter().map(SinkRunner::sender).collect();
+        let delivered = delivered.clone();
+        std::thread::Builder::new()
+            .name("vidflow-executor".to_owned())
+            .spawn(move || {
+                let stats = executor.run_sources(&queues, &abort_rx, |result| {
+                    if delivered.count(&result) {
+                        for sink in &senders {
+                            // Fails only if the sink thread is gone; its close reports why.
+                            let _ = sink.send(result.clone());
+                        }
+                    }
+                });
+                let _ = finished_tx.send((stats, executor));
+            })
+    };
+    let executor_thread = match spawned {
+        Ok(thread) => thread,
+        Err(e) => {
+            let deadline = StopDeadline::starting_now(stop_timeout);
+            stop_sources(running, queues, deadline.joins());
+            let _ = close_in_order(host_pool, sinks, &deadline);
+            return Err(Failure::before_start(DaemonError::Pool(PoolError::Spawn(
+                e,
+            ))));
         }
+    };
+
+    // Wait for the executor, taking stop requests: the first stops the sources gracefully and
+    // starts the stop deadline, the second aborts.
+    let controls: Vec<_> = running.iter().map(SourceHandle::control).collect();
+    let (finished, deadline) = wait(&WaitFor {
+        requests: &shutdown.rx,
+        finished: &finished_rx,
+        controls: &controls,
+        abort: &abort_tx,
+        stop_timeout,
     });
+    let mut abandoned = Vec::new();
+    if finished.is_some() {
+        // It has sent its last message: the join is immediate.
+        let _ = executor_thread.join();
+    } else {
+        // The drain did not end in time: stop admitting and delivering; what is queued or in
+        // flight is counted below as dropped, and the executor's thread is abandoned.
+        tracing::error!("frames still in the workflow at the stop deadline; abandoning the drain");
+        controls.iter().for_each(SourceControl::abort);
+        let _ = abort_tx.send(());
+        abandoned.push("the workflow's drain".to_owned());
+    }
+    let counts = delivered.close();
 
     // 1. The sources: stopped hard if still running (abort, or stop on step error).
-    let (source_stats, leftover, source_errors) = stop_sources(running, queues);
-    drop(finished_tx);
-    if let Some(w) = watcher {
-        let _ = w.join();
-    }
-    // 2. Drained already: `run` returns after the last admitted frame was delivered.
-    let metrics = executor.pool_metrics();
-    let coordinator_wakeups = executor
-        .metrics()
-        .coordinator_wakeups
-        .load(Ordering::Relaxed);
-    let pools_built = match &host_pool {
-        Some(_) => 1,
-        None => executor.metrics().pools_built.load(Ordering::Relaxed),
+    let stopped = stop_sources(running, queues, deadline.joins());
+    abandoned.extend(stopped.abandoned.iter().cloned());
+    // 2. Drained already, or abandoned above.
+    let pool_metrics = host_metrics.or_else(|| {
+        finished
+            .as_ref()
+            .and_then(|(_, executor)| executor.pool_metrics())
+    });
+    let coordinator_wakeups = finished.as_ref().map_or(0, |(_, executor)| {
+        executor
+            .metrics()
+            .coordinator_wakeups
+            .load(Ordering::Relaxed)
+    });
+    let pools_built = match (&host_pool, &finished) {
+        (Some(_), _) => 1,
+        (None, Some((_, executor))) => executor.metrics().pools_built.load(Ordering::Relaxed),
+        (None, None) => 0,
     };
     // 3. The pool, then 4. the sinks, whatever happened before.
-    let (pool_result, sink_results) = close_in_order(
-        || {
-            let own = executor.close();
-            let host = host_pool.map_or(Ok(()), Pool::shutdown);
-            own.and(host)
-        },
-        sinks,
-    );
+    let (stats, own_pool) = match finished {
+        Some((stats, executor)) => (Some(stats), executor.close()),
+        None => (None, Ok(())),
+    };
+    let (host_result, sink_results) = close_in_order(host_pool, sinks, &deadline);
+    let pool_result = own_pool.and(host_result);
+    if let Err(PoolError::Abandoned(n)) = &pool_result {
+        abandoned.push(format!("{n} pool worker(s)"));
+    }
 
+    // Every decoded frame is processed, failed or dropped: what the sources dropped and the
+    // frames left in their queues are known; the rest were in the workflow when it was given
+    // up (`lost`). A source abandoned while still running may count a frame between its two
+    // counters: `frames_decoded` is then the sum, so the invariant holds whatever.
+    let source_dropped: u64 = stopped.stats.values().map(|s| s.dropped).sum();
+    let decoded: u64 = stopped.stats.values().map(|s| s.decoded).sum();
+    let lost = decoded
+        .saturating_sub(source_dropped + stopped.leftover + counts.processed + counts.failed);
+    if lost > 0 {
+        tracing::error!(
+            frames = lost,
+            "frames abandoned at the stop deadline, counted as dropped"
+        );
+        abandoned.push(format!("{lost} frame(s)"));
+    }
     let wall = started.elapsed().as_secs_f64();
     let mut report = Report {
-        frames_decoded: source_stats.values().map(|s| s.decoded).sum(),
-        frames_processed: stats.processed,
-        frames_failed: stats.failed,
-        frames_dropped: source_stats.values().map(|s| s.dropped).sum::<u64>() + leftover,
-        sources: source_stats,
+        frames_decoded: decoded
+            .max(source_dropped + stopped.leftover + counts.processed + counts.failed),
+        frames_processed: counts.processed,
+        frames_failed: counts.failed,
+        frames_dropped: source_dropped + stopped.leftover + lost,
+        sources: stopped.stats,
         sinks: BTreeMap::new(),
         wall_seconds: wall,
         frames_per_second: if wall > 0.0 {
-            (stats.processed + stats.failed) as f64 / wall
+            (counts.processed + counts.failed) as f64 / wall
         } else {
             0.0
         },
         pool: PoolReport {
             workers: executor_config.workers,
             pools_built,
-            dispatches: metrics
+            dispatches: pool_metrics
                 .as_ref()
                 .map_or(0, |m| m.dispatches.load(Ordering::Relaxed)),
-            wakeups: metrics
+            wakeups: pool_metrics
                 .as_ref()
                 .map_or(0, |m| m.wakeups.load(Ordering::Relaxed)),
             coordinator_wakeups,
-            panics: metrics
+            panics: pool_metrics
                 .as_ref()
                 .map_or(0, |m| m.panics.load(Ordering::Relaxed)),
         },
     };
-    let mut errors: Vec<DaemonError> = source_errors.into_iter().map(DaemonError::Source).collect();
-    if let Some(failure) = stats.stopped_by {
+    let mut errors: Vec<DaemonError> = stopped
+        .errors
+        .into_iter()
+        .map(DaemonError::Source)
+        .collect();
+    if let Some(failure) = stats.and_then(|s| s.stopped_by) {
         errors.push(DaemonError::StepStop(failure));
     }
-    if let Err(e) = pool_result {
-        errors.push(DaemonError::Pool(e));
+    match pool_result {
+        Ok(()) | Err(PoolError::Abandoned(_)) => {}
+        Err(e) => errors.push(DaemonError::Pool(e)),
     }
     for (name, stats, result) in sink_results {
         report.sinks.insert(name.clone(), stats);
-        if let Err(source) = result {
-            errors.push(DaemonError::Sink { name, source });
+        match result {
+            Some(Ok(())) => {}
+            Some(Err(source)) => errors.push(DaemonError::Sink { name, source }),
+            None => abandoned.push(format!("sink \"{name}\"")),
         }
     }
     tracing::info!(
@@ -204,6 +259,14 @@ pub fn run(
         fps = format!("{:.1}", report.frames_per_second),
         "pipeline finished"
     );
+    if !abandoned.is_empty() {
+        let what = abandoned.join(", ");
+        tracing::error!(abandoned = %what, "stop deadline reached");
+        errors.push(DaemonError::StopDeadline {
+            timeout_s: stop_timeout.as_secs(),
+            abandoned: what,
+        });
+    }
     if errors.is_empty() {
         Ok(report)
     } else {
@@ -214,55 +277,56 @@ pub fn run(
     }
 }
 
-/// Stops every source hard and waits for it. Frames still queued are counted until a
-/// source is down and its sender gone (draining also unblocks a streaming thread waiting for
-/// room, so the source can stop). Returns each source's counts, the frames left in the queues
-/// and the errors the sources ended with.
-fn stop_sources(
-    running: Vec<SourceHandle>,
-    queues: Vec<Receiver<Frame>>,
-) -> (BTreeMap<String, SourceStats>, u64, Vec<SourceError>) {
-    for source in &running {
-        source.control().abort();
-    }
-    let leftover = queues.iter().map(|q| q.iter().count() as u64).sum();
-    drop(queues);
-    let mut stats = BTreeMap::new();
-    let mut errors = Vec::new();
-    for source in running {
-        let name = source.name().to_string();
-        let counters = source.counters().clone();
-        if let Err(e) = source.join() {
-            errors.push(e);
+/// What [`wait`] listens to.
+struct WaitFor<'a> {
+    requests: &'a Receiver<()>,
+    finished: &'a Receiver<(RunStats, Executor)>,
+    controls: &'a [SourceControl],
+    abort: &'a Sender<()>,
+    stop_timeout: Duration,
+}
+
+/// Blocks until the executor has drained, or the drain's share of the stop deadline is over
+/// (`None`). Returns the deadline of the rest of the shutdown: from the first stop request, or
+/// from the end of the run if it ended by itself.
+fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
+    let mut requests = w.requests.clone();
+    let mut count = 0;
+    let mut deadline: Option<StopDeadline> = None;
+    loop {
+        let timer = deadline.map_or_else(crossbeam_channel::never, |d| {
+            crossbeam_channel::at(d.drain())
+        });
+        crossbeam_channel::select! {
+            recv(requests) -> r => {
+                if r.is_err() {
+                    requests = crossbeam_channel::never();
+                    continue;
+                }
+                count += 1;
+                if count == 1 {
+                    tracing::info!(
+                        stop_timeout_s = w.stop_timeout.as_secs(),
+                        "stop requested: draining (send again to stop at once)"
+                    );
+                    notify::notify("STOPPING=1");
+                    deadline = Some(StopDeadline::starting_now(w.stop_timeout));
+                    w.controls.iter().for_each(SourceControl::stop);
+                } else {
+                    tracing::warn!("second stop request: aborting");
+                    w.controls.iter().for_each(SourceControl::abort);
+                    let _ = w.abort.send(());
+                }
+            }
+            recv(w.finished) -> r => {
+                let deadline = deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
+                // Disconnected: the executor's thread panicked; nothing is left to wait for.
+                return (r.ok(), deadline);
+            }
+            recv(timer) -> _ => {
+                let deadline = deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
+                return (None, deadline);
+            }
         }
-        stats.insert(name, counters.snapshot());
     }
-    (stats, leftover, errors)
-}
-
-/// Shuts the pool down (joining its threads), then closes every sink, even if the pool
-/// reported a failure: the last two steps of the shutdown order.
-pub fn close_in_order(
-    shutdown_pool: impl FnOnce() -> Result<(), PoolError>,
-    sinks: Vec<SinkRunner>,
-) -> (Result<(), PoolError>, Vec<SinkClosed>) {
-    let pool = shutdown_pool();
-    if let Err(e) = &pool {
-        tracing::error!(error = %e, "worker pool did not shut down cleanly; closing sinks anyway");
-    }
-    (pool, close_sinks(sinks))
-}
-
-/// A closed sink: its name, its counts, and how closing went.
-pub type SinkClosed = (String, SinkStats, Result<(), SinkError>);
-
-fn close_sinks(sinks: Vec<SinkRunner>) -> Vec<SinkClosed> {
-    sinks
-        .into_iter()
-        .map(|s| {
-            let name = s.name().to_owned();
-            let (stats, result) = s.close();
-            (name, stats, result)
-        })
-        .collect()
 }

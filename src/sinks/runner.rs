@@ -3,12 +3,17 @@
 //! Threads: one per sink, named `vidflow-sink-NAME`. Channel: bounded to [`SINK_QUEUE`] frame
 //! results; when a sink falls behind, delivery waits (results are never dropped silently), which
 //! in turn slows admission of new frames. The thread flushes whenever its queue runs empty.
-//! Stop protocol: [`SinkRunner::close`] drops the sender; the thread writes what is queued,
-//! closes the sink (finalizing its file) and returns its counts.
+//! Stop protocol: [`SinkRunner::close`] drops the sender and a `close` signal; the thread writes
+//! what is queued, closes the sink (finalizing its file) and returns its counts. The signal lets
+//! the sink close even while a clone of the sender is still held elsewhere (an executor thread
+//! abandoned at the stop deadline): results queued by then are written, later ones are refused.
+//! [`SinkRunner::close_until`] waits for that only until a deadline; a sink still busy then is
+//! abandoned (its thread detached, never joined).
 
 use std::thread::JoinHandle;
+use std::time::Instant;
 
-use crossbeam_channel::{Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use serde::Serialize;
 
 use super::{Sink, SinkError};
@@ -28,16 +33,25 @@ pub struct SinkStats {
     pub dropped: u64,
 }
 
+/// What a sink thread hands back when it ends: its counts and how closing went.
+type Closed = (SinkStats, Result<(), SinkError>);
+
 #[derive(Debug)]
 pub struct SinkRunner {
     name: String,
     sender: Sender<FrameResult>,
-    thread: JoinHandle<(SinkStats, Result<(), SinkError>)>,
+    /// Dropped to tell the thread to write what is queued and close.
+    close: Sender<()>,
+    /// The thread's last act sends its counts here, so closing can wait with a deadline.
+    closed: Receiver<Closed>,
+    thread: JoinHandle<()>,
 }
 
 impl SinkRunner {
     pub fn spawn(name: &str, sink: Box<dyn Sink>) -> Result<Self, SinkError> {
         let (sender, receiver) = crossbeam_channel::bounded::<FrameResult>(SINK_QUEUE);
+        let (close, close_rx) = crossbeam_channel::bounded::<()>(0);
+        let (closed_tx, closed) = crossbeam_channel::bounded::<Closed>(1);
         let label = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("vidflow-sink-{name}"))
@@ -52,9 +66,12 @@ impl SinkRunner {
                             if let Err(e) = sink.idle() {
                                 tracing::error!(sink = %label, error = %e, "flush failed");
                             }
-                            match receiver.recv() {
-                                Ok(r) => r,
-                                Err(_) => break,
+                            crossbeam_channel::select! {
+                                recv(receiver) -> r => match r {
+                                    Ok(r) => r,
+                                    Err(_) => break,
+                                },
+                                recv(close_rx) -> _ => break,
                             }
                         }
                         Err(TryRecvError::Disconnected) => break,
@@ -74,12 +91,14 @@ impl SinkRunner {
                         }
                     }
                 }
-                (stats, sink.close())
+                let _ = closed_tx.send((stats, sink.close()));
             })
             .map_err(|e| SinkError::Other(format!("cannot spawn sink thread: {e}")))?;
         Ok(Self {
             name: name.to_owned(),
             sender,
+            close,
+            closed,
             thread,
         })
     }
@@ -94,14 +113,54 @@ impl SinkRunner {
         let _ = self.sender.send(result);
     }
 
+    /// Another way to queue results for this sink (for a thread of its own).
+    pub fn sender(&self) -> Sender<FrameResult> {
+        self.sender.clone()
+    }
+
     /// Writes what is queued, finalizes the output and returns the counts.
     pub fn close(self) -> (SinkStats, Result<(), SinkError>) {
-        drop(self.sender);
-        self.thread.join().unwrap_or_else(|_| {
+        let name = self.name.clone();
+        self.close_until(None).unwrap_or_else(|| {
             (
                 SinkStats::default(),
-                Err(SinkError::Other(format!("sink \"{}\" panicked", self.name))),
+                Err(SinkError::Other(format!("sink \"{name}\" panicked"))),
             )
         })
+    }
+
+    /// Like [`SinkRunner::close`], waiting only until `deadline` (if any): `None` when the sink
+    /// was still busy then; its thread is abandoned.
+    pub fn close_until(
+        self,
+        deadline: Option<Instant>,
+    ) -> Option<(SinkStats, Result<(), SinkError>)> {
+        let Self {
+            name,
+            sender,
+            close,
+            closed,
+            thread,
+        } = self;
+        drop(sender);
+        drop(close);
+        let got = match deadline {
+            Some(deadline) => closed.recv_deadline(deadline),
+            None => closed.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match got {
+            Ok(done) => {
+                let _ = thread.join();
+                Some(done)
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let _ = thread.join();
+                Some((
+                    SinkStats::default(),
+                    Err(SinkError::Other(format!("sink \"{name}\" panicked"))),
+                ))
+            }
+            Err(RecvTimeoutError::Timeout) => None,
+        }
     }
 }

@@ -7,11 +7,19 @@
 //! it into this source's own bounded channel (capacity `queue`): a file waits for room, a live
 //! source drops its oldest queued frame and counts it, so it stays current.
 //!
-//! Stop protocol: [`SourceControl::stop`] records the request, wakes a backoff wait through
-//! a channel and a bus wait through an application message; a streaming pipeline then gets EOS
-//! and still delivers what it decoded. If no frame moves for [`STOP_GRACE`] it is stopped hard.
-//! [`SourceControl::abort`] stops hard at once. When the supervisor ends, the pipeline is down
-//! and the frame sender is dropped: the consumer sees the channel close after the last frame.
+//! Stop protocol: [`SourceControl::stop`] records the request (`request`, only ever raised),
+//! wakes a backoff wait through the `wake` channel (capacity 1) and a bus wait through an
+//! application message; a request made while a pipeline is being built is delivered once its bus
+//! is known. A stop wins in every state: between attempts the supervisor returns at once; a
+//! connection that has not given a frame yet (starting, connecting, set up to a server that does
+//! not answer) has nothing to drain and is stopped hard at once (an EOS sent to an `rtspsrc`
+//! whose streams do not exist yet would be lost); a streaming pipeline gets EOS and still
+//! delivers what it decoded, for at most [`STOP_GRACE`] after the request, then it is stopped
+//! hard; an error after a request ends it instead of reconnecting. [`SourceControl::abort`]
+//! stops hard at once. When the supervisor ends, the pipeline is down and the frame sender is
+//! dropped (the consumer sees the channel close after the last frame), then its result is sent
+//! on `ended`, so that [`SourceHandle::join_until`] can give up on a supervisor blocked in
+//! GStreamer (a state change waiting on a TCP connect) at a deadline.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -44,7 +52,9 @@ pub struct SourceConfig {
     pub uri_span: std::ops::Range<usize>,
 }
 
-/// How long a stopping source may go without delivering a frame before it is stopped hard.
+/// How long a streaming source may take, after a stop request, to deliver what it decoded and
+/// end its stream before it is stopped hard: the decoder's few queued frames take milliseconds;
+/// this is for a slow workflow holding a file's streaming thread, well inside the stop deadline.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Why a source could not start or ended badly. Messages never contain a password.
@@ -148,6 +158,15 @@ struct Shared {
     /// streaming thread, read by the supervisor for stall detection.
     last_frame: AtomicU64,
     epoch: Instant,
+    /// Added to the timestamps of the pipeline running now, in ns: each new pipeline (a file
+    /// looping, a stream reconnecting) starts its timestamps again near zero, and frames carry
+    /// them on from where the previous one ended, as they do frame numbers (a video sink would
+    /// otherwise see time go back). Written by `Connection::open` before the pipeline starts,
+    /// read by its streaming thread.
+    pts_offset: AtomicU64,
+    /// The end (timestamp plus one frame) of the last frame delivered, offset included, in ns.
+    /// Written by the streaming thread, read by `Connection::open`.
+    pts_end: AtomicU64,
     /// Set by the supervisor after a loss; the first frame of the next pipeline clears it and
     /// counts the reconnection.
     reconnecting: AtomicBool,
@@ -197,7 +216,10 @@ impl Shared {
 #[derive(Debug)]
 pub struct SourceHandle {
     shared: Arc<Shared>,
-    thread: JoinHandle<Result<(), SourceError>>,
+    thread: JoinHandle<()>,
+    /// The supervisor's result, sent as its last act: lets [`SourceHandle::join_until`] wait
+    /// with a deadline (a `JoinHandle` cannot).
+    ended: Receiver<Result<(), SourceError>>,
 }
 
 /// Stops a running source from any thread.
@@ -243,23 +265,35 @@ pub fn start(
         seq: AtomicU64::new(0),
         last_frame: AtomicU64::new(0),
         epoch: Instant::now(),
+        pts_offset: AtomicU64::new(0),
+        pts_end: AtomicU64::new(0),
         reconnecting: AtomicBool::new(false),
     });
     stream::preflight(&shared)?;
     // A live source drops its oldest queued frame to make room: it needs the receiving end.
     let oldest = shared.uri.is_live().then(|| frames_rx.clone());
+    let (ended_tx, ended) = crossbeam_channel::bounded(1);
     let thread = {
         let shared = shared.clone();
         std::thread::Builder::new()
             .name(format!("vidflow-source-{}", config.name))
-            .spawn(move || supervisor::supervise(&shared, &frames, oldest.as_ref()))
+            .spawn(move || {
+                let result = supervisor::supervise(&shared, &frames, oldest.as_ref());
+                // The frame sender goes first: the consumer sees the channel close.
+                drop(frames);
+                let _ = ended_tx.send(result);
+            })
             .map_err(|e| SourceError::Gstreamer {
                 name: config.name.to_string(),
                 message: format!("cannot spawn source thread: {e}"),
             })?
     };
     tracing::info!(source = %config.name, uri = %config.uri, "source started");
-    Ok(SourceHandle { shared, thread })
+    Ok(SourceHandle {
+        shared,
+        thread,
+        ended,
+    })
 }
 
 impl SourceHandle {
@@ -280,11 +314,34 @@ impl SourceHandle {
     /// Waits for the supervisor; the pipeline is down when this returns.
     pub fn join(self) -> Result<(), SourceError> {
         let name = self.shared.name.to_string();
-        self.thread.join().unwrap_or_else(|_| {
+        let result = self.ended.recv().unwrap_or_else(|_| {
             Err(SourceError::Gstreamer {
                 name,
                 message: "source thread panicked".to_owned(),
             })
-        })
+        });
+        let _ = self.thread.join();
+        result
+    }
+
+    /// Waits for the supervisor until `deadline`. Past it the thread is abandoned (detached,
+    /// never joined) and `None` is returned: a GStreamer call that blocks (a TCP connect to a
+    /// host that does not answer) cannot hold the caller.
+    pub fn join_until(self, deadline: Instant) -> Option<Result<(), SourceError>> {
+        let name = self.shared.name.to_string();
+        match self.ended.recv_deadline(deadline) {
+            Ok(result) => {
+                let _ = self.thread.join();
+                Some(result)
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                let _ = self.thread.join();
+                Some(Err(SourceError::Gstreamer {
+                    name,
+                    message: "source thread panicked".to_owned(),
+                }))
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+        }
     }
 }

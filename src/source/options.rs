@@ -98,10 +98,14 @@ impl Default for SourceOptions {
 
 /// Delay before each reconnection attempt: doubles from `initial_delay` up to `max_delay`,
 /// each delay drawn within ±20% so that many cameras lost together do not retry in step.
+/// [`Backoff::next_flat_delay`] retries at `initial_delay` without climbing.
 #[derive(Debug)]
 pub struct Backoff {
     config: Reconnect,
+    /// Attempts since the last reset (what `max_attempts` limits).
     attempt: u32,
+    /// Doublings so far: the exponent of the next `next_delay`.
+    level: u32,
     seed: u64,
 }
 
@@ -110,6 +114,7 @@ impl Backoff {
         Self {
             config,
             attempt: 0,
+            level: 0,
             seed: seed | 1,
         }
     }
@@ -126,9 +131,20 @@ impl Backoff {
             .is_none_or(|max| self.attempt < max)
     }
 
-    /// The delay before the next attempt (and counts it).
+    /// The delay before the next attempt (and counts it); the next one will be twice as long.
     pub fn next_delay(&mut self) -> Duration {
-        let exp = self.attempt.min(20);
+        let exp = self.level.min(20);
+        self.level = self.level.saturating_add(1);
+        self.jittered(exp)
+    }
+
+    /// `initial_delay` (with jitter) before the next attempt, which is counted, without
+    /// raising the delays that follow.
+    pub fn next_flat_delay(&mut self) -> Duration {
+        self.jittered(0)
+    }
+
+    fn jittered(&mut self, exp: u32) -> Duration {
         self.attempt = self.attempt.saturating_add(1);
         let base = self
             .config
@@ -145,6 +161,7 @@ impl Backoff {
 
     pub fn reset(&mut self) {
         self.attempt = 0;
+        self.level = 0;
     }
 }
 
@@ -173,6 +190,29 @@ mod tests {
         assert!(delays[7] <= Duration::from_secs(2));
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(120));
+    }
+
+    #[test]
+    fn flat_delays_stay_at_the_initial_delay_and_count_as_attempts() {
+        let config = Reconnect {
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(2),
+            max_attempts: Some(5),
+            reset_after: Duration::from_secs(10),
+        };
+        let mut b = Backoff::new(config, 7);
+        for _ in 0..4 {
+            let d = b.next_flat_delay();
+            assert!(
+                d >= Duration::from_millis(79) && d <= Duration::from_millis(121),
+                "{d:?}"
+            );
+        }
+        assert_eq!(b.attempts(), 4);
+        // Climbing starts from the initial delay after flat ones.
+        assert!(b.next_delay() <= Duration::from_millis(121));
+        assert!(b.next_delay() >= Duration::from_millis(159));
+        assert!(!b.may_retry());
     }
 
     #[test]

@@ -75,6 +75,9 @@ impl Connection {
                     message,
                 })
             })?;
+        shared
+            .pts_offset
+            .store(shared.pts_end.load(Ordering::Acquire), Ordering::Release);
         appsink.set_callbacks(callbacks(shared.clone(), frames.clone(), oldest.cloned()));
         let bus = pipeline.bus().ok_or_else(|| {
             Ended::Fatal(SourceError::Gstreamer {
@@ -111,16 +114,23 @@ impl Connection {
     }
 
     /// Blocks on the bus until the stream ends, fails, stalls, or a request stops it.
+    ///
+    /// A stop request wins in every state of the connection: before its first frame there is
+    /// nothing to drain and it stops hard at once (an end of stream sent to an `rtspsrc` whose
+    /// streams do not exist yet is lost); once frames flow it sends EOS and waits for it at most
+    /// [`STOP_GRACE`] after the request, however many frames still come out, then stops hard.
+    /// Frames already counted as decoded are in the queue either way.
     pub(super) fn watch(&mut self, shared: &Shared) -> Ended {
         use gst::MessageType as T;
         let live = shared.uri.is_live();
         let stall = shared.options.stall_timeout;
         let connected = Instant::now();
-        let mut stopping: Option<(Instant, u64)> = None;
+        // When the stop request was taken up (EOS sent).
+        let mut stopping: Option<Instant> = None;
         loop {
             let now = Instant::now();
             let deadline = match stopping {
-                Some((since, _)) => Some(since + STOP_GRACE),
+                Some(since) => Some(since + STOP_GRACE),
                 None if live => {
                     let last = shared
                         .last_frame_at()
@@ -137,31 +147,26 @@ impl Connection {
                 .bus
                 .timed_pop_filtered(timeout, &[T::Eos, T::Error, T::Application])
             else {
-                match stopping {
-                    Some((_, seen)) => {
-                        let decoded = shared.counters.decoded.load(Ordering::Relaxed);
-                        if decoded == seen {
-                            tracing::warn!(source = %shared.name, "no end of stream after stop request; stopping hard");
-                            return Ended::Stopped;
-                        }
-                        // Frames are still coming out: give it more time.
-                        stopping = Some((Instant::now(), decoded));
-                    }
-                    None => {
-                        let last = shared
-                            .last_frame_at()
-                            .map_or(connected, |t| t.max(connected));
-                        if last.elapsed() >= stall {
-                            return Ended::Stalled;
-                        }
-                    }
+                if stopping.is_some() {
+                    tracing::warn!(
+                        source = %shared.name,
+                        grace_ms = STOP_GRACE.as_millis() as u64,
+                        "no end of stream within the grace after the stop request; stopping hard"
+                    );
+                    return Ended::Stopped;
+                }
+                let last = shared
+                    .last_frame_at()
+                    .map_or(connected, |t| t.max(connected));
+                if last.elapsed() >= stall {
+                    return Ended::Stalled;
                 }
                 continue;
             };
             match msg.view() {
                 gst::MessageView::Eos(_) if stopping.is_some() => return Ended::Stopped,
                 gst::MessageView::Eos(_) => return Ended::Eos,
-                gst::MessageView::Error(_) if shared.request() == ABORT => return Ended::Stopped,
+                gst::MessageView::Error(_) if shared.request() != RUN => return Ended::Stopped,
                 gst::MessageView::Error(_) => return classify(shared, &msg),
                 gst::MessageView::Application(app)
                     if app.structure().is_some_and(|s| s.name() == CONTROL_MESSAGE) =>
@@ -169,11 +174,13 @@ impl Connection {
                     match shared.request() {
                         ABORT => return Ended::Stopped,
                         STOP if stopping.is_none() => {
+                            let streaming = shared.last_frame_at().is_some_and(|t| t >= connected);
+                            if !streaming {
+                                tracing::info!(source = %shared.name, "stopping before the stream started: nothing to drain");
+                                return Ended::Stopped;
+                            }
                             tracing::info!(source = %shared.name, "stopping: sending end of stream");
-                            stopping = Some((
-                                Instant::now(),
-                                shared.counters.decoded.load(Ordering::Relaxed),
-                            ));
+                            stopping = Some(Instant::now());
                             self.eos_thread = send_eos(&self.pipeline);
                         }
                         _ => {}
@@ -297,6 +304,19 @@ fn callbacks(
                     return Err(gst::FlowError::Error);
                 }
             };
+            if let Some(pts) = frame.pts {
+                let pts = pts + Duration::from_nanos(shared.pts_offset.load(Ordering::Acquire));
+                frame.pts = Some(pts);
+                // One frame at the nominal rate (1 ms without one: only order matters then).
+                let length = frame
+                    .fps
+                    .filter(|&(n, d)| n > 0 && d > 0)
+                    .map_or(Duration::from_millis(1), |(n, d)| {
+                        Duration::from_secs_f64(f64::from(d) / f64::from(n))
+                    });
+                let end = u64::try_from((pts + length).as_nanos()).unwrap_or(u64::MAX);
+                shared.pts_end.fetch_max(end, Ordering::AcqRel);
+            }
             if shared.reconnecting.swap(false, Ordering::AcqRel) {
                 let gap = shared.last_frame_at().map(|t| t.elapsed());
                 frame.reconnected = Some(gap.unwrap_or(Duration::ZERO));

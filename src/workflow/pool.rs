@@ -7,7 +7,9 @@
 //! is finishing a step. An idle worker blocks in `recv`; nothing polls or spins.
 //!
 //! Stop protocol: `shutdown` sends one `Stop` per worker behind any queued jobs (the channel is
-//! FIFO, so queued work still runs), then joins every thread. A job that panics is caught: the
+//! FIFO, so queued work still runs), then joins every thread; `shutdown_until` waits for them
+//! only until a deadline (each worker drops its end of the `exited` channel as it ends) and
+//! abandons, unjoined, a worker still in a step then. A job that panics is caught: the
 //! worker survives and the pool keeps its size. Dropping a pool without `shutdown` does the
 //! same, ignoring errors.
 
@@ -45,6 +47,8 @@ pub enum PoolError {
     Spawn(std::io::Error),
     #[error("{0} worker thread(s) ended abnormally")]
     Join(usize),
+    #[error("{0} worker thread(s) still busy at the stop deadline; abandoned")]
+    Abandoned(usize),
 }
 
 /// The pool: owns its threads.
@@ -52,6 +56,9 @@ pub enum PoolError {
 pub struct Pool {
     handle: PoolHandle,
     threads: Vec<JoinHandle<()>>,
+    /// Disconnects when the last worker has ended: each worker holds a sender and drops it
+    /// as it exits (on a panic too), so [`Pool::shutdown_until`] can wait with a deadline.
+    exited: Receiver<()>,
 }
 
 /// A cheap, cloneable way to send jobs to a pool. It does not keep the pool alive.
@@ -77,6 +84,7 @@ impl Pool {
         let size = size.max(1);
         let (sender, receiver) = crossbeam_channel::unbounded();
         let metrics = Arc::new(PoolMetrics::default());
+        let (exited_tx, exited) = crossbeam_channel::bounded::<()>(0);
         let mut pool = Self {
             handle: PoolHandle {
                 sender,
@@ -84,13 +92,18 @@ impl Pool {
                 size,
             },
             threads: Vec::with_capacity(size),
+            exited,
         };
         for i in 0..size {
             let receiver = receiver.clone();
             let metrics = metrics.clone();
+            let exited = exited_tx.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("vidflow-worker-{i}"))
-                .spawn(move || work(&receiver, &metrics))
+                .spawn(move || {
+                    let _exited = exited;
+                    work(&receiver, &metrics);
+                })
                 .map_err(PoolError::Spawn)?;
             pool.threads.push(thread);
         }
@@ -111,6 +124,37 @@ impl Pool {
 
     /// Runs what is queued, then stops and joins every worker.
     pub fn shutdown(mut self) -> Result<(), PoolError> {
+        self.stop_and_join()
+    }
+
+    /// Like [`Pool::shutdown`], but waits for the workers only until `deadline`: workers still
+    /// busy then (a step that does not return) are abandoned, never joined.
+    pub fn shutdown_until(mut self, deadline: std::time::Instant) -> Result<(), PoolError> {
+        for _ in 0..self.threads.len() {
+            let _ = self.handle.sender.send(Msg::Stop);
+        }
+        loop {
+            match self.exited.recv_deadline(deadline) {
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                Ok(()) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    let busy = self.threads.iter().filter(|t| !t.is_finished()).count();
+                    // Dropping a JoinHandle detaches its thread.
+                    let joined: Vec<_> = self.threads.drain(..).collect();
+                    let failed = joined
+                        .into_iter()
+                        .filter(JoinHandle::is_finished)
+                        .map(JoinHandle::join)
+                        .filter(Result::is_err)
+                        .count();
+                    return Err(if busy > 0 {
+                        PoolError::Abandoned(busy)
+                    } else {
+                        PoolError::Join(failed)
+                    });
+                }
+            }
+        }
         self.stop_and_join()
     }
 
