@@ -1,6 +1,7 @@
 //! A stop always wins: SIGTERM at a random moment in every state a source can be in (starting,
-//! setting up a connection to a server that never answers, backing off between reconnection
-//! attempts, stalled with its connection open, looping a file), 20 trials, each through the
+//! setting up a connection to a server that never answers or to a black hole where the TCP
+//! connect itself hangs, backing off between reconnection attempts, stalled with its connection
+//! open, looping a file), 20 trials, each through the
 //! real `vidflow run` binary with real signals against the real RTSP test server
 //! (`tests/common/rtsp.rs`). Every trial must exit 0 (a run that hits the stop deadline exits
 //! 70) with `decoded = processed + failed + dropped`, one JSONL line per processed frame and a
@@ -15,7 +16,7 @@ mod common;
 mod rtsp;
 
 use std::io::Read as _;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -185,7 +186,31 @@ fn sigterm_during_start_up_and_connection_set_up() {
         std::thread::sleep(wait);
         stop_and_check(run, dir.path(), &format!("start-up {trial} (+{wait:?})"));
     }
-    // 3 trials against a server that accepts the connection and never answers.
+    // 2 trials against a server that accepts the connection and never answers, 2 against a
+    // black hole (the TCP connect itself hangs).
+    let mute = mute_server();
+    let hole = black_hole();
+    for (trial, (what, port)) in [("never answers", mute), ("black hole", hole)]
+        .into_iter()
+        .flat_map(|t| [t, t])
+        .enumerate()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pipeline(
+            dir.path(),
+            &rtsp_source(&format!("rtsp://127.0.0.1:{port}/x")),
+        );
+        let run = start(dir.path(), &p);
+        run.wait_for_stderr("source started", DEADLINE);
+        let wait = random.ms(0, 800);
+        std::thread::sleep(wait);
+        stop_and_check(run, dir.path(), &format!("{what} {trial} (+{wait:?})"));
+    }
+    drop(hole_guard(None));
+}
+
+/// A port whose server accepts connections and never says a word.
+fn mute_server() -> u16 {
     let mute = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = mute.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -197,21 +222,36 @@ fn sigterm_during_start_up_and_connection_set_up() {
             held.push(conn);
         }
     });
-    for trial in 0..3 {
-        let dir = tempfile::tempdir().unwrap();
-        let p = pipeline(
-            dir.path(),
-            &rtsp_source(&format!("rtsp://127.0.0.1:{port}/mute")),
-        );
-        let run = start(dir.path(), &p);
-        run.wait_for_stderr("source started", DEADLINE);
-        let wait = random.ms(0, 800);
-        std::thread::sleep(wait);
-        stop_and_check(
-            run,
-            dir.path(),
-            &format!("server never answers {trial} (+{wait:?})"),
-        );
+    port
+}
+
+/// A port where a TCP connect hangs (SYN-SENT), as to a black-holed host: a listener that
+/// never accepts, its accept queue filled by connections made here, so the kernel drops the
+/// SYNs of any further one. The listener and the filling connections stay open for the test.
+fn black_hole() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fill = Vec::new();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(conn) => fill.push(conn),
+            Err(_) => break,
+        }
+        assert!(fill.len() < 10_000, "the accept queue never filled");
+    }
+    hole_guard(Some((listener, fill)));
+    addr.port()
+}
+
+type Hole = (TcpListener, Vec<TcpStream>);
+
+/// Keeps the black hole's sockets until the test ends (`None` takes them back to drop them).
+fn hole_guard(keep: Option<Hole>) -> Option<Hole> {
+    static HOLE: Mutex<Option<Hole>> = Mutex::new(None);
+    let mut hole = HOLE.lock().unwrap_or_else(|p| p.into_inner());
+    match keep {
+        Some(h) => hole.replace(h),
+        None => hole.take(),
     }
 }
 
@@ -255,9 +295,9 @@ fn sigterm_while_looping_a_file() {
     let media = tempfile::tempdir().unwrap();
     let clip = media.path().join("clip.mp4");
     make_h264_mp4(&clip, 20, 160, 120);
-    // 5 trials: the file is decoded again and again as fast as the workflow takes it; the
+    // 4 trials: the file is decoded again and again as fast as the workflow takes it; the
     // signal comes anywhere in a pass or between passes.
-    for trial in 0..5 {
+    for trial in 0..4 {
         let dir = tempfile::tempdir().unwrap();
         let p = pipeline(
             dir.path(),

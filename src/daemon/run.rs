@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Select, Sender};
 
 use super::shutdown::{Delivered, StopDeadline, close_in_order, close_sinks, stop_sources};
 use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
@@ -137,6 +137,7 @@ pub fn run(
     let (finished, deadline) = wait(&WaitFor {
         requests: &shutdown.rx,
         finished: &finished_rx,
+        sources: running.iter().map(SourceHandle::done).collect(),
         controls: &controls,
         abort: &abort_tx,
         stop_timeout,
@@ -281,25 +282,39 @@ pub fn run(
 struct WaitFor<'a> {
     requests: &'a Receiver<()>,
     finished: &'a Receiver<(RunStats, Executor)>,
+    /// Disconnects when its source has ended (see `SourceHandle::done`).
+    sources: Vec<Receiver<()>>,
     controls: &'a [SourceControl],
     abort: &'a Sender<()>,
     stop_timeout: Duration,
 }
 
 /// Blocks until the executor has drained, or the drain's share of the stop deadline is over
-/// (`None`). Returns the deadline of the rest of the shutdown: from the first stop request, or
-/// from the end of the run if it ended by itself.
+/// (`None`). Returns the deadline of the rest of the shutdown. It starts at the first stop
+/// request, or when every source has ended by itself (end of stream, error), or when the
+/// executor finished (a step error with `on_step_error = "stop"`): whatever ends the run.
 fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
     let mut requests = w.requests.clone();
+    let mut sources = w.sources.clone();
     let mut count = 0;
     let mut deadline: Option<StopDeadline> = None;
     loop {
         let timer = deadline.map_or_else(crossbeam_channel::never, |d| {
             crossbeam_channel::at(d.drain())
         });
-        crossbeam_channel::select! {
-            recv(requests) -> r => {
-                if r.is_err() {
+        let mut select = Select::new();
+        let requests_at = select.recv(&requests);
+        let finished_at = select.recv(w.finished);
+        let timer_at = select.recv(&timer);
+        // Each source still running; its channel disconnects when it ends.
+        let first_source = timer_at + 1;
+        for done in &sources {
+            select.recv(done);
+        }
+        let op = select.select();
+        match op.index() {
+            i if i == requests_at => {
+                if op.recv(&requests).is_err() {
                     requests = crossbeam_channel::never();
                     continue;
                 }
@@ -318,14 +333,25 @@ fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
                     let _ = w.abort.send(());
                 }
             }
-            recv(w.finished) -> r => {
-                let deadline = deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
+            i if i == finished_at => {
+                let r = op.recv(w.finished);
+                let deadline =
+                    deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
                 // Disconnected: the executor's thread panicked; nothing is left to wait for.
                 return (r.ok(), deadline);
             }
-            recv(timer) -> _ => {
-                let deadline = deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
+            i if i == timer_at => {
+                let _ = op.recv(&timer);
+                let deadline =
+                    deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
                 return (None, deadline);
+            }
+            i => {
+                let _ = op.recv(&sources[i - first_source]);
+                sources.remove(i - first_source);
+                if sources.is_empty() && deadline.is_none() {
+                    deadline = Some(StopDeadline::starting_now(w.stop_timeout));
+                }
             }
         }
     }

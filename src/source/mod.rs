@@ -220,6 +220,9 @@ pub struct SourceHandle {
     /// The supervisor's result, sent as its last act: lets [`SourceHandle::join_until`] wait
     /// with a deadline (a `JoinHandle` cannot).
     ended: Receiver<Result<(), SourceError>>,
+    /// Never carries a message: it disconnects when the supervisor has ended (see
+    /// [`SourceHandle::done`]).
+    done: Receiver<()>,
 }
 
 /// Stops a running source from any thread.
@@ -273,6 +276,7 @@ pub fn start(
     // A live source drops its oldest queued frame to make room: it needs the receiving end.
     let oldest = shared.uri.is_live().then(|| frames_rx.clone());
     let (ended_tx, ended) = crossbeam_channel::bounded(1);
+    let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
     let thread = {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -282,6 +286,7 @@ pub fn start(
                 // The frame sender goes first: the consumer sees the channel close.
                 drop(frames);
                 let _ = ended_tx.send(result);
+                drop(done_tx);
             })
             .map_err(|e| SourceError::Gstreamer {
                 name: config.name.to_string(),
@@ -293,6 +298,7 @@ pub fn start(
         shared,
         thread,
         ended,
+        done,
     })
 }
 
@@ -309,6 +315,12 @@ impl SourceHandle {
 
     pub fn name(&self) -> &Arc<str> {
         &self.shared.name
+    }
+
+    /// A channel that disconnects once the source has ended (its result is then ready for
+    /// [`SourceHandle::join`]): for a `select` that must also notice sources ending.
+    pub fn done(&self) -> Receiver<()> {
+        self.done.clone()
     }
 
     /// Waits for the supervisor; the pipeline is down when this returns.
