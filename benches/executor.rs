@@ -206,7 +206,7 @@ impl Persistent {
     }
 
     /// Frames through one `Executor::run` (max_in_flight frames at once).
-    fn run(&self, batch: Vec<Frame>, out: &mut Vec<FrameResult>) {
+    fn run(&mut self, batch: Vec<Frame>, out: &mut Vec<FrameResult>) {
         let (tx, rx) = crossbeam_channel::unbounded();
         for f in batch {
             tx.send(f).expect("open channel");
@@ -216,7 +216,7 @@ impl Persistent {
         self.executor.run(&rx, &never, |r| out.push(r));
     }
 
-    fn process(&self, frame: Frame) -> FrameResult {
+    fn process(&mut self, frame: Frame) -> FrameResult {
         self.executor.process(frame)
     }
 
@@ -232,7 +232,7 @@ impl Persistent {
 fn pool_per_frame(graph: &Arc<Graph>, frame: Frame) -> (FrameResult, Duration) {
     let start = Instant::now();
     let pool = Pool::new(WORKERS).expect("pool");
-    let executor = Executor::new(graph.clone(), pool.handle(), config());
+    let mut executor = Executor::new(graph.clone(), pool.handle(), config());
     let result = executor.process(frame);
     let latency = start.elapsed();
     drop(executor);
@@ -462,7 +462,7 @@ type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>
 
 /// vidflow back-to-back: batches through `run`, and one frame at a time through `process`.
 fn b2b_persistent(group: &mut Group<'_>, group_name: &str, graph: &Arc<Graph>, variant: Variant) {
-    let vidflow = Persistent::new(graph, variant);
+    let mut vidflow = Persistent::new(graph, variant);
     let run = format!("vidflow-run{}", variant.suffix());
     let run_id = format!("{group_name}/{run}");
     expect_samples(&run_id, B2B_SAMPLES);
@@ -484,7 +484,7 @@ fn b2b_persistent(group: &mut Group<'_>, group_name: &str, graph: &Arc<Graph>, v
 
 /// vidflow at live cadence, one frame at a time through `process`.
 fn live_persistent(group: &mut Group<'_>, group_name: &str, graph: &Arc<Graph>, variant: Variant) {
-    let vidflow = Persistent::new(graph, variant);
+    let mut vidflow = Persistent::new(graph, variant);
     let name = format!("vidflow{}", variant.suffix());
     let id = format!("{group_name}/{name}");
     expect_samples(&id, LIVE_SAMPLES);
@@ -815,7 +815,7 @@ fn smoke_test(topologies: &[(&str, Arc<Graph>)]) {
     for (name, graph) in topologies {
         let n = graph.len();
         for variant in VARIANTS {
-            let vidflow = Persistent::new(graph, variant);
+            let mut vidflow = Persistent::new(graph, variant);
             let mut out = Vec::new();
             vidflow.run(frames(0, 10), &mut out);
             assert_eq!(out.len(), 10, "{name}: run delivers every frame");

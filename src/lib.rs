@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod frame;
+pub mod outcome;
 pub mod sinks;
 pub mod source;
 pub mod steps;

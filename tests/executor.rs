@@ -7,19 +7,25 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use common::*;
 use vidflow::config::StepConfig;
 use vidflow::frame::Frame;
-use vidflow::steps::StepKind;
+use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};
 
 type Spec<'a> = Vec<(&'a str, &'static StepKind, &'a [Option<usize>])>;
 
-fn run_all(executor: &Executor, frames: crossbeam_channel::Receiver<Frame>) -> Vec<FrameResult> {
+fn run_all(
+    executor: &mut Executor,
+    frames: crossbeam_channel::Receiver<Frame>,
+) -> Vec<FrameResult> {
     let never = crossbeam_channel::never();
     let mut out = Vec::new();
     executor.run(&frames, &never, |r| out.push(r));
@@ -43,23 +49,85 @@ fn finish(pool: Pool, executor: Executor) {
     pool.shutdown().unwrap();
 }
 
+/// The threads of a pool: one job per worker, each held until all have started, so each runs
+/// on a different worker.
+fn pool_threads(pool: &Pool) -> HashSet<ThreadId> {
+    let barrier = Arc::new(Barrier::new(pool.size() + 1));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for _ in 0..pool.size() {
+        let (barrier, tx) = (barrier.clone(), tx.clone());
+        pool.handle().execute(Box::new(move || {
+            tx.send(std::thread::current().id()).unwrap();
+            barrier.wait();
+        }));
+    }
+    barrier.wait();
+    (0..pool.size()).map(|_| rx.recv().unwrap()).collect()
+}
+
+/// Asserts that every step in `log` ran on one of `threads` or on this thread.
+fn ran_only_on(log: &Log, threads: &HashSet<ThreadId>) {
+    let me = std::thread::current().id();
+    let strangers: HashSet<String> = starts(log)
+        .into_iter()
+        .filter(|e| e.thread != me && !threads.contains(&e.thread))
+        .map(|e| e.thread_name)
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "steps ran on threads of another pool: {strangers:?}"
+    );
+}
+
 fn seqs(results: &[FrameResult]) -> Vec<u64> {
     results.iter().map(|r| r.frame().seq).collect()
 }
 
-/// A fixed pseudo-random DAG of `n` probes: step i reads one or two earlier steps (or the
-/// frame), so it has many levels, fan-out and joins.
+/// A fixed pseudo-random DAG of `n` probes: step i reads one of the three steps just before
+/// it, and every third step also reads one more earlier step, so it has many levels, fan-out
+/// and joins (`dag_shape` checks that it does).
 fn random_dag(n: usize) -> (Vec<String>, Vec<Vec<Option<usize>>>) {
     let names = (0..n).map(|i| format!("s{i}")).collect();
+    // A fixed linear congruential sequence: the same DAG every run.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |below: usize| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) as usize % below
+    };
     let inputs = (0..n)
-        .map(|i| match i {
-            0 => vec![None],
-            1 | 2 => vec![Some(0)],
-            _ if i % 3 == 0 => vec![Some((i * 7) % i), Some(i - 1)],
-            _ => vec![Some((i * 5) % i)],
+        .map(|i| {
+            if i == 0 {
+                return vec![None];
+            }
+            let near = i - 1 - next(i.min(3));
+            if i % 3 == 0 && i > 1 {
+                let far = next(i);
+                if far != near {
+                    return vec![Some(near), Some(far)];
+                }
+            }
+            vec![Some(near)]
         })
         .collect();
     (names, inputs)
+}
+
+/// (levels, joins, nodes read by two or more) of a DAG given as inputs per step.
+fn dag_shape(inputs: &[Vec<Option<usize>>]) -> (usize, usize, usize) {
+    let mut level = vec![0usize; inputs.len()];
+    let mut readers = vec![0usize; inputs.len()];
+    for (i, ins) in inputs.iter().enumerate() {
+        for p in ins.iter().flatten() {
+            level[i] = level[i].max(level[*p] + 1);
+            readers[*p] += 1;
+        }
+    }
+    let levels = level.iter().max().map_or(0, |l| l + 1);
+    let joins = inputs.iter().filter(|ins| ins.len() > 1).count();
+    let fan_out = readers.iter().filter(|&&r| r > 1).count();
+    (levels, joins, fan_out)
 }
 
 fn spec_of<'a>(names: &'a [String], inputs: &'a [Vec<Option<usize>>]) -> Spec<'a> {
@@ -82,9 +150,11 @@ fn pool_is_built_once_per_run_regardless_of_frames_and_levels() {
     for frames_n in [1u64, 50, 500] {
         for levels in [1usize, 10, 30] {
             let log = Log::default();
-            let (pool, executor) = hosted(chain(&log, levels), 2, 2);
-            run_all(&executor, frames(frames_n));
-            assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+            let (pool, mut executor) = hosted(chain(&log, levels), 2, 2);
+            let host = pool_threads(&pool);
+            run_all(&mut executor, frames(frames_n));
+            // No pool besides the host's: every step ran on its workers or the coordinator.
+            ran_only_on(&log, &host);
             finish(pool, executor);
 
             let log = starts(&log);
@@ -108,13 +178,13 @@ fn pool_is_built_once_per_run_regardless_of_frames_and_levels() {
 #[test]
 fn an_executor_without_a_host_pool_builds_one_at_first_dispatch_and_only_one() {
     let log = Log::default();
-    let executor = Executor::owning(Arc::new(Graph::new(chain(&log, 20))), config(2, 2));
+    let mut executor = Executor::owning(Arc::new(Graph::new(chain(&log, 20))), config(2, 2));
     assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
     assert!(
         executor.pool_metrics().is_none(),
         "built before any dispatch"
     );
-    let out = run_all(&executor, frames(300));
+    let out = run_all(&mut executor, frames(300));
     assert_eq!(out.len(), 300);
     assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 1);
     let me = std::thread::current().id();
@@ -128,7 +198,7 @@ fn an_executor_without_a_host_pool_builds_one_at_first_dispatch_and_only_one() {
 }
 
 #[test]
-fn an_owned_pool_is_shut_down_once_even_when_a_step_fails() {
+fn an_owned_pool_is_shut_down_by_close_once_even_when_a_step_fails() {
     let log = Log::default();
     let behaviour = Behaviour {
         fail: |name, _| name == "p3",
@@ -145,26 +215,40 @@ fn an_owned_pool_is_shut_down_once_even_when_a_step_fails() {
         ],
         behaviour,
     );
-    let workflow = vidflow::workflow::Workflow::new(steps, config(2, 1));
+    let mut workflow = vidflow::workflow::Workflow::new(steps, config(2, 1));
     let r = workflow.run_once(Frame::from_mat("cam".into(), 0, None, Default::default()));
     assert_eq!(r.failure().unwrap().step.as_ref(), "p3");
     let r = workflow.run_once(Frame::from_mat("cam".into(), 1, None, Default::default()));
     assert!(r.failure().is_some());
     assert_eq!(workflow.metrics().pools_built.load(Ordering::Relaxed), 1);
+    let workers: HashSet<String> = starts(&log)
+        .into_iter()
+        .filter(|e| e.thread_name.starts_with("vidflow-worker-"))
+        .map(|e| e.os_thread)
+        .collect();
+    assert!(!workers.is_empty(), "no step ran on the pool");
+    assert!(workers.iter().all(|t| Path::new(t).exists()));
     workflow.close().unwrap();
+    // Shut down by `close` itself, not later: its workers have exited when it returns.
+    let alive: Vec<&String> = workers.iter().filter(|t| Path::new(t).exists()).collect();
+    assert!(
+        alive.is_empty(),
+        "workers still running after close: {alive:?}"
+    );
 }
 
 #[test]
 fn no_pool_is_built_when_the_host_supplies_one_and_its_pool_works_afterwards() {
     let log = Log::default();
     let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(
+    let host = pool_threads(&pool);
+    let mut executor = Executor::new(
         Arc::new(Graph::new(chain(&log, 5))),
         pool.handle(),
         config(2, 2),
     );
-    run_all(&executor, frames(100));
-    assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+    run_all(&mut executor, frames(100));
+    ran_only_on(&log, &host);
     executor.close().unwrap();
 
     // The executor is gone; the host's pool still takes work on its own threads.
@@ -248,14 +332,14 @@ min_area = 50.0
 
     let host = Pool::new(2).unwrap();
     let p = load();
-    let supplied = Executor::new(Arc::new(Graph::new(p.steps)), host.handle(), p.executor);
-    let with_host = as_json(&run_all(&supplied, frames()));
+    let mut supplied = Executor::new(Arc::new(Graph::new(p.steps)), host.handle(), p.executor);
+    let with_host = as_json(&run_all(&mut supplied, frames()));
     supplied.close().unwrap();
     host.shutdown().unwrap();
 
     let p = load();
-    let owning = Executor::owning(Arc::new(Graph::new(p.steps)), p.executor);
-    let with_own = as_json(&run_all(&owning, frames()));
+    let mut owning = Executor::owning(Arc::new(Graph::new(p.steps)), p.executor);
+    let with_own = as_json(&run_all(&mut owning, frames()));
     owning.close().unwrap();
 
     assert_eq!(with_host, with_own);
@@ -288,8 +372,8 @@ fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
         ],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 1);
-    run_all(&executor, frames(3));
+    let (pool, mut executor) = hosted(steps, 2, 1);
+    run_all(&mut executor, frames(3));
     let log = log.lock().unwrap().clone();
     for seq in 0..3 {
         let started = position(&log, "after_fast", seq, false).unwrap();
@@ -305,10 +389,15 @@ fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
 #[test]
 fn every_step_runs_exactly_once_per_frame_under_stress() {
     let (names, inputs) = random_dag(20);
+    let (levels, joins, fan_out) = dag_shape(&inputs);
+    assert!(
+        levels >= 8 && joins >= 3 && fan_out >= 3,
+        "the stress DAG lost its shape: {levels} levels, {joins} joins, {fan_out} fan-outs"
+    );
     for workers in 1..=8 {
         let log = Log::default();
-        let (pool, executor) = hosted(steps(&log, &spec_of(&names, &inputs)), workers, 4);
-        let out = run_all(&executor, frames(2000));
+        let (pool, mut executor) = hosted(steps(&log, &spec_of(&names, &inputs)), workers, 4);
+        let out = run_all(&mut executor, frames(2000));
         assert_eq!(seqs(&out), (0..2000).collect::<Vec<_>>());
         let mut counts: HashMap<(String, u64), usize> = HashMap::new();
         for e in starts(&log) {
@@ -350,8 +439,8 @@ fn frames_come_out_in_order_with_several_in_flight() {
         &[("a", &FROM_FRAME, &[None]), ("b", &ONE, &[Some(0)])],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 4);
-    let out = run_all(&executor, frames(200));
+    let (pool, mut executor) = hosted(steps, 2, 4);
+    let out = run_all(&mut executor, frames(200));
     assert_eq!(seqs(&out), (0..200).collect::<Vec<_>>());
     // The frames really overlapped: some frame started before the previous one finished.
     let log = log.lock().unwrap().clone();
@@ -378,8 +467,8 @@ fn stateful_steps_see_frames_in_order_with_four_in_flight() {
         ],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 4, 4);
-    let out = run_all(&executor, frames(300));
+    let (pool, mut executor) = hosted(steps, 4, 4);
+    let out = run_all(&mut executor, frames(300));
     assert_eq!(out.len(), 300);
     let log = log.lock().unwrap().clone();
     // The stateful step's starts and ends alternate, in frame order: one frame at a time.
@@ -422,7 +511,7 @@ fn a_failed_frame_drains_its_running_siblings_before_it_is_reported() {
         ],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 2);
+    let (pool, mut executor) = hosted(steps, 2, 2);
     let never = crossbeam_channel::never();
     let mut seen_at_report = None;
     let mut failures = Vec::new();
@@ -458,7 +547,9 @@ fn unstarted_steps_of_a_failed_frame_are_skipped() {
         fail: |name, _| name == "bad",
         ..Behaviour::default()
     };
-    // One worker: after "a", "bad" runs first (inline) while "c" and "d" wait in the queue.
+    // One worker, and every ready step goes through the pool's FIFO queue (no inline
+    // continuation, no batch claimed by two threads): after "a", "bad" is queued before "c"
+    // and "d", so it has failed the frame before either can start, on every run.
     let steps = steps_with(
         &log,
         &[
@@ -471,7 +562,9 @@ fn unstarted_steps_of_a_failed_frame_are_skipped() {
         behaviour,
     );
     let (pool, executor) = hosted(steps, 1, 1);
-    let out = run_all(&executor, frames(5));
+    let mut executor = executor.without_inline_continuation();
+    let out = run_all(&mut executor, frames(5));
+    assert_eq!(out.len(), 5);
     for r in &out {
         assert!(matches!(r.outcome(1), Some(Outcome::Failed)));
         for node in 2..5 {
@@ -503,8 +596,8 @@ fn a_panicking_step_fails_its_frame_and_the_pool_keeps_its_size() {
         ],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 2);
-    let out = run_all(&executor, frames(100));
+    let (pool, mut executor) = hosted(steps, 2, 2);
+    let out = run_all(&mut executor, frames(100));
     for r in &out {
         let seq = r.frame().seq;
         match r.failure() {
@@ -517,6 +610,8 @@ fn a_panicking_step_fails_its_frame_and_the_pool_keeps_its_size() {
         }
     }
     assert_eq!(pool.size(), 2);
+    // Every panic is counted, though the pool never sees one (the executor catches it).
+    assert_eq!(executor.metrics().step_panics.load(Ordering::Relaxed), 10);
     // Both workers survived the ten panics: the last frames still ran on both workers (the
     // coordinator, this thread, runs some steps too), and on no new thread.
     let me = std::thread::current().id();
@@ -550,7 +645,7 @@ fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() 
         ],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 2);
+    let (pool, mut executor) = hosted(steps, 2, 2);
     let never = crossbeam_channel::never();
     let mut out = Vec::new();
     let stats = executor.run(&frames(20), &never, |r| out.push(r));
@@ -574,22 +669,20 @@ fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() 
 fn nothing_wakes_up_while_no_frame_arrives() {
     let log = Log::default();
     let pool = Pool::new(2).unwrap();
-    let executor = Arc::new(Executor::new(
+    let mut executor = Executor::new(
         Arc::new(Graph::new(chain(&log, 10))),
         pool.handle(),
         config(2, 2),
-    ));
+    );
+    let metrics = executor.metrics().clone();
     let (frames_tx, frames_rx) = crossbeam_channel::unbounded();
     let (results_tx, results_rx) = crossbeam_channel::unbounded();
-    let coordinator = {
-        let executor = executor.clone();
-        std::thread::spawn(move || {
-            let never = crossbeam_channel::never();
-            executor.run(&frames_rx, &never, |r| {
-                results_tx.send(r.frame().seq).unwrap()
-            })
+    let coordinator = std::thread::spawn(move || {
+        let never = crossbeam_channel::never();
+        executor.run(&frames_rx, &never, |r| {
+            results_tx.send(r.frame().seq).unwrap()
         })
-    };
+    });
     for seq in 0..20 {
         frames_tx
             .send(Frame::from_mat("cam".into(), seq, None, Default::default()))
@@ -602,10 +695,7 @@ fn nothing_wakes_up_while_no_frame_arrives() {
         (
             pool.metrics().wakeups.load(Ordering::Relaxed),
             pool.metrics().dispatches.load(Ordering::Relaxed),
-            executor
-                .metrics()
-                .coordinator_wakeups
-                .load(Ordering::Relaxed),
+            metrics.coordinator_wakeups.load(Ordering::Relaxed),
         )
     };
     // Let the last worker park; then a second with no frames must not move any counter.
@@ -621,4 +711,200 @@ fn nothing_wakes_up_while_no_frame_arrives() {
     let stats = coordinator.join().unwrap();
     assert_eq!(stats.processed, 20);
     pool.shutdown().unwrap();
+}
+
+/// How long a test waits for what must happen before it calls it a hang.
+const HANG_GUARD: Duration = Duration::from_secs(20);
+
+/// A stateful step for two sources. Frame 0 of "slow" feeds the frames of "fast" into their
+/// channel and then waits, inside the step, until all of them have passed this same step (or
+/// `HANG_GUARD` expires); each frame of "fast" counts itself through.
+#[derive(Debug)]
+struct WaitsForTheOtherSource {
+    fast: Mutex<Option<crossbeam_channel::Sender<Frame>>>,
+    fast_frames: u64,
+    passed: Arc<(Mutex<u64>, Condvar)>,
+    saw_all_pass: Arc<AtomicBool>,
+}
+
+impl Step for WaitsForTheOtherSource {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let (count, changed) = &*self.passed;
+        if &*input.frame.source == "slow" {
+            if input.frame.seq == 0 {
+                let fast = self.fast.lock().unwrap().take().unwrap();
+                let name: Arc<str> = "fast".into();
+                for seq in 0..self.fast_frames {
+                    fast.send(Frame::from_mat(name.clone(), seq, None, Default::default()))
+                        .unwrap();
+                }
+                drop(fast);
+                let (n, _) = changed
+                    .wait_timeout_while(count.lock().unwrap(), HANG_GUARD, |n| {
+                        *n < self.fast_frames
+                    })
+                    .unwrap();
+                self.saw_all_pass
+                    .store(*n == self.fast_frames, Ordering::SeqCst);
+            }
+        } else {
+            *count.lock().unwrap() += 1;
+            changed.notify_all();
+        }
+        Ok(empty_output())
+    }
+}
+
+#[test]
+fn a_source_held_in_a_stateful_step_does_not_hold_back_another_source() {
+    let log = Log::default();
+    let (fast_tx, fast_rx) = crossbeam_channel::unbounded();
+    let passed = Arc::new((Mutex::new(0), Condvar::new()));
+    let saw_all_pass = Arc::new(AtomicBool::new(false));
+    let waits = WaitsForTheOtherSource {
+        fast: Mutex::new(Some(fast_tx)),
+        fast_frames: 10,
+        passed: passed.clone(),
+        saw_all_pass: saw_all_pass.clone(),
+    };
+    let mut graph = steps(&log, &[("a", &FROM_FRAME, &[None])]);
+    graph.push(step_config("state", &STATEFUL, Arc::new(waits), &[Some(0)]));
+    // Two workers: one is held by "slow" frame 0 in the stateful step, the other (and the
+    // coordinator) must carry "fast" through the same step meanwhile.
+    let (pool, mut executor) = hosted(graph, 2, 4);
+    let never = crossbeam_channel::never();
+    let mut delivered = Vec::new();
+    let sources = [frames_of("slow", 2), fast_rx];
+    let stats = executor.run_sources(&sources, &never, |r| {
+        delivered.push((r.frame().source.to_string(), r.frame().seq));
+    });
+    assert!(
+        saw_all_pass.load(Ordering::SeqCst),
+        "\"fast\" frames waited at the stateful step behind \"slow\" frame 0"
+    );
+    assert_eq!((stats.processed, stats.failed), (12, 0));
+    let of = |source: &str| -> Vec<u64> {
+        delivered
+            .iter()
+            .filter(|(s, _)| s == source)
+            .map(|(_, seq)| *seq)
+            .collect()
+    };
+    assert_eq!(of("fast"), (0..10).collect::<Vec<_>>());
+    assert_eq!(of("slow"), [0, 1]);
+    // "slow" frame 0 was admitted first, yet "fast" results did not wait for it: each "fast"
+    // frame enters the step only once the one before has finished (and gone back to the
+    // coordinator), so at least nine were delivered before "slow" frame 0 (the tenth may
+    // still be finishing when "slow" frame 0 wakes).
+    let slow_0 = delivered.iter().position(|d| d.0 == "slow").unwrap();
+    assert!(slow_0 >= 9, "delivered: {delivered:?}");
+    finish(pool, executor);
+}
+
+#[test]
+fn each_source_passes_a_stateful_step_in_its_own_order_with_sources_interleaved() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        work: jittery,
+        ..Behaviour::default()
+    };
+    let steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("state", &STATEFUL, &[Some(0)]),
+            ("after", &ONE, &[Some(1)]),
+        ],
+        behaviour,
+    );
+    let (pool, mut executor) = hosted(steps, 4, 6);
+    let never = crossbeam_channel::never();
+    let mut delivered: HashMap<String, Vec<u64>> = HashMap::new();
+    let sources = [frames_of("left", 150), frames_of("right", 150)];
+    executor.run_sources(&sources, &never, |r| {
+        delivered
+            .entry(r.frame().source.to_string())
+            .or_default()
+            .push(r.frame().seq);
+    });
+    let log = log.lock().unwrap().clone();
+    for source in ["left", "right"] {
+        assert_eq!(delivered[source], (0..150).collect::<Vec<_>>(), "{source}");
+        // The stateful step's starts and ends alternate, in frame order: one frame at a time.
+        let stateful: Vec<(u64, bool)> = log
+            .iter()
+            .filter(|e| e.step == "state" && e.source == source)
+            .map(|e| (e.seq, e.end))
+            .collect();
+        let expected: Vec<(u64, bool)> = (0..150).flat_map(|s| [(s, false), (s, true)]).collect();
+        assert_eq!(stateful, expected, "{source}");
+    }
+    finish(pool, executor);
+}
+
+/// A panic payload that panics again when dropped: the panic escapes the catch around
+/// `Step::run` (whose handler drops the payload), like any panic outside the step.
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("payload dropped");
+    }
+}
+
+/// Panics with a [`PanicOnDrop`] payload on frames 2, 7, 12...
+#[derive(Debug)]
+struct PanicsOutsideItsCatch;
+
+impl Step for PanicsOutsideItsCatch {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        if input.frame.seq % 5 == 2 {
+            std::panic::panic_any(PanicOnDrop);
+        }
+        Ok(empty_output())
+    }
+}
+
+#[test]
+fn a_panic_outside_a_step_still_finishes_its_node_and_fails_only_its_frame() {
+    let log = Log::default();
+    let mut graph = steps(&log, &[("a", &FROM_FRAME, &[None])]);
+    // Stateful: its gate must pass to the next frame even after the panic.
+    graph.push(step_config(
+        "bad",
+        &STATEFUL,
+        Arc::new(PanicsOutsideItsCatch),
+        &[Some(0)],
+    ));
+    // (Inputs index the whole graph: "after" reads "bad".)
+    graph.extend(steps(&log, &[("after", &ONE, &[Some(1)])]));
+    let (pool, mut executor) = hosted(graph, 2, 3);
+    let metrics = executor.metrics().clone();
+    // The run is on its own thread so that a hang fails the test instead of stalling it.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let coordinator = std::thread::spawn(move || {
+        let never = crossbeam_channel::never();
+        let mut out = Vec::new();
+        let stats = executor.run(&frames(20), &never, |r| out.push(r));
+        tx.send((stats, out)).unwrap();
+        executor
+    });
+    let (stats, out) = rx
+        .recv_timeout(HANG_GUARD)
+        .expect("the run never ended: a node did not finish");
+    assert_eq!(seqs(&out), (0..20).collect::<Vec<_>>());
+    assert_eq!((stats.processed, stats.failed), (16, 4));
+    for r in &out {
+        let bad = r.frame().seq % 5 == 2;
+        assert_eq!(r.failure().is_some(), bad, "frame {}", r.frame().seq);
+        if let Some(f) = r.failure() {
+            assert_eq!(f.step.as_ref(), "bad");
+            assert!(f.message.contains("panicked"), "{}", f.message);
+            assert!(matches!(r.outcome(2), Some(Outcome::Skipped)));
+        }
+    }
+    // Each bad frame: the step's panic, then its payload's when dropped.
+    assert_eq!(metrics.step_panics.load(Ordering::Relaxed), 8);
+    assert_eq!(pool.metrics().panics.load(Ordering::Relaxed), 0);
+    finish(pool, coordinator.join().unwrap());
 }

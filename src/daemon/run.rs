@@ -118,7 +118,7 @@ pub fn run(
             .ok()
     };
 
-    let executor = match &host_pool {
+    let mut executor = match &host_pool {
         Some(pool) => Executor::new(graph, pool.handle(), executor_config),
         None => Executor::owning(graph, executor_config),
     };
@@ -140,10 +140,16 @@ pub fn run(
         .metrics()
         .coordinator_wakeups
         .load(Ordering::Relaxed);
-    let pools_built = match &host_pool {
-        Some(_) => 1,
-        None => executor.metrics().pools_built.load(Ordering::Relaxed),
-    };
+    // Pools that were really started for this run: the daemon's (if `Pool::new` gave one)
+    // and any the executor built for itself (it counts its own).
+    let pools_built =
+        u64::from(host_pool.is_some()) + executor.metrics().pools_built.load(Ordering::Relaxed);
+    // Panics caught on the pool's threads outside any step, and in or around steps (those the
+    // executor catches, wherever the step ran).
+    let panics = metrics
+        .as_ref()
+        .map_or(0, |m| m.panics.load(Ordering::Relaxed))
+        + executor.metrics().step_panics.load(Ordering::Relaxed);
     // 3. The pool, then 4. the sinks, whatever happened before.
     let (pool_result, sink_results) = close_in_order(
         || {
@@ -178,9 +184,7 @@ pub fn run(
                 .as_ref()
                 .map_or(0, |m| m.wakeups.load(Ordering::Relaxed)),
             coordinator_wakeups,
-            panics: metrics
-                .as_ref()
-                .map_or(0, |m| m.panics.load(Ordering::Relaxed)),
+            panics,
         },
     };
     let mut errors: Vec<DaemonError> = source_errors.into_iter().map(DaemonError::Source).collect();

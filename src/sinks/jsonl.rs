@@ -9,9 +9,9 @@ use serde_json::{Map, Value as Json, json};
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::config::{Diagnostic, Params, SinkInput};
+use crate::outcome::FrameResult;
 use crate::steps::ParamDoc;
 use crate::value::Value;
-use crate::workflow::FrameResult;
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "jsonl",

@@ -3,9 +3,9 @@
 use std::fmt;
 
 use crate::config::{Diagnostic, Params, SinkInput};
+use crate::outcome::FrameResult;
 use crate::steps::ParamDoc;
 use crate::value::ValueType;
-use crate::workflow::FrameResult;
 
 mod jsonl;
 pub mod runner;

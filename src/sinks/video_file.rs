@@ -20,9 +20,9 @@ use toml::Spanned;
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::config::{Diagnostic, Params, SinkInput};
+use crate::outcome::FrameResult;
 use crate::steps::ParamDoc;
 use crate::value::{Image, Value, ValueType};
-use crate::workflow::FrameResult;
 
 /// Longest wait for the muxer to finish the file after the last frame.
 pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);

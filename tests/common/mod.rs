@@ -284,9 +284,13 @@ pub use kinds::{FROM_FRAME, ONE, STATEFUL, TWO};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Execution {
     pub step: String,
+    /// The frame's source.
+    pub source: String,
     pub seq: u64,
     pub thread: ThreadId,
     pub thread_name: String,
+    /// The thread's entry in /proc (`/proc/PID/task/TID`): gone once the thread has exited.
+    pub os_thread: String,
     pub end: bool,
 }
 
@@ -350,11 +354,17 @@ impl Step for Probe {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let seq = input.frame.seq;
         let t = std::thread::current();
+        // The link reads "PID/task/TID", relative to /proc.
+        let os_thread = std::fs::read_link("/proc/thread-self")
+            .map(|p| format!("/proc/{}", p.display()))
+            .unwrap_or_default();
         let record = |end| Execution {
             step: self.name.clone(),
+            source: input.frame.source.to_string(),
             seq,
             thread: t.id(),
             thread_name: t.name().unwrap_or_default().to_owned(),
+            os_thread: os_thread.clone(),
             end,
         };
         let b = self.behaviour;
@@ -394,24 +404,13 @@ pub fn steps_with(
     behaviour: Behaviour,
 ) -> Vec<StepConfig> {
     spec.iter()
-        .map(|(name, kind, inputs)| StepConfig {
-            name: (*name).into(),
-            kind,
-            step: Arc::new(Probe {
+        .map(|(name, kind, inputs)| {
+            let probe = Probe {
                 name: (*name).to_owned(),
                 log: log.clone(),
                 behaviour,
-            }),
-            inputs: inputs
-                .iter()
-                .map(|i| match i {
-                    None => Ref::Frame,
-                    Some(step) => Ref::Step {
-                        step: *step,
-                        output: 0,
-                    },
-                })
-                .collect(),
+            };
+            step_config(name, kind, Arc::new(probe), inputs)
         })
         .collect()
 }
@@ -446,10 +445,46 @@ pub fn config(workers: usize, max_in_flight: usize) -> ExecutorConfig {
 
 /// A closed channel holding `n` frames of source `cam`, numbered from 0.
 pub fn frames(n: u64) -> crossbeam_channel::Receiver<Frame> {
+    frames_of("cam", n)
+}
+
+/// A closed channel holding `n` frames of `source`, numbered from 0 (all sharing one name
+/// allocation, as a source's frames do).
+pub fn frames_of(source: &str, n: u64) -> crossbeam_channel::Receiver<Frame> {
+    let source: Arc<str> = source.into();
     let (tx, rx) = crossbeam_channel::unbounded();
     for seq in 0..n {
-        tx.send(Frame::from_mat("cam".into(), seq, None, Mat::default()))
+        tx.send(Frame::from_mat(source.clone(), seq, None, Mat::default()))
             .unwrap();
     }
     rx
+}
+
+/// The config of one step built in code.
+pub fn step_config(
+    name: &str,
+    kind: &'static StepKind,
+    step: Arc<dyn Step>,
+    inputs: &[Option<usize>],
+) -> StepConfig {
+    StepConfig {
+        name: name.into(),
+        kind,
+        step,
+        inputs: inputs
+            .iter()
+            .map(|i| match i {
+                None => Ref::Frame,
+                Some(step) => Ref::Step {
+                    step: *step,
+                    output: 0,
+                },
+            })
+            .collect(),
+    }
+}
+
+/// An empty detections value, what probes output.
+pub fn empty_output() -> StepOutput {
+    StepOutput::Values(vec![Value::Detections(Arc::from(Vec::new()))])
 }
