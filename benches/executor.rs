@@ -36,6 +36,10 @@
 //!
 //! After the criterion groups a summary prints mean time per frame (p50 too for live) of the
 //! measurement samples criterion took, and the ratios baseline / vidflow.
+//!
+//! `cargo bench --bench executor -- --sources` runs only the sources dimension instead (two
+//! cameras through the real `motion` step: throughput and latency against one camera, see
+//! `executor/sources.rs`).
 #![allow(
     clippy::expect_used,
     reason = "a benchmark: a broken set-up should stop it"
@@ -60,6 +64,9 @@ const MAX_IN_FLIGHT: usize = 2;
 const BATCH: u64 = 1000;
 /// Interval between frames at live cadence (~30 fps).
 const CADENCE: Duration = Duration::from_millis(33);
+
+#[path = "executor/sources.rs"]
+mod sources;
 
 #[path = "../tests/common/kinds.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -839,6 +846,10 @@ fn smoke_test(topologies: &[(&str, Arc<Graph>)]) {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--sources") {
+        sources::main();
+        return;
+    }
     let topologies = topologies();
     // `cargo bench` passes --bench; `cargo test` does not, and may pass libtest options
     // (--test-threads) that criterion's parser rejects, so test mode does not go through it.
