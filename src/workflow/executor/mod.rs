@@ -178,7 +178,8 @@ impl Executor {
     }
 
     /// Takes frames until `frames` closes, `abort` fires, or (with `on_step_error = "stop"`) a
-    /// frame fails; then drains every admitted frame. Results reach `deliver` in frame order.
+    /// frame fails; then drains every admitted frame. Results reach `deliver` in frame order
+    /// (per source, if the channel carries several).
     pub fn run(
         &mut self,
         frames: &Receiver<Frame>,
