@@ -8,46 +8,17 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::sync::{Arc, Barrier};
 use std::thread::ThreadId;
 use std::time::Duration;
 
 use common::*;
-use vidflow::config::StepConfig;
 use vidflow::frame::Frame;
 use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};
 
 type Spec<'a> = Vec<(&'a str, &'static StepKind, &'a [Option<usize>])>;
-
-fn run_all(
-    executor: &mut Executor,
-    frames: crossbeam_channel::Receiver<Frame>,
-) -> Vec<FrameResult> {
-    let never = crossbeam_channel::never();
-    let mut out = Vec::new();
-    executor.run(&frames, &never, |r| out.push(r));
-    out
-}
-
-/// An executor on a pool the test builds for it, as a host would.
-fn hosted(steps: Vec<StepConfig>, workers: usize, max_in_flight: usize) -> (Pool, Executor) {
-    let pool = Pool::new(workers).unwrap();
-    let executor = Executor::new(
-        Arc::new(Graph::new(steps)),
-        pool.handle(),
-        config(workers, max_in_flight),
-    );
-    (pool, executor)
-}
-
-/// Takes them down in the host's order: executor first, then the pool, joined.
-fn finish(pool: Pool, executor: Executor) {
-    drop(executor);
-    pool.shutdown().unwrap();
-}
 
 /// The threads of a pool: one job per worker, each held until all have started, so each runs
 /// on a different worker.
@@ -77,10 +48,6 @@ fn ran_only_on(log: &Log, threads: &HashSet<ThreadId>) {
         strangers.is_empty(),
         "steps ran on threads of another pool: {strangers:?}"
     );
-}
-
-fn seqs(results: &[FrameResult]) -> Vec<u64> {
-    results.iter().map(|r| r.frame().seq).collect()
 }
 
 /// A fixed pseudo-random DAG of `n` probes: step i reads one of the three steps just before
@@ -422,11 +389,6 @@ fn every_step_runs_exactly_once_per_frame_under_stress() {
     }
 }
 
-fn jittery(_: &str, seq: u64) -> Duration {
-    // Deterministic but uneven: later frames often finish before earlier ones.
-    Duration::from_micros((seq * 7919 % 13) * 150)
-}
-
 #[test]
 fn frames_come_out_in_order_with_several_in_flight() {
     let log = Log::default();
@@ -447,42 +409,6 @@ fn frames_come_out_in_order_with_several_in_flight() {
     assert!(
         (1..200).any(|s| position(&log, "a", s, false) < position(&log, "b", s - 1, true)),
         "max_in_flight = 4 never had two frames in the workflow"
-    );
-    finish(pool, executor);
-}
-
-#[test]
-fn stateful_steps_see_frames_in_order_with_four_in_flight() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        work: jittery,
-        ..Behaviour::default()
-    };
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("state", &STATEFUL, &[Some(0)]),
-            ("after", &ONE, &[Some(1)]),
-        ],
-        behaviour,
-    );
-    let (pool, mut executor) = hosted(steps, 4, 4);
-    let out = run_all(&mut executor, frames(300));
-    assert_eq!(out.len(), 300);
-    let log = log.lock().unwrap().clone();
-    // The stateful step's starts and ends alternate, in frame order: one frame at a time.
-    let stateful: Vec<(u64, bool)> = log
-        .iter()
-        .filter(|e| e.step == "state")
-        .map(|e| (e.seq, e.end))
-        .collect();
-    let expected: Vec<(u64, bool)> = (0..300).flat_map(|s| [(s, false), (s, true)]).collect();
-    assert_eq!(stateful, expected);
-    // Meanwhile stateless steps of later frames did run alongside.
-    assert!(
-        (1..300).any(|s| position(&log, "a", s, false) < position(&log, "state", s - 1, true)),
-        "stateless steps never overlapped the stateful one"
     );
     finish(pool, executor);
 }
@@ -711,135 +637,6 @@ fn nothing_wakes_up_while_no_frame_arrives() {
     let stats = coordinator.join().unwrap();
     assert_eq!(stats.processed, 20);
     pool.shutdown().unwrap();
-}
-
-/// How long a test waits for what must happen before it calls it a hang.
-const HANG_GUARD: Duration = Duration::from_secs(20);
-
-/// A stateful step for two sources. Frame 0 of "slow" feeds the frames of "fast" into their
-/// channel and then waits, inside the step, until all of them have passed this same step (or
-/// `HANG_GUARD` expires); each frame of "fast" counts itself through.
-#[derive(Debug)]
-struct WaitsForTheOtherSource {
-    fast: Mutex<Option<crossbeam_channel::Sender<Frame>>>,
-    fast_frames: u64,
-    passed: Arc<(Mutex<u64>, Condvar)>,
-    saw_all_pass: Arc<AtomicBool>,
-}
-
-impl Step for WaitsForTheOtherSource {
-    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let (count, changed) = &*self.passed;
-        if &*input.frame.source == "slow" {
-            if input.frame.seq == 0 {
-                let fast = self.fast.lock().unwrap().take().unwrap();
-                let name: Arc<str> = "fast".into();
-                for seq in 0..self.fast_frames {
-                    fast.send(Frame::from_mat(name.clone(), seq, None, Default::default()))
-                        .unwrap();
-                }
-                drop(fast);
-                let (n, _) = changed
-                    .wait_timeout_while(count.lock().unwrap(), HANG_GUARD, |n| {
-                        *n < self.fast_frames
-                    })
-                    .unwrap();
-                self.saw_all_pass
-                    .store(*n == self.fast_frames, Ordering::SeqCst);
-            }
-        } else {
-            *count.lock().unwrap() += 1;
-            changed.notify_all();
-        }
-        Ok(empty_output())
-    }
-}
-
-#[test]
-fn a_source_held_in_a_stateful_step_does_not_hold_back_another_source() {
-    let log = Log::default();
-    let (fast_tx, fast_rx) = crossbeam_channel::unbounded();
-    let passed = Arc::new((Mutex::new(0), Condvar::new()));
-    let saw_all_pass = Arc::new(AtomicBool::new(false));
-    let waits = WaitsForTheOtherSource {
-        fast: Mutex::new(Some(fast_tx)),
-        fast_frames: 10,
-        passed: passed.clone(),
-        saw_all_pass: saw_all_pass.clone(),
-    };
-    let mut graph = steps(&log, &[("a", &FROM_FRAME, &[None])]);
-    graph.push(step_config("state", &STATEFUL, Arc::new(waits), &[Some(0)]));
-    // Two workers: one is held by "slow" frame 0 in the stateful step, the other (and the
-    // coordinator) must carry "fast" through the same step meanwhile.
-    let (pool, mut executor) = hosted(graph, 2, 4);
-    let never = crossbeam_channel::never();
-    let mut delivered = Vec::new();
-    let sources = [frames_of("slow", 2), fast_rx];
-    let stats = executor.run_sources(&sources, &never, |r| {
-        delivered.push((r.frame().source.to_string(), r.frame().seq));
-    });
-    assert!(
-        saw_all_pass.load(Ordering::SeqCst),
-        "\"fast\" frames waited at the stateful step behind \"slow\" frame 0"
-    );
-    assert_eq!((stats.processed, stats.failed), (12, 0));
-    let of = |source: &str| -> Vec<u64> {
-        delivered
-            .iter()
-            .filter(|(s, _)| s == source)
-            .map(|(_, seq)| *seq)
-            .collect()
-    };
-    assert_eq!(of("fast"), (0..10).collect::<Vec<_>>());
-    assert_eq!(of("slow"), [0, 1]);
-    // "slow" frame 0 was admitted first, yet "fast" results did not wait for it: each "fast"
-    // frame enters the step only once the one before has finished (and gone back to the
-    // coordinator), so at least nine were delivered before "slow" frame 0 (the tenth may
-    // still be finishing when "slow" frame 0 wakes).
-    let slow_0 = delivered.iter().position(|d| d.0 == "slow").unwrap();
-    assert!(slow_0 >= 9, "delivered: {delivered:?}");
-    finish(pool, executor);
-}
-
-#[test]
-fn each_source_passes_a_stateful_step_in_its_own_order_with_sources_interleaved() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        work: jittery,
-        ..Behaviour::default()
-    };
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("state", &STATEFUL, &[Some(0)]),
-            ("after", &ONE, &[Some(1)]),
-        ],
-        behaviour,
-    );
-    let (pool, mut executor) = hosted(steps, 4, 6);
-    let never = crossbeam_channel::never();
-    let mut delivered: HashMap<String, Vec<u64>> = HashMap::new();
-    let sources = [frames_of("left", 150), frames_of("right", 150)];
-    executor.run_sources(&sources, &never, |r| {
-        delivered
-            .entry(r.frame().source.to_string())
-            .or_default()
-            .push(r.frame().seq);
-    });
-    let log = log.lock().unwrap().clone();
-    for source in ["left", "right"] {
-        assert_eq!(delivered[source], (0..150).collect::<Vec<_>>(), "{source}");
-        // The stateful step's starts and ends alternate, in frame order: one frame at a time.
-        let stateful: Vec<(u64, bool)> = log
-            .iter()
-            .filter(|e| e.step == "state" && e.source == source)
-            .map(|e| (e.seq, e.end))
-            .collect();
-        let expected: Vec<(u64, bool)> = (0..150).flat_map(|s| [(s, false), (s, true)]).collect();
-        assert_eq!(stateful, expected, "{source}");
-    }
-    finish(pool, executor);
 }
 
 /// A panic payload that panics again when dropped: the panic escapes the catch around
