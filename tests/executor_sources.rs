@@ -176,3 +176,41 @@ fn each_source_passes_a_stateful_step_in_its_own_order_with_sources_interleaved(
     }
     finish(pool, executor);
 }
+
+#[test]
+fn with_several_sources_open_the_coordinator_runs_no_step() {
+    let log = Log::default();
+    let (pool, mut executor) = hosted(chain(&log, 3), 2, 2);
+    let never = crossbeam_channel::never();
+    // Both channels stay open until every frame is delivered, so two sources are open
+    // throughout (a source alone may have its steps run by the coordinator).
+    let (mut senders, sources): (Vec<_>, Vec<_>) = ["left", "right"]
+        .into_iter()
+        .map(|name| {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let source: Arc<str> = name.into();
+            for seq in 0..50 {
+                tx.send(Frame::from_mat(
+                    source.clone(),
+                    seq,
+                    None,
+                    Default::default(),
+                ))
+                .unwrap();
+            }
+            (Some(tx), rx)
+        })
+        .unzip();
+    let mut delivered = 0;
+    let stats = executor.run_sources(&sources, &never, |_| {
+        delivered += 1;
+        if delivered == 100 {
+            senders.iter_mut().for_each(|tx| drop(tx.take()));
+        }
+    });
+    assert_eq!(stats.processed, 100);
+    let me = std::thread::current().id();
+    let here = starts(&log).iter().filter(|e| e.thread == me).count();
+    assert_eq!(here, 0, "the coordinator ran {here} steps itself");
+    finish(pool, executor);
+}

@@ -19,7 +19,9 @@
 //! one, so a wide fan-out does not cost a job per node. A frame that arrives while no other
 //! frame is in flight and none waits behind it (a live source between frames), or that takes
 //! the last free place in the workflow, has its first root run by the coordinator itself, chain
-//! included: no worker is woken for work the coordinator could only wait for.
+//! included: no worker is woken for work the coordinator could only wait for. That is done only
+//! while a single source is open: with several, the coordinator must stay free to admit and
+//! deliver the other sources' frames.
 //!
 //! Gates (`gate.rs`): a stateful node (see `StepKind::stateful`) has one gate per lane, so it
 //! sees the frames of a source strictly in that source's admission order, one at a time, while
@@ -232,8 +234,11 @@ impl Executor {
                                 // The frame's first steps run right here when the coordinator
                                 // would only wait for them: the frame is alone with nothing
                                 // queued behind it, or it takes the last free place in the
-                                // workflow. No worker has to be woken for them.
+                                // workflow. No worker has to be woken for them. Only while one
+                                // source is open: with several, time spent in a step here is
+                                // time another source's frame or result waits.
                                 let run_here = self.shared.coordinator_runs_steps
+                                    && open.len() == 1
                                     && (in_flight + 1 == self.config.max_in_flight
                                         || (in_flight == 0 && open.iter().all(|rx| rx.is_empty())));
                                 self.admit(frame, &done_tx, run_here);
