@@ -36,6 +36,10 @@
 //!
 //! After the criterion groups a summary prints mean time per frame (p50 too for live) of the
 //! measurement samples criterion took, and the ratios baseline / vidflow.
+//!
+//! `cargo bench --bench executor -- --sources` runs only the sources dimension instead (two
+//! cameras through the real `motion` step: throughput and latency against one camera, see
+//! `executor/sources.rs`).
 #![allow(
     clippy::expect_used,
     reason = "a benchmark: a broken set-up should stop it"
@@ -61,6 +65,9 @@ const MAX_IN_FLIGHT: usize = 2;
 const BATCH: u64 = 1000;
 /// Interval between frames at live cadence (~30 fps).
 const CADENCE: Duration = Duration::from_millis(33);
+
+#[path = "executor/sources.rs"]
+mod sources;
 
 #[path = "../tests/common/kinds.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -207,7 +214,7 @@ impl Persistent {
     }
 
     /// Frames through one `Executor::run` (max_in_flight frames at once).
-    fn run(&self, batch: Vec<Frame>, out: &mut Vec<FrameResult>) {
+    fn run(&mut self, batch: Vec<Frame>, out: &mut Vec<FrameResult>) {
         let (tx, rx) = crossbeam_channel::unbounded();
         for f in batch {
             tx.send(f).expect("open channel");
@@ -217,7 +224,7 @@ impl Persistent {
         self.executor.run(&rx, &never, |r| out.push(r));
     }
 
-    fn process(&self, frame: Frame) -> FrameResult {
+    fn process(&mut self, frame: Frame) -> FrameResult {
         self.executor.process(frame)
     }
 
@@ -233,7 +240,7 @@ impl Persistent {
 fn pool_per_frame(graph: &Arc<Graph>, frame: Frame) -> (FrameResult, Duration) {
     let start = Instant::now();
     let pool = Pool::new(WORKERS).expect("pool");
-    let executor = Executor::new(graph.clone(), pool.handle(), config());
+    let mut executor = Executor::new(graph.clone(), pool.handle(), config());
     let result = executor.process(frame);
     let latency = start.elapsed();
     drop(executor);
@@ -463,7 +470,7 @@ type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>
 
 /// vidflow back-to-back: batches through `run`, and one frame at a time through `process`.
 fn b2b_persistent(group: &mut Group<'_>, group_name: &str, graph: &Arc<Graph>, variant: Variant) {
-    let vidflow = Persistent::new(graph, variant);
+    let mut vidflow = Persistent::new(graph, variant);
     let run = format!("vidflow-run{}", variant.suffix());
     let run_id = format!("{group_name}/{run}");
     expect_samples(&run_id, B2B_SAMPLES);
@@ -485,7 +492,7 @@ fn b2b_persistent(group: &mut Group<'_>, group_name: &str, graph: &Arc<Graph>, v
 
 /// vidflow at live cadence, one frame at a time through `process`.
 fn live_persistent(group: &mut Group<'_>, group_name: &str, graph: &Arc<Graph>, variant: Variant) {
-    let vidflow = Persistent::new(graph, variant);
+    let mut vidflow = Persistent::new(graph, variant);
     let name = format!("vidflow{}", variant.suffix());
     let id = format!("{group_name}/{name}");
     expect_samples(&id, LIVE_SAMPLES);
@@ -816,7 +823,7 @@ fn smoke_test(topologies: &[(&str, Arc<Graph>)]) {
     for (name, graph) in topologies {
         let n = graph.len();
         for variant in VARIANTS {
-            let vidflow = Persistent::new(graph, variant);
+            let mut vidflow = Persistent::new(graph, variant);
             let mut out = Vec::new();
             vidflow.run(frames(0, 10), &mut out);
             assert_eq!(out.len(), 10, "{name}: run delivers every frame");
@@ -840,6 +847,10 @@ fn smoke_test(topologies: &[(&str, Arc<Graph>)]) {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--sources") {
+        sources::main();
+        return;
+    }
     let topologies = topologies();
     // `cargo bench` passes --bench; `cargo test` does not, and may pass libtest options
     // (--test-threads) that criterion's parser rejects, so test mode does not go through it.

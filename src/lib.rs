@@ -5,7 +5,7 @@
 //!   -> decode -> frames as decoded (I420/NV12, zero-copy; BGR made on first use)
 //!   -> a bounded queue per source (live: drop oldest; file: wait)
 //!   -> workflow::Executor: the step DAG of each frame on one persistent workflow::Pool,
-//!      up to max_in_flight frames at once, results back in frame order
+//!      up to max_in_flight frames at once, results back in each source's frame order
 //!   -> sinks (jsonl, video_file), each on its own thread behind a bounded queue
 //! ```
 //!
@@ -17,6 +17,7 @@ pub mod config;
 pub mod daemon;
 pub mod frame;
 pub mod gst_setup;
+pub mod outcome;
 pub mod sinks;
 pub mod source;
 pub mod spec;

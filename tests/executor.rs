@@ -1,5 +1,6 @@
 //! The workflow executor on the persistent pool: how often steps run, where, when and in what
-//! order, and what a failure does. Steps are small recording probes (tests/common: the only
+//! order (what a failure does: tests/executor_failures.rs; several sources:
+//! tests/executor_sources.rs). Steps are small recording probes (tests/common: the only
 //! stand-ins here, since these behaviours need steps that sleep, fail or panic on command); the
 //! pool, executor and graph are the real ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -7,59 +8,94 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Barrier};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use common::*;
-use vidflow::config::StepConfig;
 use vidflow::frame::Frame;
 use vidflow::steps::StepKind;
-use vidflow::workflow::{Executor, FrameResult, Graph, Outcome, Pool};
+use vidflow::workflow::{Executor, FrameResult, Graph, Pool};
 
 type Spec<'a> = Vec<(&'a str, &'static StepKind, &'a [Option<usize>])>;
 
-fn run_all(executor: &Executor, frames: crossbeam_channel::Receiver<Frame>) -> Vec<FrameResult> {
-    let never = crossbeam_channel::never();
-    let mut out = Vec::new();
-    executor.run(&frames, &never, |r| out.push(r));
-    out
+/// The threads of a pool: one job per worker, each held until all have started, so each runs
+/// on a different worker.
+fn pool_threads(pool: &Pool) -> HashSet<ThreadId> {
+    let barrier = Arc::new(Barrier::new(pool.size() + 1));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for _ in 0..pool.size() {
+        let (barrier, tx) = (barrier.clone(), tx.clone());
+        pool.handle().execute(Box::new(move || {
+            tx.send(std::thread::current().id()).unwrap();
+            barrier.wait();
+        }));
+    }
+    barrier.wait();
+    (0..pool.size()).map(|_| rx.recv().unwrap()).collect()
 }
 
-/// An executor on a pool the test builds for it, as a host would.
-fn hosted(steps: Vec<StepConfig>, workers: usize, max_in_flight: usize) -> (Pool, Executor) {
-    let pool = Pool::new(workers).unwrap();
-    let executor = Executor::new(
-        Arc::new(Graph::new(steps)),
-        pool.handle(),
-        config(workers, max_in_flight),
+/// Asserts that every step in `log` ran on one of `threads` or on this thread.
+fn ran_only_on(log: &Log, threads: &HashSet<ThreadId>) {
+    let me = std::thread::current().id();
+    let strangers: HashSet<String> = starts(log)
+        .into_iter()
+        .filter(|e| e.thread != me && !threads.contains(&e.thread))
+        .map(|e| e.thread_name)
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "steps ran on threads of another pool: {strangers:?}"
     );
-    (pool, executor)
 }
 
-/// Takes them down in the host's order: executor first, then the pool, joined.
-fn finish(pool: Pool, executor: Executor) {
-    drop(executor);
-    pool.shutdown().unwrap();
-}
-
-fn seqs(results: &[FrameResult]) -> Vec<u64> {
-    results.iter().map(|r| r.frame().seq).collect()
-}
-
-/// A fixed pseudo-random DAG of `n` probes: step i reads one or two earlier steps (or the
-/// frame), so it has many levels, fan-out and joins.
+/// A fixed pseudo-random DAG of `n` probes: step i reads one of the three steps just before
+/// it, and every third step also reads one more earlier step, so it has many levels, fan-out
+/// and joins (`dag_shape` checks that it does).
 fn random_dag(n: usize) -> (Vec<String>, Vec<Vec<Option<usize>>>) {
     let names = (0..n).map(|i| format!("s{i}")).collect();
+    // A fixed linear congruential sequence: the same DAG every run.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |below: usize| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) as usize % below
+    };
     let inputs = (0..n)
-        .map(|i| match i {
-            0 => vec![None],
-            1 | 2 => vec![Some(0)],
-            _ if i % 3 == 0 => vec![Some((i * 7) % i), Some(i - 1)],
-            _ => vec![Some((i * 5) % i)],
+        .map(|i| {
+            if i == 0 {
+                return vec![None];
+            }
+            let near = i - 1 - next(i.min(3));
+            if i % 3 == 0 && i > 1 {
+                let far = next(i);
+                if far != near {
+                    return vec![Some(near), Some(far)];
+                }
+            }
+            vec![Some(near)]
         })
         .collect();
     (names, inputs)
+}
+
+/// (levels, joins, nodes read by two or more) of a DAG given as inputs per step.
+fn dag_shape(inputs: &[Vec<Option<usize>>]) -> (usize, usize, usize) {
+    let mut level = vec![0usize; inputs.len()];
+    let mut readers = vec![0usize; inputs.len()];
+    for (i, ins) in inputs.iter().enumerate() {
+        for p in ins.iter().flatten() {
+            level[i] = level[i].max(level[*p] + 1);
+            readers[*p] += 1;
+        }
+    }
+    let levels = level.iter().max().map_or(0, |l| l + 1);
+    let joins = inputs.iter().filter(|ins| ins.len() > 1).count();
+    let fan_out = readers.iter().filter(|&&r| r > 1).count();
+    (levels, joins, fan_out)
 }
 
 fn spec_of<'a>(names: &'a [String], inputs: &'a [Vec<Option<usize>>]) -> Spec<'a> {
@@ -82,9 +118,11 @@ fn pool_is_built_once_per_run_regardless_of_frames_and_levels() {
     for frames_n in [1u64, 50, 500] {
         for levels in [1usize, 10, 30] {
             let log = Log::default();
-            let (pool, executor) = hosted(chain(&log, levels), 2, 2);
-            run_all(&executor, frames(frames_n));
-            assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+            let (pool, mut executor) = hosted(chain(&log, levels), 2, 2);
+            let host = pool_threads(&pool);
+            run_all(&mut executor, frames(frames_n));
+            // No pool besides the host's: every step ran on its workers or the coordinator.
+            ran_only_on(&log, &host);
             finish(pool, executor);
 
             let log = starts(&log);
@@ -108,13 +146,13 @@ fn pool_is_built_once_per_run_regardless_of_frames_and_levels() {
 #[test]
 fn an_executor_without_a_host_pool_builds_one_at_first_dispatch_and_only_one() {
     let log = Log::default();
-    let executor = Executor::owning(Arc::new(Graph::new(chain(&log, 20))), config(2, 2));
+    let mut executor = Executor::owning(Arc::new(Graph::new(chain(&log, 20))), config(2, 2));
     assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
     assert!(
         executor.pool_metrics().is_none(),
         "built before any dispatch"
     );
-    let out = run_all(&executor, frames(300));
+    let out = run_all(&mut executor, frames(300));
     assert_eq!(out.len(), 300);
     assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 1);
     let me = std::thread::current().id();
@@ -128,7 +166,7 @@ fn an_executor_without_a_host_pool_builds_one_at_first_dispatch_and_only_one() {
 }
 
 #[test]
-fn an_owned_pool_is_shut_down_once_even_when_a_step_fails() {
+fn an_owned_pool_is_shut_down_by_close_once_even_when_a_step_fails() {
     let log = Log::default();
     let behaviour = Behaviour {
         fail: |name, _| name == "p3",
@@ -145,26 +183,40 @@ fn an_owned_pool_is_shut_down_once_even_when_a_step_fails() {
         ],
         behaviour,
     );
-    let workflow = vidflow::workflow::Workflow::new(steps, config(2, 1));
+    let mut workflow = vidflow::workflow::Workflow::new(steps, config(2, 1));
     let r = workflow.run_once(Frame::from_mat("cam".into(), 0, None, Default::default()));
     assert_eq!(r.failure().unwrap().step.as_ref(), "p3");
     let r = workflow.run_once(Frame::from_mat("cam".into(), 1, None, Default::default()));
     assert!(r.failure().is_some());
     assert_eq!(workflow.metrics().pools_built.load(Ordering::Relaxed), 1);
+    let workers: HashSet<String> = starts(&log)
+        .into_iter()
+        .filter(|e| e.thread_name.starts_with("vidflow-worker-"))
+        .map(|e| e.os_thread)
+        .collect();
+    assert!(!workers.is_empty(), "no step ran on the pool");
+    assert!(workers.iter().all(|t| Path::new(t).exists()));
     workflow.close().unwrap();
+    // Shut down by `close` itself, not later: its workers have exited when it returns.
+    let alive: Vec<&String> = workers.iter().filter(|t| Path::new(t).exists()).collect();
+    assert!(
+        alive.is_empty(),
+        "workers still running after close: {alive:?}"
+    );
 }
 
 #[test]
 fn no_pool_is_built_when_the_host_supplies_one_and_its_pool_works_afterwards() {
     let log = Log::default();
     let pool = Pool::new(2).unwrap();
-    let executor = Executor::new(
+    let host = pool_threads(&pool);
+    let mut executor = Executor::new(
         Arc::new(Graph::new(chain(&log, 5))),
         pool.handle(),
         config(2, 2),
     );
-    run_all(&executor, frames(100));
-    assert_eq!(executor.metrics().pools_built.load(Ordering::Relaxed), 0);
+    run_all(&mut executor, frames(100));
+    ran_only_on(&log, &host);
     executor.close().unwrap();
 
     // The executor is gone; the host's pool still takes work on its own threads.
@@ -248,14 +300,14 @@ min_area = 50.0
 
     let host = Pool::new(2).unwrap();
     let p = load();
-    let supplied = Executor::new(Arc::new(Graph::new(p.steps)), host.handle(), p.executor);
-    let with_host = as_json(&run_all(&supplied, frames()));
+    let mut supplied = Executor::new(Arc::new(Graph::new(p.steps)), host.handle(), p.executor);
+    let with_host = as_json(&run_all(&mut supplied, frames()));
     supplied.close().unwrap();
     host.shutdown().unwrap();
 
     let p = load();
-    let owning = Executor::owning(Arc::new(Graph::new(p.steps)), p.executor);
-    let with_own = as_json(&run_all(&owning, frames()));
+    let mut owning = Executor::owning(Arc::new(Graph::new(p.steps)), p.executor);
+    let with_own = as_json(&run_all(&mut owning, frames()));
     owning.close().unwrap();
 
     assert_eq!(with_host, with_own);
@@ -288,8 +340,8 @@ fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
         ],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 1);
-    run_all(&executor, frames(3));
+    let (pool, mut executor) = hosted(steps, 2, 1);
+    run_all(&mut executor, frames(3));
     let log = log.lock().unwrap().clone();
     for seq in 0..3 {
         let started = position(&log, "after_fast", seq, false).unwrap();
@@ -305,10 +357,15 @@ fn a_fast_branch_successor_starts_before_a_slow_sibling_ends() {
 #[test]
 fn every_step_runs_exactly_once_per_frame_under_stress() {
     let (names, inputs) = random_dag(20);
+    let (levels, joins, fan_out) = dag_shape(&inputs);
+    assert!(
+        levels >= 8 && joins >= 3 && fan_out >= 3,
+        "the stress DAG lost its shape: {levels} levels, {joins} joins, {fan_out} fan-outs"
+    );
     for workers in 1..=8 {
         let log = Log::default();
-        let (pool, executor) = hosted(steps(&log, &spec_of(&names, &inputs)), workers, 4);
-        let out = run_all(&executor, frames(2000));
+        let (pool, mut executor) = hosted(steps(&log, &spec_of(&names, &inputs)), workers, 4);
+        let out = run_all(&mut executor, frames(2000));
         assert_eq!(seqs(&out), (0..2000).collect::<Vec<_>>());
         let mut counts: HashMap<(String, u64), usize> = HashMap::new();
         for e in starts(&log) {
@@ -333,11 +390,6 @@ fn every_step_runs_exactly_once_per_frame_under_stress() {
     }
 }
 
-fn jittery(_: &str, seq: u64) -> Duration {
-    // Deterministic but uneven: later frames often finish before earlier ones.
-    Duration::from_micros((seq * 7919 % 13) * 150)
-}
-
 #[test]
 fn frames_come_out_in_order_with_several_in_flight() {
     let log = Log::default();
@@ -350,8 +402,8 @@ fn frames_come_out_in_order_with_several_in_flight() {
         &[("a", &FROM_FRAME, &[None]), ("b", &ONE, &[Some(0)])],
         behaviour,
     );
-    let (pool, executor) = hosted(steps, 2, 4);
-    let out = run_all(&executor, frames(200));
+    let (pool, mut executor) = hosted(steps, 2, 4);
+    let out = run_all(&mut executor, frames(200));
     assert_eq!(seqs(&out), (0..200).collect::<Vec<_>>());
     // The frames really overlapped: some frame started before the previous one finished.
     let log = log.lock().unwrap().clone();
@@ -363,233 +415,23 @@ fn frames_come_out_in_order_with_several_in_flight() {
 }
 
 #[test]
-fn stateful_steps_see_frames_in_order_with_four_in_flight() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        work: jittery,
-        ..Behaviour::default()
-    };
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("state", &STATEFUL, &[Some(0)]),
-            ("after", &ONE, &[Some(1)]),
-        ],
-        behaviour,
-    );
-    let (pool, executor) = hosted(steps, 4, 4);
-    let out = run_all(&executor, frames(300));
-    assert_eq!(out.len(), 300);
-    let log = log.lock().unwrap().clone();
-    // The stateful step's starts and ends alternate, in frame order: one frame at a time.
-    let stateful: Vec<(u64, bool)> = log
-        .iter()
-        .filter(|e| e.step == "state")
-        .map(|e| (e.seq, e.end))
-        .collect();
-    let expected: Vec<(u64, bool)> = (0..300).flat_map(|s| [(s, false), (s, true)]).collect();
-    assert_eq!(stateful, expected);
-    // Meanwhile stateless steps of later frames did run alongside.
-    assert!(
-        (1..300).any(|s| position(&log, "a", s, false) < position(&log, "state", s - 1, true)),
-        "stateless steps never overlapped the stateful one"
-    );
-    finish(pool, executor);
-}
-
-#[test]
-fn a_failed_frame_drains_its_running_siblings_before_it_is_reported() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        work: |name, seq| {
-            if name == "slow" && seq == 3 {
-                Duration::from_millis(150)
-            } else {
-                Duration::ZERO
-            }
-        },
-        fail: |name, seq| name == "bad" && seq == 3,
-        ..Behaviour::default()
-    };
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("slow", &ONE, &[Some(0)]),
-            ("bad", &ONE, &[Some(0)]),
-            ("after_bad", &ONE, &[Some(2)]),
-        ],
-        behaviour,
-    );
-    let (pool, executor) = hosted(steps, 2, 2);
-    let never = crossbeam_channel::never();
-    let mut seen_at_report = None;
-    let mut failures = Vec::new();
-    let stats = executor.run(&frames(10), &never, |r| {
-        if r.frame().seq == 3 {
-            seen_at_report = Some(log.lock().unwrap().clone());
-        }
-        failures.push(r.failure());
-    });
-    let at_report = seen_at_report.unwrap();
-    assert!(
-        position(&at_report, "slow", 3, true).is_some(),
-        "frame 3 was reported while its slow sibling still ran"
-    );
-    assert!(position(&at_report, "after_bad", 3, false).is_none());
-    let f = failures[3].clone().unwrap();
-    assert_eq!(f.step.as_ref(), "bad");
-    assert!(f.message.contains("fails on frame 3"), "{}", f.message);
-    assert!(
-        failures
-            .iter()
-            .enumerate()
-            .all(|(i, f)| (i == 3) == f.is_some())
-    );
-    assert_eq!((stats.processed, stats.failed), (9, 1));
-    finish(pool, executor);
-}
-
-#[test]
-fn unstarted_steps_of_a_failed_frame_are_skipped() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        fail: |name, _| name == "bad",
-        ..Behaviour::default()
-    };
-    // One worker: after "a", "bad" runs first (inline) while "c" and "d" wait in the queue.
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("bad", &ONE, &[Some(0)]),
-            ("c", &ONE, &[Some(0)]),
-            ("d", &ONE, &[Some(0)]),
-            ("e", &ONE, &[Some(2)]),
-        ],
-        behaviour,
-    );
-    let (pool, executor) = hosted(steps, 1, 1);
-    let out = run_all(&executor, frames(5));
-    for r in &out {
-        assert!(matches!(r.outcome(1), Some(Outcome::Failed)));
-        for node in 2..5 {
-            assert!(
-                matches!(r.outcome(node), Some(Outcome::Skipped)),
-                "node {node}"
-            );
-        }
-    }
-    let ran: HashSet<String> = starts(&log).into_iter().map(|e| e.step).collect();
-    assert_eq!(ran, HashSet::from(["a".to_owned(), "bad".to_owned()]));
-    finish(pool, executor);
-}
-
-#[test]
-fn a_panicking_step_fails_its_frame_and_the_pool_keeps_its_size() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        work: |_, _| Duration::from_millis(1),
-        panic: |name, seq| name == "b" && seq % 10 == 5,
-        ..Behaviour::default()
-    };
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("b", &ONE, &[Some(0)]),
-            ("c", &ONE, &[Some(0)]),
-        ],
-        behaviour,
-    );
-    let (pool, executor) = hosted(steps, 2, 2);
-    let out = run_all(&executor, frames(100));
-    for r in &out {
-        let seq = r.frame().seq;
-        match r.failure() {
-            Some(f) => {
-                assert_eq!(seq % 10, 5);
-                assert_eq!(f.step.as_ref(), "b");
-                assert!(f.message.contains("panicked"), "{}", f.message);
-            }
-            None => assert_ne!(seq % 10, 5),
-        }
-    }
-    assert_eq!(pool.size(), 2);
-    // Both workers survived the ten panics: the last frames still ran on both workers (the
-    // coordinator, this thread, runs some steps too), and on no new thread.
-    let me = std::thread::current().id();
-    let workers = |frames: std::ops::Range<u64>| -> HashSet<_> {
-        starts(&log)
-            .into_iter()
-            .filter(|e| frames.contains(&e.seq) && e.thread != me)
-            .map(|e| e.thread)
-            .collect()
-    };
-    let all = workers(0..100);
-    assert_eq!(all.len(), 2, "new threads appeared");
-    assert_eq!(workers(80..100), all, "a worker died");
-    finish(pool, executor);
-}
-
-#[test]
-fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() {
-    let log = Log::default();
-    let behaviour = Behaviour {
-        end_branch: |name, seq| name == "gate" && seq % 2 == 0,
-        ..Behaviour::default()
-    };
-    let steps = steps_with(
-        &log,
-        &[
-            ("a", &FROM_FRAME, &[None]),
-            ("gate", &ONE, &[Some(0)]),
-            ("after_gate", &ONE, &[Some(1)]),
-            ("other", &ONE, &[Some(0)]),
-        ],
-        behaviour,
-    );
-    let (pool, executor) = hosted(steps, 2, 2);
-    let never = crossbeam_channel::never();
-    let mut out = Vec::new();
-    let stats = executor.run(&frames(20), &never, |r| out.push(r));
-    assert_eq!((stats.processed, stats.failed), (20, 0));
-    for r in &out {
-        let even = r.frame().seq % 2 == 0;
-        assert!(r.failure().is_none());
-        assert_eq!(matches!(r.outcome(2), Some(Outcome::Skipped)), even);
-        assert!(matches!(r.outcome(3), Some(Outcome::Done(_))));
-    }
-    let log = starts(&log);
-    assert!(
-        log.iter()
-            .all(|e| !(e.step == "after_gate" && e.seq % 2 == 0))
-    );
-    assert_eq!(log.iter().filter(|e| e.step == "after_gate").count(), 10);
-    finish(pool, executor);
-}
-
-#[test]
 fn nothing_wakes_up_while_no_frame_arrives() {
     let log = Log::default();
     let pool = Pool::new(2).unwrap();
-    let executor = Arc::new(Executor::new(
+    let mut executor = Executor::new(
         Arc::new(Graph::new(chain(&log, 10))),
         pool.handle(),
         config(2, 2),
-    ));
+    );
+    let metrics = executor.metrics().clone();
     let (frames_tx, frames_rx) = crossbeam_channel::unbounded();
     let (results_tx, results_rx) = crossbeam_channel::unbounded();
-    let coordinator = {
-        let executor = executor.clone();
-        std::thread::spawn(move || {
-            let never = crossbeam_channel::never();
-            executor.run(&frames_rx, &never, |r| {
-                results_tx.send(r.frame().seq).unwrap()
-            })
+    let coordinator = std::thread::spawn(move || {
+        let never = crossbeam_channel::never();
+        executor.run(&frames_rx, &never, |r| {
+            results_tx.send(r.frame().seq).unwrap()
         })
-    };
+    });
     for seq in 0..20 {
         frames_tx
             .send(Frame::from_mat("cam".into(), seq, None, Default::default()))
@@ -602,10 +444,7 @@ fn nothing_wakes_up_while_no_frame_arrives() {
         (
             pool.metrics().wakeups.load(Ordering::Relaxed),
             pool.metrics().dispatches.load(Ordering::Relaxed),
-            executor
-                .metrics()
-                .coordinator_wakeups
-                .load(Ordering::Relaxed),
+            metrics.coordinator_wakeups.load(Ordering::Relaxed),
         )
     };
     // Let the last worker park; then a second with no frames must not move any counter.

@@ -25,9 +25,10 @@ use std::collections::BTreeMap;
 use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
+use crate::outcome::StepFailure;
 use crate::sinks::{SinkError, SinkStats};
 use crate::source::{SourceError, SourceStats};
-use crate::workflow::{PoolError, StepFailure};
+use crate::workflow::PoolError;
 
 pub mod notify;
 mod run;
@@ -94,6 +95,7 @@ pub struct PoolReport {
     pub wakeups: u64,
     /// Wake-ups of the executor's coordinator (a frame in, a frame done, an abort).
     pub coordinator_wakeups: u64,
+    /// Panics caught: in or around steps (each failed its frame) and in pool jobs.
     pub panics: u64,
 }
 

@@ -93,7 +93,7 @@ pub fn run(
     }
     notify::notify("READY=1");
 
-    let executor = match &host_pool {
+    let mut executor = match &host_pool {
         Some(pool) => Executor::new(graph, pool.handle(), executor_config),
         None => Executor::owning(graph, executor_config),
     };
@@ -171,11 +171,20 @@ pub fn run(
             .coordinator_wakeups
             .load(Ordering::Relaxed)
     });
-    let pools_built = match (&host_pool, &finished) {
-        (Some(_), _) => 1,
-        (None, Some((_, executor))) => executor.metrics().pools_built.load(Ordering::Relaxed),
-        (None, None) => 0,
-    };
+    // Pools really started for this run: the daemon's (if `Pool::new` gave one) and any the
+    // executor built for itself (it counts its own).
+    let pools_built = u64::from(host_pool.is_some())
+        + finished.as_ref().map_or(0, |(_, executor)| {
+            executor.metrics().pools_built.load(Ordering::Relaxed)
+        });
+    // Panics caught on the pool's threads outside any step, and in or around steps (those the
+    // executor catches, wherever the step ran).
+    let panics = pool_metrics
+        .as_ref()
+        .map_or(0, |m| m.panics.load(Ordering::Relaxed))
+        + finished.as_ref().map_or(0, |(_, executor)| {
+            executor.metrics().step_panics.load(Ordering::Relaxed)
+        });
     // 3. The pool, then 4. the sinks, whatever happened before.
     let (stats, own_pool) = match finished {
         Some((stats, executor)) => (Some(stats), executor.close()),
@@ -227,9 +236,7 @@ pub fn run(
                 .as_ref()
                 .map_or(0, |m| m.wakeups.load(Ordering::Relaxed)),
             coordinator_wakeups,
-            panics: pool_metrics
-                .as_ref()
-                .map_or(0, |m| m.panics.load(Ordering::Relaxed)),
+            panics,
         },
     };
     let mut errors: Vec<DaemonError> = stopped

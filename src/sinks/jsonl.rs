@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
-use crate::workflow::FrameResult;
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "jsonl",

@@ -2,9 +2,9 @@
 
 use std::fmt;
 
+use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::ValueType;
-use crate::workflow::FrameResult;
 
 mod jsonl;
 pub mod runner;

@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use serde::Serialize;
 
 use super::{Sink, SinkError};
-use crate::workflow::FrameResult;
+use crate::outcome::FrameResult;
 
 /// Frame results queued per sink: enough to ride out a slow write without stalling workers.
 pub const SINK_QUEUE: usize = 16;

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::{Image, Value, ValueType};
-use crate::workflow::FrameResult;
 
 /// Longest wait for the muxer to finish the file after the last frame.
 pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -69,9 +69,11 @@ struct Motion {
     min_area: f64,
     class: Arc<str>,
     kernel: Mat,
-    /// One background model per source. Written only by the worker running this step; the
-    /// executor never runs it for two frames of one source at once, so the lock is uncontended.
-    models: Mutex<HashMap<Arc<str>, Ptr<BackgroundSubtractorMOG2>>>,
+    /// One background model per source, each behind its own lock. The map's lock is held only
+    /// to find (or add) a source's model, never while a model runs, so sources do not queue
+    /// behind each other; the executor never runs this step for two frames of one source at
+    /// once, so a model's own lock is uncontended.
+    models: Mutex<HashMap<Arc<str>, Arc<Mutex<Model>>>>,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
@@ -95,23 +97,33 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
     }))
 }
 
+type Model = Ptr<BackgroundSubtractorMOG2>;
+
+impl Motion {
+    /// The background model of `source`, made on its first frame.
+    fn model(&self, source: &Arc<str>) -> Result<Arc<Mutex<Model>>, StepError> {
+        let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(model) = models.get(source) {
+            return Ok(model.clone());
+        }
+        let model = Arc::new(Mutex::new(video::create_background_subtractor_mog2(
+            self.history,
+            self.var_threshold,
+            true,
+        )?));
+        models.insert(source.clone(), model.clone());
+        Ok(model)
+    }
+}
+
 impl Step for Motion {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let image = input.image(0)?;
         let mut mask = Mat::default();
+        let model = self.model(&input.frame.source)?;
         {
-            let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
-            let model = match models.get_mut(&input.frame.source) {
-                Some(model) => model,
-                None => models.entry(input.frame.source.clone()).or_insert(
-                    video::create_background_subtractor_mog2(
-                        self.history,
-                        self.var_threshold,
-                        true,
-                    )?,
-                ),
-            };
-            video::BackgroundSubtractorTrait::apply(model, image, &mut mask, -1.0)?;
+            let mut model = model.lock().unwrap_or_else(PoisonError::into_inner);
+            video::BackgroundSubtractorTrait::apply(&mut *model, image, &mut mask, -1.0)?;
         }
         // Shadows are marked 127 by MOG2: keep only confident foreground (255).
         let mut binary = Mat::default();

@@ -6,9 +6,12 @@ pub mod pool;
 
 use std::sync::Arc;
 
-pub use executor::{Executor, ExecutorMetrics, FrameResult, Outcome, RunStats, StepFailure};
+pub use executor::{Executor, ExecutorMetrics, RunStats};
 pub use graph::Graph;
 pub use pool::{Pool, PoolError, PoolHandle, PoolMetrics};
+// What a finished frame carries lives below the workflow (sinks read it); re-exported here for
+// the executor's users.
+pub use crate::outcome::{FrameResult, Outcome, StepFailure};
 
 use crate::config::{ExecutorConfig, Pipeline, StepConfig};
 use crate::frame::Frame;
@@ -34,7 +37,7 @@ impl Workflow {
     }
 
     /// Runs one frame through every step and returns its result.
-    pub fn run_once(&self, frame: Frame) -> FrameResult {
+    pub fn run_once(&mut self, frame: Frame) -> FrameResult {
         self.executor.process(frame)
     }
 

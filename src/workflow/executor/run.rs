@@ -1,0 +1,231 @@
+//! One frame inside the workflow: its countdowns, running a node, finishing it.
+//!
+//! A `Run` is shared (`Arc`) by every thread that runs one of the frame's nodes: the
+//! coordinator for the first ones, workers for the rest, and the gates of its lane while one of
+//! its nodes waits for its turn. Who writes what:
+//! - `pending[node]`: decremented (AcqRel) once by each predecessor as it finishes; the thread
+//!   that brings it to zero (or the coordinator, for a root) takes the node to run;
+//! - the record: a node's outcome is set once, by the thread that ran it, before the node's
+//!   successors are counted down (so they see it); the first failure is kept;
+//! - `remaining`: decremented (AcqRel) once per node when it finishes, whatever happened in it;
+//!   the thread that brings it to zero sends the run back to the coordinator over `done`.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crossbeam_channel::Sender;
+
+use super::Shared;
+use super::claims::{self, Ready};
+use super::gate::Gates;
+use crate::frame::Frame;
+use crate::outcome::{FrameRecord, Outcome, StepFailure};
+use crate::spec::Ref;
+use crate::steps::{StepError, StepInput, StepOutput};
+use crate::value::{Image, Value};
+
+/// One frame inside the workflow.
+#[derive(Debug)]
+pub(super) struct Run {
+    /// Position of the frame among the admitted frames of its source.
+    pub(super) index: u64,
+    /// The source's lane (coordinator numbering).
+    pub(super) lane: usize,
+    /// The gates of the frame's source.
+    gates: Arc<Gates<Arc<Run>>>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) record: Arc<FrameRecord>,
+    /// Unfinished predecessors per node; the thread that brings one to zero queues the node.
+    pending: Box<[AtomicUsize]>,
+    /// Nodes not finished; the thread that brings it to zero delivers the frame.
+    remaining: AtomicUsize,
+    done: Sender<Arc<Run>>,
+}
+
+/// Starts frame `index` of `lane`: its roots run here (`run_here`, chain included) or go to
+/// the pool.
+pub(super) fn start(
+    shared: &Arc<Shared>,
+    lane: usize,
+    index: u64,
+    gates: Arc<Gates<Arc<Run>>>,
+    frame: Frame,
+    done: &Sender<Arc<Run>>,
+    run_here: bool,
+) {
+    let graph = &shared.graph;
+    let run = Arc::new(Run {
+        index,
+        lane,
+        gates,
+        shared: shared.clone(),
+        record: Arc::new(FrameRecord::new(Arc::new(frame), graph.len())),
+        pending: graph
+            .nodes
+            .iter()
+            .map(|n| AtomicUsize::new(n.predecessors))
+            .collect(),
+        remaining: AtomicUsize::new(graph.len()),
+        done: done.clone(),
+    });
+    if graph.is_empty() {
+        let _ = run.done.send(run.clone());
+        return;
+    }
+    let mut ready = Ready::default();
+    for &root in &graph.roots {
+        if admit(&run, root) {
+            ready.push(root);
+        }
+    }
+    if run_here {
+        if let Some(root) = claims::spread(&run, ready) {
+            run_from(&run, root);
+        }
+    } else {
+        claims::hand_out(&run, ready);
+    }
+}
+
+/// Whether `node` may run now for `run`; if not, its gate keeps the run until its turn.
+fn admit(run: &Arc<Run>, node: usize) -> bool {
+    run.gates.enter(node, run.index, || run.clone())
+}
+
+/// Runs `node`, then keeps running one newly ready successor on this thread. Whatever unwinds
+/// while a node runs is caught here: the node is recorded as failed and still finishes, so
+/// the frame is delivered and the node's gate passes to the next frame.
+pub(super) fn run_from(run: &Arc<Run>, mut node: usize) {
+    loop {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| execute(run, node))) {
+            run.shared
+                .metrics
+                .step_panics
+                .fetch_add(1, Ordering::Relaxed);
+            let message = format!("panicked outside the step: {}", panic_message(&*payload));
+            drop_payload(payload);
+            let name = &run.shared.graph.nodes[node].name;
+            let outcome = fail(run, name, message);
+            // Kept only if the node had no outcome yet.
+            run.record.set_outcome(node, outcome);
+        }
+        match finish(run, node) {
+            Some(next) => node = next,
+            None => return,
+        }
+    }
+}
+
+fn execute(run: &Run, node: usize) {
+    let n = &run.shared.graph.nodes[node];
+    let outcome = if run.record.failure().is_some() {
+        Outcome::Skipped
+    } else {
+        match inputs(run, &n.inputs) {
+            None => Outcome::Skipped,
+            Some(values) => {
+                let input = StepInput {
+                    frame: run.record.frame(),
+                    values: &values,
+                };
+                let result = match catch_unwind(AssertUnwindSafe(|| n.step.run(&input))) {
+                    Ok(result) => result,
+                    Err(payload) => {
+                        run.shared
+                            .metrics
+                            .step_panics
+                            .fetch_add(1, Ordering::Relaxed);
+                        // The payload is dropped at the end of this arm, outside the step's
+                        // catch: if that panics too, `run_from` catches it.
+                        Err(StepError::Panic(panic_message(&*payload)))
+                    }
+                };
+                match result {
+                    Ok(StepOutput::EndBranch) => Outcome::Skipped,
+                    Ok(StepOutput::Values(values)) if values.len() == n.kind.outputs.len() => {
+                        Outcome::Done(values)
+                    }
+                    Ok(StepOutput::Values(values)) => fail(
+                        run,
+                        &n.name,
+                        format!(
+                            "returned {} outputs, its kind declares {}",
+                            values.len(),
+                            n.kind.outputs.len()
+                        ),
+                    ),
+                    Err(e) => fail(run, &n.name, e.to_string()),
+                }
+            }
+        }
+    };
+    // Each node is executed once per frame, so the outcome is always recorded here.
+    run.record.set_outcome(node, outcome);
+}
+
+fn inputs(run: &Run, refs: &[Ref]) -> Option<Vec<Value>> {
+    refs.iter()
+        .map(|r| match *r {
+            Ref::Frame => Some(Value::Image(Image::Frame(run.record.frame().clone()))),
+            Ref::Step { step, output } => match run.record.outcome(step)? {
+                Outcome::Done(values) => values.get(output).cloned(),
+                Outcome::Skipped | Outcome::Failed => None,
+            },
+        })
+        .collect()
+}
+
+fn fail(run: &Run, step: &Arc<str>, message: String) -> Outcome {
+    let frame = run.record.frame();
+    tracing::warn!(
+        step = %step,
+        source = %frame.source,
+        frame = frame.seq,
+        error = %message,
+        "step failed; frame skipped"
+    );
+    run.record.set_failure(StepFailure {
+        step: step.clone(),
+        message,
+    });
+    Outcome::Failed
+}
+
+/// Marks `node` finished: counts down its successors, passes its gate to the next frame of the
+/// source, delivers the frame if this was its last node, then queues what became ready
+/// (returning one node for this thread to run). Every count is settled before any job is
+/// queued.
+fn finish(run: &Arc<Run>, node: usize) -> Option<usize> {
+    let mut ready = Ready::default();
+    for &succ in &run.shared.graph.nodes[node].successors {
+        if run.pending[succ].fetch_sub(1, Ordering::AcqRel) == 1 && admit(run, succ) {
+            ready.push(succ);
+        }
+    }
+    let next_at_gate = run.gates.leave(node, run.index);
+    if run.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // The coordinator outlives every frame it admitted, so this send cannot fail.
+        let _ = run.done.send(run.clone());
+    }
+    if let Some(next) = next_at_gate {
+        claims::dispatch(next, node);
+    }
+    claims::spread(run, ready)
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned())
+}
+
+/// Drops a caught panic's payload; one whose drop panics again is leaked, not unwound.
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+}
