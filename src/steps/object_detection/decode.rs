@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn darknet_rows_are_fractions_of_the_image_with_scores_including_objectness() {
-        let mut values = row([0.5, 0.5, 0.25, 0.5], 0.9, [0.1, 0.8, 0.0]);
+        let mut values = row([0.5, 0.25, 0.25, 0.5], 0.9, [0.1, 0.8, 0.0]);
         values.extend(row([0.1, 0.1, 0.1, 0.1], 0.9, [0.3, 0.2, 0.1])); // below 0.4
         let mut out = Vec::new();
         decode(
@@ -214,7 +214,7 @@ mod tests {
         .unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].class, out[0].score), (1, 0.8));
-        close(out[0].bbox, [300.0, 100.0, 200.0, 200.0]);
+        close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
     }
 
     #[test]
