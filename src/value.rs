@@ -169,8 +169,9 @@ pub struct Detection {
     #[serde(rename = "box")]
     pub bbox: BBox,
     /// Points found with the object, in pixels of the same image, when its detector gives them
-    /// (a face: right eye, left eye, nose tip, right and left mouth corners, as seen in the
-    /// image). Absent from JSON when there are none.
+    /// (a face: the person's right eye, left eye, nose tip, right and left mouth corners; for a
+    /// face turned to the camera the right eye is on the image's left). Absent from JSON when
+    /// there are none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub landmarks: Option<Vec<[f32; 2]>>,
 }
