@@ -168,6 +168,35 @@ pub struct Detection {
     pub confidence: f32,
     #[serde(rename = "box")]
     pub bbox: BBox,
+    /// Points found with the object, in pixels of the same image, when its detector gives them
+    /// (a face: the person's right eye, left eye, nose tip, right and left mouth corners; for a
+    /// face turned to the camera the right eye is on the image's left). Absent from JSON when
+    /// there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub landmarks: Option<Vec<[f32; 2]>>,
+}
+
+impl Detection {
+    /// A detection without landmarks.
+    pub fn new(class: Arc<str>, confidence: f32, bbox: BBox) -> Self {
+        Self {
+            class,
+            confidence,
+            bbox,
+            landmarks: None,
+        }
+    }
+}
+
+impl BBox {
+    /// Intersection over union of two boxes (0 when either is empty).
+    pub fn iou(&self, other: &Self) -> f32 {
+        let w = (self.x + self.width).min(other.x + other.width) - self.x.max(other.x);
+        let h = (self.y + self.height).min(other.y + other.height) - self.y.max(other.y);
+        let inter = w.max(0.0) * h.max(0.0);
+        let union = self.width * self.height + other.width * other.height - inter;
+        if union > 0.0 { inter / union } else { 0.0 }
+    }
 }
 
 #[cfg(test)]
@@ -175,16 +204,50 @@ mod tests {
     use super::*;
 
     fn detections() -> Value {
-        Value::Detections(Arc::from(vec![Detection {
-            class: "person".into(),
-            confidence: 0.5,
-            bbox: BBox {
+        Value::Detections(Arc::from(vec![Detection::new(
+            "person".into(),
+            0.5,
+            BBox {
                 x: 1.0,
                 y: 2.0,
                 width: 3.0,
                 height: 4.0,
             },
-        }]))
+        )]))
+    }
+
+    #[test]
+    fn landmarks_are_in_json_only_when_a_detector_gives_them() {
+        let mut face = Detection::new(
+            "face".into(),
+            0.9,
+            BBox {
+                x: 0.0,
+                y: 0.0,
+                width: 2.0,
+                height: 2.0,
+            },
+        );
+        face.landmarks = Some(vec![[1.0, 1.5]]);
+        let json = serde_json::to_value(&face).unwrap();
+        assert_eq!(json["landmarks"], serde_json::json!([[1.0, 1.5]]));
+        face.landmarks = None;
+        let json = serde_json::to_value(&face).unwrap();
+        assert!(json.get("landmarks").is_none(), "{json}");
+    }
+
+    #[test]
+    fn iou_of_boxes() {
+        let a = BBox {
+            x: 0.0,
+            y: 0.0,
+            width: 10.0,
+            height: 10.0,
+        };
+        let b = BBox { x: 5.0, ..a };
+        assert_eq!(a.iou(&a), 1.0);
+        assert!((a.iou(&b) - 50.0 / 150.0).abs() < 1e-6);
+        assert_eq!(a.iou(&BBox { x: 20.0, ..a }), 0.0);
     }
 
     #[test]

@@ -13,10 +13,16 @@ use crate::value::{Detection, FromValue, Image, Value, ValueType};
 
 mod annotate;
 mod blur;
+mod cascade_detection;
 mod crop;
+mod face_detection;
 mod filter;
 mod grayscale;
+mod instances;
+mod models;
 mod motion;
+mod object_detection;
+mod people_detection;
 mod resize;
 
 /// Every step kind, in the order `vidflow steps` lists them.
@@ -26,6 +32,10 @@ pub static KINDS: &[&StepKind] = &[
     &blur::KIND,
     &crop::KIND,
     &motion::KIND,
+    &object_detection::KIND,
+    &face_detection::KIND,
+    &people_detection::KIND,
+    &cascade_detection::KIND,
     &filter::KIND,
     &annotate::KIND,
 ];

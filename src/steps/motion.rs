@@ -146,16 +146,16 @@ impl Step for Motion {
                 continue;
             }
             let r = imgproc::bounding_rect(&contour)?;
-            detections.push(Detection {
-                class: self.class.clone(),
-                confidence: 1.0,
-                bbox: BBox {
+            detections.push(Detection::new(
+                self.class.clone(),
+                1.0,
+                BBox {
                     x: r.x as f32,
                     y: r.y as f32,
                     width: r.width as f32,
                     height: r.height as f32,
                 },
-            });
+            ));
         }
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),

@@ -1,0 +1,249 @@
+//! The models a detector can name: `models/models.toml`, embedded in the binary, and the checks
+//! that a model's files are present and intact, made when a pipeline is loaded (so `validate`
+//! reports a missing or corrupt model, never the first frame).
+//!
+//! Model files are looked up in the directory named by `VIDFLOW_MODELS_DIR`, else `models`
+//! (relative to the working directory, like every path of a pipeline file). Each file is hashed
+//! once per process: the result is cached by path, size and modification time, so several steps
+//! naming one model, or `validate` then `run`, do not read 35 MB twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::SystemTime;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// The registry, as committed in `models/models.toml`.
+const MODELS_TOML: &str = include_str!("../../models/models.toml");
+
+/// The command that puts the registry's files in place, quoted by every error about them.
+pub(super) const FETCH_COMMAND: &str = "scripts/fetch-assets (or make setup)";
+
+/// Environment variable naming the directory that holds the model files.
+pub(super) const MODELS_DIR_VAR: &str = "VIDFLOW_MODELS_DIR";
+
+/// One entry of `models.toml`: what the detectors use of it. Its other keys (`source`,
+/// `licence`, `output`) document the model for people; a unit test checks they are there.
+#[derive(Debug, Deserialize)]
+pub(super) struct Model {
+    /// How the step decodes the outputs: `darknet`, `yolov5`, `yolox`, `yunet`.
+    pub(super) layout: String,
+    /// The default square input size, in pixels (none: the image's own size).
+    pub(super) input_size: Option<u32>,
+    /// A file of class names, one a line (in the models directory).
+    pub(super) class_names: Option<String>,
+    /// The class names themselves, for a model with few.
+    pub(super) classes: Option<Vec<String>>,
+    /// Role (`model`, `config`) -> file name in the models directory.
+    pub(super) files: BTreeMap<String, String>,
+    /// File name -> sha256 (every file the entry names).
+    pub(super) sha256: BTreeMap<String, String>,
+}
+
+/// Why a model cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ModelError {
+    #[error("unknown model \"{0}\"; known models: {1}")]
+    Unknown(String, String),
+    #[error("model \"{model}\": {} is missing; fetch it with {FETCH_COMMAND}", .path.display())]
+    Missing { model: String, path: PathBuf },
+    #[error(
+        "model \"{model}\": {} is corrupt (sha256 {found}, expected {expected}); fetch it again with {FETCH_COMMAND}",
+        .path.display()
+    )]
+    Checksum {
+        model: String,
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+    #[error("model \"{model}\": cannot read {}: {source}", .path.display())]
+    Io {
+        model: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("model \"{model}\": {what}")]
+    Entry { model: String, what: String },
+}
+
+fn registry() -> &'static BTreeMap<String, Model> {
+    static REGISTRY: OnceLock<BTreeMap<String, Model>> = OnceLock::new();
+    // The file is part of the source tree: a unit test parses it, so this cannot fail in a
+    // build whose tests passed; a broken edit would show as no models at all.
+    REGISTRY.get_or_init(|| toml::from_str(MODELS_TOML).unwrap_or_default())
+}
+
+/// The directory holding model files.
+pub(super) fn models_dir() -> PathBuf {
+    std::env::var_os(MODELS_DIR_VAR).map_or_else(|| PathBuf::from("models"), PathBuf::from)
+}
+
+/// A model of the registry whose files are all present with their recorded sha256.
+#[derive(Debug)]
+pub(super) struct Checked {
+    pub(super) model: &'static Model,
+    pub(super) dir: PathBuf,
+}
+
+impl Checked {
+    /// The path of the file with this role (`model`, `config`).
+    pub(super) fn file(&self, role: &str) -> Option<PathBuf> {
+        self.model.files.get(role).map(|f| self.dir.join(f))
+    }
+
+    /// The model's class names, in output order.
+    pub(super) fn class_names(&self, name: &str) -> Result<Vec<String>, ModelError> {
+        match (&self.model.classes, &self.model.class_names) {
+            (Some(classes), _) => Ok(classes.clone()),
+            (None, Some(file)) => {
+                read_class_names(&self.dir.join(file)).map_err(|e| ModelError::Entry {
+                    model: name.to_owned(),
+                    what: e,
+                })
+            }
+            (None, None) => Err(ModelError::Entry {
+                model: name.to_owned(),
+                what: "names no classes".to_owned(),
+            }),
+        }
+    }
+}
+
+/// Looks `name` up and checks every file it names against its sha256.
+pub(super) fn checked(name: &str) -> Result<Checked, ModelError> {
+    let model = registry().get(name).ok_or_else(|| {
+        let known: Vec<_> = registry().keys().map(|k| format!("\"{k}\"")).collect();
+        ModelError::Unknown(name.to_owned(), known.join(", "))
+    })?;
+    let dir = models_dir();
+    for (file, expected) in &model.sha256 {
+        let path = dir.join(file);
+        let found = sha256_of(&path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => ModelError::Missing {
+                model: name.to_owned(),
+                path: path.clone(),
+            },
+            _ => ModelError::Io {
+                model: name.to_owned(),
+                path: path.clone(),
+                source,
+            },
+        })?;
+        if !found.eq_ignore_ascii_case(expected) {
+            return Err(ModelError::Checksum {
+                model: name.to_owned(),
+                path,
+                found,
+                expected: expected.clone(),
+            });
+        }
+    }
+    Ok(Checked { model, dir })
+}
+
+/// Reads a file of class names, one a line (blank lines ignored).
+pub(super) fn read_class_names(path: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read class names {}: {e}", path.display()))?;
+    let names: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if names.is_empty() {
+        return Err(format!("class names {} is empty", path.display()));
+    }
+    Ok(names)
+}
+
+/// What identifies one version of a file on disk, for the hash cache.
+type FileKey = (PathBuf, u64, Option<SystemTime>);
+
+/// The sha256 of a file, hashed at most once per version of it in this process.
+fn sha256_of(path: &Path) -> std::io::Result<String> {
+    static CACHE: OnceLock<Mutex<HashMap<FileKey, String>>> = OnceLock::new();
+    let meta = std::fs::metadata(path)?;
+    let key = (path.to_owned(), meta.len(), meta.modified().ok());
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(sum) = cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        return Ok(sum.clone());
+    }
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let sum: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, sum.clone());
+    Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_parses_and_every_file_has_a_sum() {
+        let models: BTreeMap<String, Model> = toml::from_str(MODELS_TOML).unwrap();
+        assert!(models.contains_key("yolov3_tiny_coco") && models.contains_key("yunet_face"));
+        for (name, m) in &models {
+            for file in m.files.values().chain(&m.class_names) {
+                assert!(m.sha256.contains_key(file), "{name}: {file} has no sha256");
+            }
+            assert!(m.class_names.is_some() || m.classes.is_some(), "{name}");
+        }
+        let raw: toml::Table = toml::from_str(MODELS_TOML).unwrap();
+        for (name, entry) in &raw {
+            for key in ["source", "licence", "output"] {
+                assert!(entry.get(key).is_some(), "{name} has no {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn fetch_assets_checks_the_sums_the_registry_records() {
+        let script = include_str!("../../scripts/fetch-assets");
+        let models: BTreeMap<String, Model> = toml::from_str(MODELS_TOML).unwrap();
+        for (name, m) in &models {
+            for (file, sum) in &m.sha256 {
+                assert!(
+                    script.contains(&format!("_SHA={sum}")),
+                    "{name}: fetch-assets does not check {file} against {sum}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sha256_of_a_known_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("abc");
+        std::fs::write(&path, "abc").unwrap();
+        assert_eq!(
+            sha256_of(&path).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

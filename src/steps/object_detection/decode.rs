@@ -1,0 +1,354 @@
+//! Output decoders of the YOLO layouts: rows of a network's output -> candidate boxes in pixels
+//! of the image the step was given, before non-maximum suppression.
+//!
+//! Every layout gives rows of `4 + 1 + classes` values: a box, an objectness and one score per
+//! class. They differ in what the numbers mean:
+//! - `darknet` (a Darknet `[yolo]` head read by OpenCV): `cx, cy, w, h` as fractions of the
+//!   input, hence of the image (the input is the image resized without letterbox); class scores
+//!   already multiplied by the objectness.
+//! - `yolov5` (Ultralytics ONNX export): `cx, cy, w, h` in input pixels; score = objectness x
+//!   class probability.
+//! - `yolox` (Megvii ONNX export, decoding not baked in): rows follow the grids of strides 8, 16
+//!   and 32 over the input, row-major; `cx = (x + column) * stride`, `w = exp(w) * stride`;
+//!   score = objectness x class probability.
+
+use crate::value::BBox;
+
+/// How a model's outputs are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    Darknet,
+    Yolov5,
+    Yolox,
+}
+
+impl Layout {
+    pub(super) const NAMES: &'static str = "\"darknet\", \"yolov5\" or \"yolox\"";
+
+    pub(super) fn parse(name: &str) -> Option<Self> {
+        match name {
+            "darknet" => Some(Self::Darknet),
+            "yolov5" => Some(Self::Yolov5),
+            "yolox" => Some(Self::Yolox),
+            _ => None,
+        }
+    }
+}
+
+/// YOLOX's output strides, in the order of its rows.
+const YOLOX_STRIDES: [usize; 3] = [8, 16, 32];
+
+/// Sizes that map the network's coordinates to the image's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Geometry {
+    pub(super) image_width: f32,
+    pub(super) image_height: f32,
+    /// Input of the network (square), pixels.
+    pub(super) input: usize,
+}
+
+/// A box before non-maximum suppression.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Candidate {
+    pub(super) class: usize,
+    pub(super) score: f32,
+    pub(super) bbox: BBox,
+}
+
+/// Why an output cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum DecodeError {
+    #[error(
+        "an output of {values} values is not rows of {row} (4 box values, objectness, {classes} class scores): wrong layout or class names?"
+    )]
+    RowLength {
+        values: usize,
+        row: usize,
+        classes: usize,
+    },
+    #[error("yolox output has {rows} rows; an input of {input} pixels gives {expected}")]
+    YoloxRows {
+        rows: usize,
+        input: usize,
+        expected: usize,
+    },
+}
+
+/// Decodes one output tensor (its values in order) into `out`: rows whose best wanted class
+/// scores at least `threshold`. `wanted[class]` says whether a class is kept at all.
+pub(super) fn decode(
+    layout: Layout,
+    values: &[f32],
+    classes: usize,
+    wanted: &[bool],
+    threshold: f32,
+    geometry: Geometry,
+    out: &mut Vec<Candidate>,
+) -> Result<(), DecodeError> {
+    let row = 5 + classes;
+    if values.len() % row != 0 {
+        return Err(DecodeError::RowLength {
+            values: values.len(),
+            row,
+            classes,
+        });
+    }
+    let rows = values.len() / row;
+    let grid = match layout {
+        Layout::Yolox => Some(yolox_grid(rows, geometry.input)?),
+        Layout::Darknet | Layout::Yolov5 => None,
+    };
+    let input = geometry.input as f32;
+    for (i, r) in values.chunks_exact(row).enumerate() {
+        let Some((class, class_score)) = best_class(&r[5..], wanted) else {
+            continue;
+        };
+        let score = match layout {
+            Layout::Darknet => class_score,
+            Layout::Yolov5 | Layout::Yolox => r[4] * class_score,
+        };
+        if score < threshold {
+            continue;
+        }
+        // Centre and size as fractions of the input (= of the image).
+        let (cx, cy, w, h) = match (layout, &grid) {
+            (Layout::Darknet, _) => (r[0], r[1], r[2], r[3]),
+            (Layout::Yolox, Some(grid)) => {
+                let (column, line, stride) = grid[i];
+                (
+                    (r[0] + column) * stride / input,
+                    (r[1] + line) * stride / input,
+                    r[2].exp() * stride / input,
+                    r[3].exp() * stride / input,
+                )
+            }
+            (Layout::Yolov5 | Layout::Yolox, _) => {
+                (r[0] / input, r[1] / input, r[2] / input, r[3] / input)
+            }
+        };
+        let (iw, ih) = (geometry.image_width, geometry.image_height);
+        out.push(Candidate {
+            class,
+            score,
+            bbox: BBox {
+                x: (cx - w / 2.0) * iw,
+                y: (cy - h / 2.0) * ih,
+                width: w * iw,
+                height: h * ih,
+            },
+        });
+    }
+    Ok(())
+}
+
+/// The best-scoring wanted class of a row.
+fn best_class(scores: &[f32], wanted: &[bool]) -> Option<(usize, f32)> {
+    scores
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| wanted.get(*c).copied().unwrap_or(false))
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(c, s)| (c, *s))
+}
+
+/// Column, line and stride of every YOLOX row, in row order.
+fn yolox_grid(rows: usize, input: usize) -> Result<Vec<(f32, f32, f32)>, DecodeError> {
+    let mut grid = Vec::with_capacity(rows);
+    for stride in YOLOX_STRIDES {
+        let side = input / stride;
+        for line in 0..side {
+            for column in 0..side {
+                grid.push((column as f32, line as f32, stride as f32));
+            }
+        }
+    }
+    if grid.len() != rows {
+        return Err(DecodeError::YoloxRows {
+            rows,
+            input,
+            expected: grid.len(),
+        });
+    }
+    Ok(grid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GEOMETRY: Geometry = Geometry {
+        image_width: 800.0,
+        image_height: 400.0,
+        input: 64,
+    };
+
+    fn close(a: BBox, b: [f32; 4]) {
+        let got = [a.x, a.y, a.width, a.height];
+        for (g, e) in got.iter().zip(b) {
+            assert!((g - e).abs() < 1e-3, "{got:?} != {b:?}");
+        }
+    }
+
+    /// A row of 3 classes.
+    fn row(b: [f32; 4], objectness: f32, scores: [f32; 3]) -> Vec<f32> {
+        let mut r = b.to_vec();
+        r.push(objectness);
+        r.extend(scores);
+        r
+    }
+
+    #[test]
+    fn darknet_rows_are_fractions_of_the_image_with_scores_including_objectness() {
+        let mut values = row([0.5, 0.25, 0.25, 0.5], 0.9, [0.1, 0.8, 0.0]);
+        values.extend(row([0.1, 0.1, 0.1, 0.1], 0.9, [0.3, 0.2, 0.1])); // below 0.4
+        let mut out = Vec::new();
+        decode(
+            Layout::Darknet,
+            &values,
+            3,
+            &[true; 3],
+            0.4,
+            GEOMETRY,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].class, out[0].score), (1, 0.8));
+        close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
+    }
+
+    #[test]
+    fn yolov5_rows_are_input_pixels_and_score_is_objectness_times_class() {
+        let values = row([32.0, 16.0, 16.0, 32.0], 0.5, [0.9, 0.0, 0.2]);
+        let mut out = Vec::new();
+        decode(
+            Layout::Yolov5,
+            &values,
+            3,
+            &[true; 3],
+            0.4,
+            GEOMETRY,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!((out[0].class, out[0].score), (0, 0.45));
+        // 64 px input -> 800x400 image: x scales by 12.5, y by 6.25.
+        close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
+        out.clear();
+        decode(
+            Layout::Yolov5,
+            &values,
+            3,
+            &[true; 3],
+            0.5,
+            GEOMETRY,
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.is_empty(), "0.5 x 0.9 is below 0.5");
+    }
+
+    #[test]
+    fn yolox_rows_follow_the_grids_of_strides_8_16_32() {
+        // 64 px input: 8x8 + 4x4 + 2x2 = 84 rows; put one object in each stride's grid.
+        let mut values = vec![0.0; 84 * 8];
+        let mut set =
+            |index: usize, r: Vec<f32>| values[index * 8..index * 8 + 8].copy_from_slice(&r);
+        // Stride 8, line 2, column 3 (row 19): centre (3.5 * 8, 2.5 * 8) = (28, 20), size 8 x 16.
+        set(19, row([0.5, 0.5, 0.0, 2f32.ln()], 1.0, [0.0, 0.0, 0.7]));
+        // Stride 32, line 1, column 0 (row 64 + 16 + 2 = 82): centre (16, 48), size 32 x 32.
+        set(82, row([0.5, 0.5, 0.0, 0.0], 0.8, [1.0, 0.0, 0.0]));
+        let mut out = Vec::new();
+        decode(
+            Layout::Yolox,
+            &values,
+            3,
+            &[true; 3],
+            0.4,
+            GEOMETRY,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].class, out[1].class), (2, 0));
+        // Input pixels x 12.5 across, x 6.25 down.
+        close(
+            out[0].bbox,
+            [(28.0 - 4.0) * 12.5, (20.0 - 8.0) * 6.25, 100.0, 100.0],
+        );
+        close(out[1].bbox, [0.0, 32.0 * 6.25, 400.0, 200.0]);
+    }
+
+    #[test]
+    fn unwanted_classes_never_come_out() {
+        let values = row([0.5, 0.5, 0.1, 0.1], 1.0, [0.9, 0.5, 0.0]);
+        let mut out = Vec::new();
+        let wanted = [false, true, false];
+        decode(
+            Layout::Darknet,
+            &values,
+            3,
+            &wanted,
+            0.4,
+            GEOMETRY,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            (out[0].class, out[0].score),
+            (1, 0.5),
+            "best wanted class, not best"
+        );
+        out.clear();
+        decode(
+            Layout::Darknet,
+            &values,
+            3,
+            &[false; 3],
+            0.0,
+            GEOMETRY,
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn outputs_of_the_wrong_shape_are_errors() {
+        let mut out = Vec::new();
+        let err = decode(
+            Layout::Darknet,
+            &[0.0; 9],
+            3,
+            &[true; 3],
+            0.4,
+            GEOMETRY,
+            &mut out,
+        );
+        assert!(matches!(
+            err,
+            Err(DecodeError::RowLength {
+                values: 9,
+                row: 8,
+                ..
+            })
+        ));
+        let err = decode(
+            Layout::Yolox,
+            &[0.0; 80],
+            3,
+            &[true; 3],
+            0.4,
+            GEOMETRY,
+            &mut out,
+        );
+        assert!(matches!(
+            err,
+            Err(DecodeError::YoloxRows {
+                rows: 10,
+                expected: 84,
+                ..
+            })
+        ));
+    }
+}

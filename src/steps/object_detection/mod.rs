@@ -1,0 +1,480 @@
+//! `object_detection`: a YOLO network run by OpenCV's DNN module -> detections of named classes.
+//!
+//! The model is a name from `models/models.toml` (by default `yolov3_tiny_coco`, 80 COCO
+//! classes) or the user's own (`model_path`, `config_path`, `layout`, `class_names`). Its files
+//! are checked and the network is read once when the pipeline is loaded, so a missing or
+//! corrupt model is a `validate` error. The image is resized to the square input without
+//! letterbox, scaled to 0..1 with R and B swapped; the outputs are decoded by layout
+//! ([`decode`]) and reduced by non-maximum suppression per class. Boxes are in pixels of the
+//! image the step was given.
+//!
+//! Threads: a network cannot run two forward passes at once, so the step keeps one per worker
+//! that runs it concurrently ([`Instances`]), made lazily and reused for every frame.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Rect, Scalar, Size, Vector};
+use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
+use opencv::imgproc;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::instances::Instances;
+use super::models;
+use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::spec::{Diagnostic, ParamDoc, Params};
+use crate::value::{Detection, Value, ValueType};
+
+mod decode;
+
+use decode::{Candidate, Geometry, Layout};
+
+pub(super) static KIND: StepKind = StepKind {
+    name: "object_detection",
+    summary: "objects of named classes found by a YOLO network (OpenCV DNN); default model yolov3_tiny_coco (80 COCO classes)",
+    inputs: IMAGE_IN,
+    outputs: &[Port {
+        name: "detections",
+        ty: ValueType::Detections,
+    }],
+    params: &[
+        ParamDoc {
+            name: "model",
+            ty: "string",
+            default: "\"yolov3_tiny_coco\"",
+            doc: "a model of models/models.toml (files in $VIDFLOW_MODELS_DIR, default models/)",
+        },
+        ParamDoc {
+            name: "model_path",
+            ty: "path",
+            default: "none",
+            doc: "instead of model: your own network (.weights with config_path, or .onnx)",
+        },
+        ParamDoc {
+            name: "config_path",
+            ty: "path",
+            default: "none",
+            doc: "the Darknet .cfg of model_path",
+        },
+        ParamDoc {
+            name: "layout",
+            ty: "string",
+            default: "required with model_path",
+            doc: "outputs of model_path: \"darknet\", \"yolov5\" or \"yolox\" (ONNX exports)",
+        },
+        ParamDoc {
+            name: "class_names",
+            ty: "path",
+            default: "required with model_path",
+            doc: "file of the class names of model_path, one a line, in output order",
+        },
+        ParamDoc {
+            name: "input_size",
+            ty: "integer",
+            default: "the model's (416)",
+            doc: "side of the square network input, a multiple of 32 (320 is faster)",
+        },
+        ParamDoc {
+            name: "confidence",
+            ty: "float",
+            default: "0.4",
+            doc: "lowest class score kept",
+        },
+        ParamDoc {
+            name: "nms_iou",
+            ty: "float",
+            default: "0.45",
+            doc: "boxes of one class overlapping more than this (IoU) are merged",
+        },
+        ParamDoc {
+            name: "classes",
+            ty: "list of strings",
+            default: "all",
+            doc: "class names to report, e.g. [\"person\", \"car\"]",
+        },
+    ],
+    stateful: false,
+    build,
+};
+
+/// The model used when a step names none.
+const DEFAULT_MODEL: &str = "yolov3_tiny_coco";
+/// Input side for user models that do not say.
+const DEFAULT_INPUT_SIZE: u32 = 416;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    model: Option<Spanned<String>>,
+    model_path: Option<Spanned<PathBuf>>,
+    config_path: Option<Spanned<PathBuf>>,
+    layout: Option<Spanned<String>>,
+    class_names: Option<Spanned<PathBuf>>,
+    input_size: Option<Spanned<u32>>,
+    confidence: Option<Spanned<f32>>,
+    nms_iou: Option<Spanned<f32>>,
+    classes: Option<Vec<Spanned<String>>>,
+}
+
+/// The network files and how to read them, whichever way they were named.
+struct Source {
+    /// How messages name the model: `model "yolov3_tiny_coco"`, `model_path "x.onnx"`.
+    label: String,
+    model: PathBuf,
+    config: Option<PathBuf>,
+    layout: Layout,
+    class_names: Vec<String>,
+    input_size: u32,
+}
+
+struct ObjectDetection {
+    nets: Instances<Net>,
+    /// Names of the output layers, asked of the network once.
+    outputs: Vec<String>,
+    layout: Layout,
+    class_names: Vec<Arc<str>>,
+    wanted: Vec<bool>,
+    input: usize,
+    confidence: f32,
+    nms_iou: f32,
+}
+
+impl std::fmt::Debug for ObjectDetection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectDetection")
+            .field("layout", &self.layout)
+            .field("input", &self.input)
+            .field("classes", &self.class_names.len())
+            .field("nets", &self.nets)
+            .finish_non_exhaustive()
+    }
+}
+
+fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
+    let c: Config = params.parse()?;
+    let confidence = fraction("confidence", c.confidence.as_ref(), 0.4)?;
+    let nms_iou = fraction("nms_iou", c.nms_iou.as_ref(), 0.45)?;
+    let source = source(&c)?;
+    let input_size = match &c.input_size {
+        Some(s) if *s.get_ref() < 32 || *s.get_ref() > 4096 || *s.get_ref() % 32 != 0 => {
+            return Err(Diagnostic::at(
+                s.span(),
+                format!(
+                    "input_size must be a multiple of 32 from 32 to 4096, not {}",
+                    s.get_ref()
+                ),
+            ));
+        }
+        Some(s) => *s.get_ref(),
+        None => source.input_size,
+    };
+    let wanted = match &c.classes {
+        None => vec![true; source.class_names.len()],
+        Some(names) => {
+            let mut wanted = vec![false; source.class_names.len()];
+            for name in names {
+                match source.class_names.iter().position(|n| n == name.get_ref()) {
+                    Some(i) => wanted[i] = true,
+                    None => {
+                        return Err(Diagnostic::at(
+                            name.span(),
+                            format!(
+                                "unknown class \"{}\" for {}; its classes: {}",
+                                name.get_ref(),
+                                source.label,
+                                source.class_names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+            wanted
+        }
+    };
+    let net = read_net(&source.model, source.config.as_deref()).map_err(|e| {
+        Diagnostic::new(format!(
+            "{}: opencv cannot read {}: {e}",
+            source.label,
+            source.model.display()
+        ))
+    })?;
+    let outputs = net
+        .get_unconnected_out_layers_names()
+        .map_err(|e| Diagnostic::new(format!("{}: {e}", source.label)))?
+        .iter()
+        .collect();
+    let (model, config) = (source.model.clone(), source.config.clone());
+    Ok(Box::new(ObjectDetection {
+        nets: Instances::new(net, move || read_net(&model, config.as_deref())),
+        outputs,
+        layout: source.layout,
+        class_names: source.class_names.into_iter().map(Arc::from).collect(),
+        wanted,
+        input: input_size as usize,
+        confidence,
+        nms_iou,
+    }))
+}
+
+fn fraction(key: &str, v: Option<&Spanned<f32>>, default: f32) -> Result<f32, Diagnostic> {
+    match v {
+        None => Ok(default),
+        Some(v) if (0.0..=1.0).contains(v.get_ref()) => Ok(*v.get_ref()),
+        Some(v) => Err(Diagnostic::at(
+            v.span(),
+            format!("{key} must be between 0 and 1, not {}", v.get_ref()),
+        )),
+    }
+}
+
+/// Where the network comes from: a checked model of the registry, or the user's files.
+fn source(c: &Config) -> Result<Source, Diagnostic> {
+    let Some(model_path) = &c.model_path else {
+        for (key, given) in [
+            ("config_path", c.config_path.as_ref().map(Spanned::span)),
+            ("layout", c.layout.as_ref().map(Spanned::span)),
+            ("class_names", c.class_names.as_ref().map(Spanned::span)),
+        ] {
+            if let Some(span) = given {
+                return Err(Diagnostic::at(span, format!("{key} goes with model_path")));
+            }
+        }
+        return registry_source(c.model.as_ref());
+    };
+    if let Some(model) = &c.model {
+        return Err(Diagnostic::at(
+            model.span(),
+            "give either model or model_path, not both",
+        ));
+    }
+    let label = format!("model_path \"{}\"", model_path.get_ref().display());
+    let at =
+        |span: std::ops::Range<usize>, what: &str| Diagnostic::at(span, format!("{label}: {what}"));
+    let Some(layout) = &c.layout else {
+        return Err(at(
+            model_path.span(),
+            &format!("layout is required ({})", Layout::NAMES),
+        ));
+    };
+    let layout = Layout::parse(layout.get_ref()).ok_or_else(|| {
+        at(
+            layout.span(),
+            &format!(
+                "unknown layout \"{}\"; expected {}",
+                layout.get_ref(),
+                Layout::NAMES
+            ),
+        )
+    })?;
+    let Some(names) = &c.class_names else {
+        return Err(at(model_path.span(), "class_names is required"));
+    };
+    let class_names =
+        models::read_class_names(names.get_ref()).map_err(|e| at(names.span(), &e))?;
+    for file in [Some(model_path), c.config_path.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        if !file.get_ref().is_file() {
+            return Err(at(
+                file.span(),
+                &format!("no file {}", file.get_ref().display()),
+            ));
+        }
+    }
+    let darknet = model_path
+        .get_ref()
+        .extension()
+        .is_some_and(|e| e == "weights");
+    if darknet && c.config_path.is_none() {
+        return Err(at(model_path.span(), "a .weights file needs config_path"));
+    }
+    Ok(Source {
+        label,
+        model: model_path.get_ref().clone(),
+        config: c.config_path.as_ref().map(|p| p.get_ref().clone()),
+        layout,
+        class_names,
+        input_size: DEFAULT_INPUT_SIZE,
+    })
+}
+
+fn registry_source(model: Option<&Spanned<String>>) -> Result<Source, Diagnostic> {
+    let name = model.map_or(DEFAULT_MODEL, |m| m.get_ref().as_str());
+    let fail = |message: String| match model {
+        Some(m) => Diagnostic::at(m.span(), message),
+        None => Diagnostic::new(message),
+    };
+    let checked = models::checked(name).map_err(|e| fail(e.to_string()))?;
+    let label = format!("model \"{name}\"");
+    let layout = Layout::parse(&checked.model.layout).ok_or_else(|| {
+        fail(format!(
+            "{label} has layout \"{}\"; object_detection takes {}",
+            checked.model.layout,
+            Layout::NAMES
+        ))
+    })?;
+    let model_file = checked
+        .file("model")
+        .ok_or_else(|| fail(format!("{label} names no model file")))?;
+    Ok(Source {
+        class_names: checked.class_names(name).map_err(|e| fail(e.to_string()))?,
+        model: model_file,
+        config: checked.file("config"),
+        layout,
+        input_size: checked.model.input_size.unwrap_or(DEFAULT_INPUT_SIZE),
+        label,
+    })
+}
+
+/// Reads a network: Darknet with a config, otherwise ONNX.
+fn read_net(model: &Path, config: Option<&Path>) -> opencv::Result<Net> {
+    let net = match config {
+        Some(config) => dnn::read_net_from_darknet(config, &model.to_string_lossy())?,
+        None => dnn::read_net_from_onnx(model)?,
+    };
+    if net.empty()? {
+        return Err(opencv::Error::new(
+            core::StsError,
+            "the network has no layers",
+        ));
+    }
+    Ok(net)
+}
+
+impl Step for ObjectDetection {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let image = input.image(0)?;
+        let bgr;
+        let image = if image.channels() == 1 {
+            let mut converted = Mat::default();
+            imgproc::cvt_color_def(image, &mut converted, imgproc::COLOR_GRAY2BGR)?;
+            bgr = converted;
+            &bgr
+        } else {
+            image
+        };
+        let side = self.input as i32;
+        let (scale, swap_rb) = match self.layout {
+            Layout::Darknet | Layout::Yolov5 => (1.0 / 255.0, true),
+            // YOLOX exports take BGR 0..255.
+            Layout::Yolox => (1.0, false),
+        };
+        let blob = dnn::blob_from_image(
+            image,
+            scale,
+            Size::new(side, side),
+            Scalar::default(),
+            swap_rb,
+            false,
+            core::CV_32F,
+        )?;
+        let names: Vector<String> = self.outputs.iter().map(String::as_str).collect();
+        let outputs = self.nets.with(|net| {
+            net.set_input_def(&blob)?;
+            let mut outputs = Vector::<Mat>::new();
+            net.forward(&mut outputs, &names)?;
+            Ok(outputs)
+        })?;
+        let geometry = Geometry {
+            image_width: image.cols() as f32,
+            image_height: image.rows() as f32,
+            input: self.input,
+        };
+        let mut candidates = Vec::new();
+        for output in &outputs {
+            decode::decode(
+                self.layout,
+                output.data_typed::<f32>()?,
+                self.class_names.len(),
+                &self.wanted,
+                self.confidence,
+                geometry,
+                &mut candidates,
+            )
+            .map_err(|e| StepError::Other(e.to_string()))?;
+        }
+        let detections = suppress(&candidates, self.confidence, self.nms_iou)?
+            .into_iter()
+            .map(|c| Detection::new(self.class_names[c.class].clone(), c.score, c.bbox))
+            .collect::<Vec<_>>();
+        Ok(StepOutput::Values(vec![Value::Detections(
+            detections.into(),
+        )]))
+    }
+}
+
+/// Non-maximum suppression per class (OpenCV's `NMSBoxes`), best score first.
+fn suppress(
+    candidates: &[Candidate],
+    confidence: f32,
+    nms_iou: f32,
+) -> opencv::Result<Vec<Candidate>> {
+    let mut classes: Vec<usize> = candidates.iter().map(|c| c.class).collect();
+    classes.sort_unstable();
+    classes.dedup();
+    let mut kept = Vec::new();
+    for class in classes {
+        let of_class: Vec<&Candidate> = candidates.iter().filter(|c| c.class == class).collect();
+        let boxes: Vector<Rect> = of_class
+            .iter()
+            .map(|c| {
+                let b = c.bbox;
+                Rect::new(
+                    b.x.round() as i32,
+                    b.y.round() as i32,
+                    b.width.round() as i32,
+                    b.height.round() as i32,
+                )
+            })
+            .collect();
+        let scores: Vector<f32> = of_class.iter().map(|c| c.score).collect();
+        let mut indices = Vector::<i32>::new();
+        dnn::nms_boxes_def(&boxes, &scores, confidence, nms_iou, &mut indices)?;
+        kept.extend(
+            indices
+                .iter()
+                .filter_map(|i| usize::try_from(i).ok())
+                .filter_map(|i| of_class.get(i).copied().copied()),
+        );
+    }
+    kept.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::BBox;
+
+    fn candidate(class: usize, score: f32, x: f32) -> Candidate {
+        Candidate {
+            class,
+            score,
+            bbox: BBox {
+                x,
+                y: 0.0,
+                width: 10.0,
+                height: 10.0,
+            },
+        }
+    }
+
+    #[test]
+    fn suppression_merges_overlaps_of_one_class_only() {
+        let kept = suppress(
+            &[
+                candidate(0, 0.9, 0.0),
+                candidate(0, 0.8, 1.0), // overlaps the first (IoU 0.82): merged
+                candidate(1, 0.7, 1.0), // same place, other class: kept
+                candidate(0, 0.6, 50.0), // elsewhere: kept
+            ],
+            0.4,
+            0.45,
+        )
+        .unwrap();
+        let got: Vec<_> = kept.iter().map(|c| (c.class, c.score)).collect();
+        assert_eq!(got, vec![(0, 0.9), (1, 0.7), (0, 0.6)]);
+    }
+}
