@@ -356,20 +356,61 @@ fn deliver(
             false
         };
     };
-    let mut frame = frame;
-    loop {
-        match frames.try_send(frame) {
-            Ok(()) => return true,
-            Err(TrySendError::Full(back)) => {
-                if queue.try_recv().is_ok() {
-                    dropped(1);
-                }
-                frame = back;
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                dropped(1);
-                return false;
-            }
+    match push_dropping_oldest(frames, queue, frame) {
+        Ok(n) => {
+            dropped(n);
+            true
         }
+        Err(n) => {
+            dropped(n + 1);
+            false
+        }
+    }
+}
+
+/// Puts `item` into the bounded channel of `tx` (whose receiving end is `rx`), taking the
+/// oldest queued items out while it is full, so the newest always gets in. Returns how many
+/// were taken out; `Err` (with that count) when the receiver is gone and `item` was not queued.
+fn push_dropping_oldest<T>(tx: &Sender<T>, rx: &Receiver<T>, item: T) -> Result<u64, u64> {
+    let mut item = item;
+    let mut dropped = 0;
+    loop {
+        match tx.try_send(item) {
+            Ok(()) => return Ok(dropped),
+            Err(TrySendError::Full(back)) => {
+                if rx.try_recv().is_ok() {
+                    dropped += 1;
+                }
+                item = back;
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(dropped),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_dropping_oldest;
+
+    #[test]
+    fn a_full_live_queue_drops_its_oldest_item_and_keeps_the_newest() {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        assert_eq!(push_dropping_oldest(&tx, &rx, 1), Ok(0));
+        assert_eq!(push_dropping_oldest(&tx, &rx, 2), Ok(0));
+        assert_eq!(push_dropping_oldest(&tx, &rx, 3), Ok(1));
+        assert_eq!(push_dropping_oldest(&tx, &rx, 4), Ok(1));
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [3, 4]);
+    }
+
+    #[test]
+    fn a_queue_whose_consumer_is_gone_takes_nothing() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let keep = rx.clone();
+        drop(rx);
+        drop(keep);
+        assert_eq!(
+            push_dropping_oldest(&tx, &crossbeam_channel::never(), 1),
+            Err(0)
+        );
     }
 }
