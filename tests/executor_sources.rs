@@ -214,3 +214,77 @@ fn with_several_sources_open_the_coordinator_runs_no_step() {
     assert_eq!(here, 0, "the coordinator ran {here} steps itself");
     finish(pool, executor);
 }
+
+/// Holds frame 0 until `release` says so (or `HANG_GUARD` expires); counts the other frames
+/// through.
+#[derive(Debug)]
+struct HoldsFrameZero {
+    release: crossbeam_channel::Receiver<()>,
+    passed: Arc<(Mutex<u64>, Condvar)>,
+}
+
+impl Step for HoldsFrameZero {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        if input.frame.seq == 0 {
+            let _ = self.release.recv_timeout(HANG_GUARD);
+        } else {
+            let (count, changed) = &*self.passed;
+            *count.lock().unwrap() += 1;
+            changed.notify_all();
+        }
+        Ok(empty_output())
+    }
+}
+
+#[test]
+fn a_slow_frame_holds_at_most_max_in_flight_frames_in_the_workflow() {
+    const FRAMES: u64 = 20;
+    const MAX_IN_FLIGHT: usize = 4;
+    let (release_tx, release_rx) = crossbeam_channel::bounded(1);
+    let passed = Arc::new((Mutex::new(0), Condvar::new()));
+    let step = HoldsFrameZero {
+        release: release_rx,
+        passed: passed.clone(),
+    };
+    let graph = vec![step_config("hold", &FROM_FRAME, Arc::new(step), &[None])];
+    let (pool, mut executor) = hosted(graph, 2, MAX_IN_FLIGHT);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let name: Arc<str> = "cam".into();
+    for seq in 0..FRAMES {
+        tx.send(Frame::from_mat(name.clone(), seq, None, Default::default()))
+            .unwrap();
+    }
+    drop(tx);
+    let waiting = rx.clone();
+    let never = crossbeam_channel::never();
+    let delivered = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            let mut delivered = Vec::new();
+            executor.run(&rx, &never, |r| delivered.push(r.frame().seq));
+            delivered
+        });
+        // Frames 1 to 3 pass while frame 0 is held: finished, but not deliverable before it.
+        let (count, changed) = &*passed;
+        let n = changed
+            .wait_timeout_while(count.lock().unwrap(), HANG_GUARD, |n| {
+                *n < MAX_IN_FLIGHT as u64 - 1
+            })
+            .unwrap()
+            .0;
+        assert_eq!(*n, MAX_IN_FLIGHT as u64 - 1);
+        drop(n);
+        // Time for a coordinator that counted finished frames as gone to take more frames.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let left = waiting.len();
+        release_tx.send(()).unwrap();
+        let delivered = running.join().unwrap();
+        assert_eq!(
+            left,
+            (FRAMES - MAX_IN_FLIGHT as u64) as usize,
+            "the executor took more frames than max_in_flight while one was held"
+        );
+        delivered
+    });
+    assert_eq!(delivered, (0..FRAMES).collect::<Vec<_>>());
+    finish(pool, executor);
+}

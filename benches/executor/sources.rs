@@ -19,6 +19,13 @@
 //! Frame making is part of each feeder thread, in the baseline and the measured run alike
 //! (it stands in for decoding).
 //!
+//! The machine's own ceiling, measured in the same run, without the executor: the same frames
+//! made and the same `motion` calls on one bare thread, then on two bare threads at once (one
+//! camera each). On a machine whose two vCPUs do not give twice the work of one, two cameras
+//! cannot either: the executor's figure is also printed against this ceiling. Likewise for
+//! latency, camera "a" through the executor beside a bare thread doing camera b's 2 fps work:
+//! what b's CPU use alone costs a, with no executor in b's path.
+//!
 //! Also printed, for the two-camera throughput run: the share of the wall time during which two
 //! `motion` calls were running at once (from each call's start and end). It does not depend on
 //! how much of the machine the run gets: it is 0 whenever a stateful step runs one frame at a
@@ -31,6 +38,7 @@ use crossbeam_channel::Receiver;
 use opencv::core::{CV_8UC3, Mat, Rect, Scalar};
 use vidflow::frame::Frame;
 use vidflow::steps::{Step, StepError, StepInput, StepOutput};
+use vidflow::value::{Image, Value};
 use vidflow::workflow::{Executor, Graph, Pool};
 
 const THROUGHPUT_FRAMES: u64 = 300;
@@ -71,6 +79,46 @@ impl Step for Timed {
             .push((start, end));
         out
     }
+}
+
+/// The real `motion` step of `PIPELINE`, on its own.
+fn motion() -> Arc<dyn Step> {
+    let text = vidflow::config::SourceText::new("sources.toml", PIPELINE.to_owned());
+    let pipeline = vidflow::config::load_text(&text).expect("bench pipeline");
+    pipeline.steps[0].step.clone()
+}
+
+/// One camera's work without the executor: make each frame and run `motion` on it, on this
+/// thread, one frame every `interval` (zero: back to back).
+fn bare_camera(step: &dyn Step, name: &str, frames: u64, interval: Duration) {
+    let source: Arc<str> = name.into();
+    let start = Instant::now();
+    for seq in 0..frames {
+        if !interval.is_zero() {
+            let due = start + interval * u32::try_from(seq).unwrap_or(u32::MAX);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+        let frame = Arc::new(frame(&source, seq));
+        let values = [Value::Image(Image::Frame(frame.clone()))];
+        let input = StepInput {
+            frame: &frame,
+            values: &values,
+        };
+        step.run(&input).expect("motion");
+    }
+}
+
+/// Wall time of `cameras` bare threads at once, `frames` frames each, back to back.
+fn bare(cameras: &[&str], frames: u64) -> Duration {
+    let step = motion();
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for name in cameras {
+            let step = step.clone();
+            scope.spawn(move || bare_camera(&*step, name, frames, Duration::ZERO));
+        }
+    });
+    start.elapsed()
 }
 
 /// The real steps of `PIPELINE`, each timed into `spans`.
@@ -210,9 +258,12 @@ pub(crate) fn main() {
         camera("a", THROUGHPUT_FRAMES, Duration::ZERO),
         camera("b", THROUGHPUT_FRAMES, Duration::ZERO),
     ]);
+    let bare_one = bare(&["a"], THROUGHPUT_FRAMES);
+    let bare_two = bare(&["a", "b"], THROUGHPUT_FRAMES);
     let fps_one = THROUGHPUT_FRAMES as f64 / one.wall.as_secs_f64();
     let fps_two = 2.0 * THROUGHPUT_FRAMES as f64 / two.wall.as_secs_f64();
     let ratio = fps_two / fps_one;
+    let ceiling = 2.0 * bare_one.as_secs_f64() / bare_two.as_secs_f64();
     println!(
         "throughput ({THROUGHPUT_FRAMES} frames per camera, as fast as taken): one camera \
          {fps_one:.1} frames/s (baseline), two cameras {fps_two:.1} frames/s: {ratio:.2}x \
@@ -221,6 +272,14 @@ pub(crate) fn main() {
         if ratio >= 1.7 { "met" } else { "MISSED" },
         100.0 * two.overlapped.as_secs_f64() / two.wall.as_secs_f64(),
         100.0 * one.overlapped.as_secs_f64() / one.wall.as_secs_f64(),
+    );
+    println!(
+        "machine ceiling, same run, no executor: the same frames and motion calls on one bare \
+         thread {:.1} frames/s, on two bare threads at once {:.1} frames/s: {ceiling:.2}x; \
+         vidflow's two-camera gain is {:.0}% of what this machine gives",
+        THROUGHPUT_FRAMES as f64 / bare_one.as_secs_f64(),
+        2.0 * THROUGHPUT_FRAMES as f64 / bare_two.as_secs_f64(),
+        100.0 * ratio / ceiling,
     );
 
     let a_of = |latencies: Vec<(Arc<str>, Duration)>| -> Vec<Duration> {
@@ -238,6 +297,14 @@ pub(crate) fn main() {
         camera("b", u64::try_from(b_frames).unwrap_or(0), LIVE_B),
     ])
     .latencies;
+    // b's work on a bare thread beside a alone in the executor: the cost of b's CPU use alone.
+    let beside_bare = std::thread::scope(|scope| {
+        let step = motion();
+        let b_frames = u64::try_from(b_frames).unwrap_or(0);
+        scope.spawn(move || bare_camera(&*step, "b", b_frames, LIVE_B));
+        run(&[camera("a", LIVE_FRAMES, LIVE_A)]).latencies
+    });
+    let p99_beside_bare = percentile(a_of(beside_bare), 0.99);
     let (alone, beside) = (a_of(alone), a_of(beside));
     let (p50_alone, p99_alone) = (percentile(alone.clone(), 0.5), percentile(alone, 0.99));
     let (p50_beside, p99_beside) = (percentile(beside.clone(), 0.5), percentile(beside, 0.99));
@@ -251,5 +318,11 @@ pub(crate) fn main() {
         ms(p50_beside),
         ms(p99_beside),
         if ratio <= 1.1 { "met" } else { "MISSED" }
+    );
+    println!(
+        "  beside b's same work on a bare thread (no executor in b's path) p99 {}: through the \
+         executor b costs a {:.2}x of what b's CPU use alone costs it",
+        ms(p99_beside_bare),
+        p99_beside.as_secs_f64() / p99_beside_bare.as_secs_f64()
     );
 }

@@ -32,6 +32,11 @@
 //! coordinator over `done`; the coordinator delivers it as soon as every earlier frame of the
 //! same source has been delivered. A slow frame of one source holds back only that source.
 //!
+//! Bound: a frame counts against `max_in_flight` from admission until it is delivered, so
+//! frames finished behind a slow one of their source take places too, and the executor never
+//! holds more than `max_in_flight` frames. So that a slow source cannot take them all, one
+//! source may hold at most `max_in_flight` minus one place per other open source (at least one).
+//!
 //! Failure: a step that errs or panics fails its frame. Nodes of that frame that have not
 //! started are skipped; nodes already running finish; the frame is delivered once every node
 //! has finished or been skipped, with the first failure recorded. Whatever unwinds while a node
@@ -203,17 +208,32 @@ impl Executor {
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Arc<Run>>();
         let mut abort = abort.clone();
         let mut stats = RunStats::default();
+        // Frames admitted and not yet delivered (running, or finished and waiting for an
+        // earlier frame of their source): at most `max_in_flight`.
         let mut in_flight = 0usize;
-        // Sources whose channel is still open.
-        let mut open: Vec<&Receiver<Frame>> = sources.iter().collect();
+        // The same, per frame channel.
+        let mut held = vec![0usize; sources.len()];
+        // Frame channels still open.
+        let mut open: Vec<usize> = (0..sources.len()).collect();
         let mut admitting = true;
         let on_step_error = self.config.on_step_error;
+        let max_in_flight = self.config.max_in_flight;
         loop {
-            let finished = if admitting && !open.is_empty() && in_flight < self.config.max_in_flight
+            // A source may hold all the places but one per other open source: a frame that is
+            // slow in one source (its later frames waiting behind it) never shuts another out.
+            let share = max_in_flight
+                .saturating_sub(open.len().saturating_sub(1))
+                .max(1);
+            let takes: Vec<usize> = if admitting && in_flight < max_in_flight {
+                open.iter().copied().filter(|&s| held[s] < share).collect()
+            } else {
+                Vec::new()
+            };
+            let finished = if !takes.is_empty() || (admitting && !open.is_empty() && in_flight > 0)
             {
                 let mut select = Select::new();
-                for rx in &open {
-                    select.recv(rx);
+                for &s in &takes {
+                    select.recv(&sources[s]);
                 }
                 let done_at = select.recv(&done_rx);
                 let abort_at = select.recv(&abort);
@@ -229,7 +249,8 @@ impl Executor {
                         None
                     }
                     i => {
-                        match op.recv(open[i]) {
+                        let s = takes[i];
+                        match op.recv(&sources[s]) {
                             Ok(frame) => {
                                 // The frame's first steps run right here when the coordinator
                                 // would only wait for them: the frame is alone with nothing
@@ -239,15 +260,14 @@ impl Executor {
                                 // time another source's frame or result waits.
                                 let run_here = self.shared.coordinator_runs_steps
                                     && open.len() == 1
-                                    && (in_flight + 1 == self.config.max_in_flight
-                                        || (in_flight == 0 && open.iter().all(|rx| rx.is_empty())));
-                                self.admit(frame, &done_tx, run_here);
+                                    && (in_flight + 1 == max_in_flight
+                                        || (in_flight == 0 && sources[s].is_empty()));
+                                self.admit(frame, s, &done_tx, run_here);
                                 in_flight += 1;
+                                held[s] += 1;
                                 stats.admitted += 1;
                             }
-                            Err(_) => {
-                                open.remove(i);
-                            }
+                            Err(_) => open.retain(|&o| o != s),
                         }
                         None
                     }
@@ -264,9 +284,10 @@ impl Executor {
             let Some(run) = finished else {
                 continue;
             };
-            in_flight -= 1;
             let (lane, index) = (run.lane, run.index);
             self.lanes.finished(lane, index, run, |run| {
+                in_flight -= 1;
+                held[run.origin] -= 1;
                 let result = FrameResult::new(run.record.clone());
                 match result.failure() {
                     None => stats.processed += 1,
@@ -300,11 +321,18 @@ impl Executor {
         }
     }
 
-    /// Numbers `frame` in its source's lane and starts it.
-    fn admit(&mut self, frame: Frame, done: &Sender<Arc<Run>>, run_here: bool) {
+    /// Numbers `frame` (from frame channel `origin`) in its source's lane and starts it.
+    fn admit(&mut self, frame: Frame, origin: usize, done: &Sender<Arc<Run>>, run_here: bool) {
         let graph = &self.shared.graph;
         let (lane, index, gates) = self.lanes.admit(&frame.source, || Gates::new(graph));
-        run::start(&self.shared, lane, index, gates, frame, done, run_here);
+        run::start(
+            &self.shared,
+            (lane, index, origin),
+            gates,
+            frame,
+            done,
+            run_here,
+        );
     }
 }
 

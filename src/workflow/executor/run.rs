@@ -33,6 +33,8 @@ pub(super) struct Run {
     pub(super) index: u64,
     /// The source's lane (coordinator numbering).
     pub(super) lane: usize,
+    /// Which of the coordinator's frame channels the frame came from.
+    pub(super) origin: usize,
     /// The gates of the frame's source.
     gates: Arc<Gates<Arc<Run>>>,
     pub(super) shared: Arc<Shared>,
@@ -48,8 +50,7 @@ pub(super) struct Run {
 /// the pool.
 pub(super) fn start(
     shared: &Arc<Shared>,
-    lane: usize,
-    index: u64,
+    (lane, index, origin): (usize, u64, usize),
     gates: Arc<Gates<Arc<Run>>>,
     frame: Frame,
     done: &Sender<Arc<Run>>,
@@ -59,6 +60,7 @@ pub(super) fn start(
     let run = Arc::new(Run {
         index,
         lane,
+        origin,
         gates,
         shared: shared.clone(),
         record: Arc::new(FrameRecord::new(Arc::new(frame), graph.len())),
