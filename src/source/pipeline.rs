@@ -4,6 +4,12 @@
 //! Descriptions never contain a location: the element named `src` gets its `location` (a path,
 //! or an RTSP URL that may carry credentials) as a property after parsing, so a description can
 //! be logged or shown safely, and no quoting of paths is needed.
+//!
+//! Memory: the appsink keeps one decoded frame (`max-buffers=1`), the callback hands over one
+//! more, and the source's queue holds `queue` frames: `queue + 2` decoder buffers per source,
+//! besides the decoder's own reference frames. No conversion happens here for YUV: a full BGR
+//! conversion in the source (videoconvert, even with threads) measured slower than converting
+//! in the pool, and would convert frames no step needs in colour (`scripts/bench-decode`).
 
 use gstreamer as gst;
 use gstreamer::prelude::*;
