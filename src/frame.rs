@@ -56,27 +56,22 @@ const MMAP_THRESHOLD: i32 = 32 << 20;
 /// Free heap memory kept for the next frames instead of being returned to the system, where it
 /// would be faulted in again page by page; the run's peak is bounded (README "Memory").
 const TRIM_THRESHOLD: i32 = 64 << 20;
-/// Heaps the allocator may keep: each keeps its own freed images, so one per thread (glibc's
-/// default, up to 8 per core) would multiply what is kept; a few large blocks per frame hardly
-/// contend for two.
-const ARENA_MAX: i32 = 2;
 
 /// Makes the allocator keep freed frame-sized blocks. By default glibc maps every block over
 /// 128 KiB (a BGR image, a copy a step makes) afresh and returns it at once when freed, so
 /// every frame pays for hundreds of page faults per image and the kernel work of unmapping it:
 /// on a 720p whole-frame BGR workflow, 480 faults and 3 ms of system time per frame. Measured
-/// with 3000 720p frames through `resize`, `crop` and `grayscale` of `$frame`: 21 600 page
-/// faults instead of 291 000, and a peak RSS that no longer depends on the run's length (77 MB
-/// after 300 frames and after 3000). Call once at start, before threads allocate; does
-/// nothing where the allocator is not glibc's.
+/// with 3000 720p frames through `resize`, `crop` and `grayscale` of `$frame`: 15 400 page
+/// faults instead of 291 000, peak RSS 53 MiB instead of 67. The arena count is left alone:
+/// capping it at two slowed a live blur workflow (`tests/live.rs`) by lock contention. Call
+/// once at start, before threads allocate; does nothing where the allocator is not glibc's.
 pub fn keep_freed_images() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     for (param, value) in [
         (libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
         (libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-        (libc::M_ARENA_MAX, ARENA_MAX),
     ] {
-        // SAFETY: mallopt only sets allocator parameters; every value is in the range glibc
+        // SAFETY: mallopt only sets allocator parameters; both values are in the range glibc
         // documents, and a refused one (return 0) leaves the default in place.
         if unsafe { libc::mallopt(param, value) } == 0 {
             tracing::warn!(param, value, "the allocator refused a setting");
