@@ -7,5 +7,6 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = vidflow::cli::Cli::parse();
     vidflow::cli::init_logging();
+    vidflow::frame::keep_freed_images();
     ExitCode::from(vidflow::cli::main(cli))
 }

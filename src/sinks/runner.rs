@@ -3,6 +3,10 @@
 //! Threads: one per sink, named `vidflow-sink-NAME`. Channel: bounded to [`SINK_QUEUE`] frame
 //! results; when a sink falls behind, delivery waits (results are never dropped silently), which
 //! in turn slows admission of new frames. The thread flushes whenever its queue runs empty.
+//! Memory: a result holds its frame (decoder buffer, BGR if made) and every image its steps made;
+//! since every sink takes every result in order, all sinks together hold at most
+//! `SINK_QUEUE + 2` distinct results (queued, being written, being delivered): README "Memory".
+//!
 //! Stop protocol: [`SinkRunner::close`] drops the sender and a `close` signal; the thread writes
 //! what is queued, closes the sink (finalizing its file) and returns its counts. The signal lets
 //! the sink close even while a clone of the sender is still held elsewhere (an executor thread

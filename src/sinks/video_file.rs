@@ -4,7 +4,9 @@
 //! `appsrc ! videoconvert ! I420 ! x264enc ! h264parse ! mp4mux|matroskamux ! filesink`.
 //! `appsrc` blocks when its queue is full, so this sink's thread waits on the encoder rather
 //! than piling frames up. Closing sends EOS and waits for it at the bus (the muxer writes its
-//! index then), up to [`CLOSE_TIMEOUT`].
+//! index then), up to [`CLOSE_TIMEOUT`]. Memory: the appsrc queue holds at most 32 MiB of
+//! images, x264 at most its lookahead plus its threads' frames (I420 at the video's size), and
+//! the MP4 muxer's index grows by a few bytes per frame until the file is finalized.
 
 use std::path::PathBuf;
 use std::time::Duration;

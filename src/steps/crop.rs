@@ -1,11 +1,14 @@
 //! `crop`: a fixed rectangle of the image (a region of interest).
+//!
+//! A crop of the decoded frame converts only the YUV pixels inside the rectangle to BGR (see
+//! `Frame::bgr_region`), not the whole frame.
 
 use opencv::core::{Mat, MatTraitConst, Rect};
 use serde::Deserialize;
 
 use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::Value;
+use crate::value::{Image, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "crop",
@@ -78,21 +81,70 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 
 impl Step for Crop {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let image = input.image(0)?;
         let r = self.rect;
-        if r.x + r.width > image.cols() || r.y + r.height > image.rows() {
+        let (cols, rows, _) = input.get::<Image>(0)?.shape();
+        if r.x + r.width > cols || r.y + r.height > rows {
             return Err(StepError::Other(format!(
                 "crop {}x{} at ({}, {}) does not fit the {}x{} image",
-                r.width,
-                r.height,
-                r.x,
-                r.y,
-                image.cols(),
-                image.rows()
+                r.width, r.height, r.x, r.y, cols, rows
             )));
         }
+        if let Some(Value::Image(Image::Frame(frame))) = input.values.first() {
+            let out = frame.bgr_region(r).map_err(StepError::Frame)?;
+            return Ok(StepOutput::Values(vec![Value::Image(out.into())]));
+        }
         let mut out = Mat::default();
-        Mat::roi(image, r)?.copy_to(&mut out)?;
+        Mat::roi(input.image(0)?, r)?.copy_to(&mut out)?;
         Ok(StepOutput::Values(vec![Value::Image(out.into())]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use opencv::core::MatTraitConstManual;
+
+    use super::*;
+    use crate::frame::Frame;
+    use crate::frame::test_video::decoded;
+
+    #[test]
+    fn a_crop_of_the_decoded_frame_converts_only_its_rectangle() {
+        let (buffer, info) = decoded("video/x-raw,format=NV12,width=720,height=528");
+        let frame = Arc::new(Frame::from_buffer("cam".into(), 0, buffer.clone(), &info).unwrap());
+        let rect = Rect::new(33, 17, 101, 55);
+        let values = [Value::Image(Image::Frame(frame.clone()))];
+        let out = Crop { rect }
+            .run(&StepInput {
+                frame: &frame,
+                values: &values,
+            })
+            .unwrap();
+        let StepOutput::Values(out) = out else {
+            panic!("no output")
+        };
+        assert!(!frame.has_bgr(), "the whole frame was converted");
+        let plain = Frame::from_buffer("cam".into(), 0, buffer, &info).unwrap();
+        let plain = Mat::roi(plain.bgr().unwrap(), rect)
+            .unwrap()
+            .try_clone()
+            .unwrap();
+        let image = out[0].get::<Image>().unwrap().mat().unwrap();
+        assert_eq!(image.data_bytes().unwrap(), plain.data_bytes().unwrap());
+
+        // A rectangle that does not fit fails the frame with the sizes in the message.
+        let err = Crop {
+            rect: Rect::new(700, 0, 21, 1),
+        }
+        .run(&StepInput {
+            frame: &frame,
+            values: &values,
+        })
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "crop 21x1 at (700, 0) does not fit the 720x528 image"
+        );
     }
 }

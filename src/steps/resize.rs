@@ -1,4 +1,7 @@
 //! `resize`: scales an image to a fixed size.
+//!
+//! Scaling the decoded frame down scales its YUV planes and converts only the result to BGR
+//! (see `Frame::bgr_resized`): much cheaper than converting every pixel first.
 
 use opencv::core::{Mat, Size};
 use opencv::imgproc;
@@ -6,7 +9,7 @@ use serde::Deserialize;
 
 use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::Value;
+use crate::value::{Image, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "resize",
@@ -64,6 +67,12 @@ fn dimension(key: &str, v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
 
 impl Step for Resize {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        if let Some(Value::Image(Image::Frame(frame))) = input.values.first() {
+            let out = frame
+                .bgr_resized(self.size, imgproc::INTER_LINEAR)
+                .map_err(StepError::Frame)?;
+            return Ok(StepOutput::Values(vec![Value::Image(out.into())]));
+        }
         let mut out = Mat::default();
         imgproc::resize(
             input.image(0)?,
@@ -74,5 +83,41 @@ impl Step for Resize {
             imgproc::INTER_LINEAR,
         )?;
         Ok(StepOutput::Values(vec![Value::Image(out.into())]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use opencv::core::{MatTraitConst, Size};
+
+    use super::*;
+    use crate::frame::Frame;
+    use crate::frame::test_video::decoded;
+
+    #[test]
+    fn scaling_the_decoded_frame_down_never_converts_all_of_it() {
+        let (buffer, info) = decoded("video/x-raw,format=I420,width=720,height=528");
+        let frame = Arc::new(Frame::from_buffer("cam".into(), 0, buffer, &info).unwrap());
+        let step = Resize {
+            size: Size::new(321, 175),
+        };
+        let values = [Value::Image(Image::Frame(frame.clone()))];
+        let out = step
+            .run(&StepInput {
+                frame: &frame,
+                values: &values,
+            })
+            .unwrap();
+        let StepOutput::Values(out) = out else {
+            panic!("no output")
+        };
+        let image = out[0].get::<Image>().unwrap().mat().unwrap();
+        assert_eq!(
+            (image.cols(), image.rows(), image.channels()),
+            (321, 175, 3)
+        );
+        assert!(!frame.has_bgr(), "the whole frame was converted");
     }
 }
