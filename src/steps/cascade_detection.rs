@@ -9,8 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use opencv::core::{Mat, MatTraitConst, Rect, Size, Vector};
-use opencv::imgproc;
+use opencv::core::{Rect, Size, Vector};
 use opencv::objdetect::{CascadeClassifier, CascadeClassifierTrait, CascadeClassifierTraitConst};
 use serde::Deserialize;
 use toml::Spanned;
@@ -141,14 +140,8 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 
 impl Step for CascadeDetection {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let image = input.image(0)?;
-        let mut grey = Mat::default();
-        let image = if image.channels() == 3 {
-            imgproc::cvt_color_def(image, &mut grey, imgproc::COLOR_BGR2GRAY)?;
-            &grey
-        } else {
-            image
-        };
+        let image = input.image_as(0, 1)?;
+        let image = &*image;
         let mut found = Vector::<Rect>::new();
         self.classifiers.with(|classifier| {
             classifier.detect_multi_scale(

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Rect, Scalar, Vector};
 use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
-use opencv::imgproc;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -145,14 +144,8 @@ fn fraction(key: &str, v: Option<&Spanned<f32>>, default: f32) -> Result<f32, Di
 
 impl Step for FaceDetection {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let image = input.image(0)?;
-        let mut bgr = Mat::default();
-        let image = if image.channels() == 1 {
-            imgproc::cvt_color_def(image, &mut bgr, imgproc::COLOR_GRAY2BGR)?;
-            &bgr
-        } else {
-            image
-        };
+        let image = input.image_as(0, 3)?;
+        let image = &*image;
         let (width, height) = (image.cols(), image.rows());
         let pad = |n: i32| (n + 31) / 32 * 32;
         let mut padded = Mat::default();

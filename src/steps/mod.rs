@@ -98,6 +98,26 @@ impl StepInput<'_> {
         self.get::<Image>(port)?.mat().map_err(StepError::Frame)
     }
 
+    /// The image at `port` with `channels` channels (1: grey, 3: BGR), converted only when it
+    /// has the other count.
+    pub fn image_as(
+        &self,
+        port: usize,
+        channels: i32,
+    ) -> Result<std::borrow::Cow<'_, opencv::core::Mat>, StepError> {
+        use opencv::core::MatTraitConst;
+        use opencv::imgproc;
+        let image = self.image(port)?;
+        let code = match (image.channels(), channels) {
+            (3, 1) => imgproc::COLOR_BGR2GRAY,
+            (1, 3) => imgproc::COLOR_GRAY2BGR,
+            _ => return Ok(std::borrow::Cow::Borrowed(image)),
+        };
+        let mut out = opencv::core::Mat::default();
+        imgproc::cvt_color_def(image, &mut out, code)?;
+        Ok(std::borrow::Cow::Owned(out))
+    }
+
     pub fn detections(&self, port: usize) -> Result<&[Detection], StepError> {
         self.get::<[Detection]>(port)
     }

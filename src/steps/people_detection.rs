@@ -6,8 +6,7 @@
 
 use std::sync::Arc;
 
-use opencv::core::{Mat, MatTraitConst, Rect, Size, Vector};
-use opencv::imgproc;
+use opencv::core::{Rect, Size, Vector};
 use opencv::objdetect::{HOGDescriptor, HOGDescriptorTrait, HOGDescriptorTraitConst};
 use serde::Deserialize;
 use toml::Spanned;
@@ -116,14 +115,8 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 
 impl Step for PeopleDetection {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let image = input.image(0)?;
-        let mut grey = Mat::default();
-        let image = if image.channels() == 3 {
-            imgproc::cvt_color_def(image, &mut grey, imgproc::COLOR_BGR2GRAY)?;
-            &grey
-        } else {
-            image
-        };
+        let image = input.image_as(0, 1)?;
+        let image = &*image;
         let mut found = Vector::<Rect>::new();
         let mut weights = Vector::<f64>::new();
         self.hogs.with(|hog| {

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Rect, Scalar, Size, Vector};
 use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
-use opencv::imgproc;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -345,16 +344,8 @@ fn read_net(model: &Path, config: Option<&Path>) -> opencv::Result<Net> {
 
 impl Step for ObjectDetection {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let image = input.image(0)?;
-        let bgr;
-        let image = if image.channels() == 1 {
-            let mut converted = Mat::default();
-            imgproc::cvt_color_def(image, &mut converted, imgproc::COLOR_GRAY2BGR)?;
-            bgr = converted;
-            &bgr
-        } else {
-            image
-        };
+        let image = input.image_as(0, 3)?;
+        let image = &*image;
         let side = self.input as i32;
         let (scale, swap_rb) = match self.layout {
             Layout::Darknet | Layout::Yolov5 => (1.0 / 255.0, true),
