@@ -161,6 +161,17 @@ pub struct BBox {
     pub height: f32,
 }
 
+impl From<opencv::core::Rect> for BBox {
+    fn from(r: opencv::core::Rect) -> Self {
+        Self {
+            x: r.x as f32,
+            y: r.y as f32,
+            width: r.width as f32,
+            height: r.height as f32,
+        }
+    }
+}
+
 /// One detected object.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Detection {

@@ -15,18 +15,15 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::instances::Instances;
-use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{BBox, Detection, Value, ValueType};
+use crate::value::{BBox, Detection, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "cascade_detection",
     summary: "objects found by a Haar or LBP cascade classifier (any cascade XML)",
     inputs: IMAGE_IN,
-    outputs: &[Port {
-        name: "detections",
-        ty: ValueType::Detections,
-    }],
+    outputs: DETECTIONS_OUT,
     params: &[
         ParamDoc {
             name: "path",
@@ -157,18 +154,7 @@ impl Step for CascadeDetection {
         })?;
         let detections: Vec<Detection> = found
             .iter()
-            .map(|r| {
-                Detection::new(
-                    self.class.clone(),
-                    1.0,
-                    BBox {
-                        x: r.x as f32,
-                        y: r.y as f32,
-                        width: r.width as f32,
-                        height: r.height as f32,
-                    },
-                )
-            })
+            .map(|r| Detection::new(self.class.clone(), 1.0, BBox::from(r)))
             .collect();
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),

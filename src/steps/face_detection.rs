@@ -19,18 +19,15 @@ use toml::Spanned;
 
 use super::instances::Instances;
 use super::models;
-use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{BBox, Detection, Value, ValueType};
+use crate::value::{BBox, Detection, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "face_detection",
     summary: "faces with 5 landmarks (eyes, nose tip, mouth corners) by YuNet (OpenCV DNN)",
     inputs: IMAGE_IN,
-    outputs: &[Port {
-        name: "detections",
-        ty: ValueType::Detections,
-    }],
+    outputs: DETECTIONS_OUT,
     params: &[
         ParamDoc {
             name: "model",

@@ -158,3 +158,7 @@ const IMAGE_IN: &[Port] = &[Port {
     ty: ValueType::Image,
 }];
 const IMAGE_OUT: &[Port] = IMAGE_IN;
+const DETECTIONS_OUT: &[Port] = &[Port {
+    name: "detections",
+    ty: ValueType::Detections,
+}];

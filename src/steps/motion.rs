@@ -11,18 +11,15 @@ use opencv::imgproc;
 use opencv::video::{self, BackgroundSubtractorMOG2};
 use serde::Deserialize;
 
-use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{BBox, Detection, Value, ValueType};
+use crate::value::{BBox, Detection, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "motion",
     summary: "moving regions by MOG2 background subtraction (state per source)",
     inputs: IMAGE_IN,
-    outputs: &[Port {
-        name: "detections",
-        ty: ValueType::Detections,
-    }],
+    outputs: DETECTIONS_OUT,
     params: &[
         ParamDoc {
             name: "history",
@@ -146,16 +143,7 @@ impl Step for Motion {
                 continue;
             }
             let r = imgproc::bounding_rect(&contour)?;
-            detections.push(Detection::new(
-                self.class.clone(),
-                1.0,
-                BBox {
-                    x: r.x as f32,
-                    y: r.y as f32,
-                    width: r.width as f32,
-                    height: r.height as f32,
-                },
-            ));
+            detections.push(Detection::new(self.class.clone(), 1.0, BBox::from(r)));
         }
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),

@@ -12,18 +12,15 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::instances::Instances;
-use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{BBox, Detection, Value, ValueType};
+use crate::value::{BBox, Detection, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "people_detection",
     summary: "upright people by OpenCV's built-in HOG people detector (no model file)",
     inputs: IMAGE_IN,
-    outputs: &[Port {
-        name: "detections",
-        ty: ValueType::Detections,
-    }],
+    outputs: DETECTIONS_OUT,
     params: &[
         ParamDoc {
             name: "scale",
@@ -141,12 +138,7 @@ impl Step for PeopleDetection {
                     self.class.clone(),
                     // The SVM margin, squashed into 0..1 (0 margin -> 0.5).
                     (1.0 / (1.0 + (-w).exp())) as f32,
-                    BBox {
-                        x: r.x as f32,
-                        y: r.y as f32,
-                        width: r.width as f32,
-                        height: r.height as f32,
-                    },
+                    BBox::from(r),
                 )
             })
             .collect();

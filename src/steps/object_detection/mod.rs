@@ -21,9 +21,9 @@ use toml::Spanned;
 
 use super::instances::Instances;
 use super::models;
-use super::{IMAGE_IN, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{Detection, Value, ValueType};
+use crate::value::{Detection, Value};
 
 mod decode;
 
@@ -33,10 +33,7 @@ pub(super) static KIND: StepKind = StepKind {
     name: "object_detection",
     summary: "objects of named classes found by a YOLO network (OpenCV DNN); default model yolov3_tiny_coco (80 COCO classes)",
     inputs: IMAGE_IN,
-    outputs: &[Port {
-        name: "detections",
-        ty: ValueType::Detections,
-    }],
+    outputs: DETECTIONS_OUT,
     params: &[
         ParamDoc {
             name: "model",
