@@ -107,14 +107,17 @@ fn steps(spec: &[Vec<Option<usize>>]) -> Vec<StepConfig> {
                 step: Arc::new(Trivial),
                 inputs: inputs
                     .iter()
-                    .map(|input| match input {
-                        None => Ref::Frame,
-                        Some(step) => Ref::Step {
-                            step: *step,
-                            output: 0,
-                        },
+                    .map(|input| {
+                        Some(match input {
+                            None => Ref::Frame,
+                            Some(step) => Ref::Step {
+                                step: *step,
+                                output: 0,
+                            },
+                        })
                     })
                     .collect(),
+                every: 1,
             }
         })
         .collect()
@@ -267,6 +270,7 @@ impl PerLevel {
             level[i] = node
                 .inputs
                 .iter()
+                .flatten()
                 .filter_map(|r| match r {
                     Ref::Step { step, .. } => Some(level[*step] + 1),
                     Ref::Frame => None,
@@ -321,10 +325,11 @@ fn run_node<'a>(
         .inputs
         .iter()
         .map(|r| match *r {
-            Ref::Frame => Some(Value::Image(Image::Frame(frame.clone()))),
-            Ref::Step { step, output } => output_of(step)?.get(output).cloned(),
+            None => Some(None),
+            Some(Ref::Frame) => Some(Some(Value::Image(Image::Frame(frame.clone())))),
+            Some(Ref::Step { step, output }) => output_of(step)?.get(output).cloned().map(Some),
         })
-        .collect::<Option<Vec<Value>>>()?;
+        .collect::<Option<Vec<Option<Value>>>>()?;
     let input = StepInput {
         frame,
         values: &values,

@@ -221,7 +221,8 @@ pub fn describe_kinds() -> String {
             k.summary
         );
         for p in k.inputs {
-            let _ = writeln!(out, "    input  {:<14} {}", p.name, p.ty);
+            let optional = if p.optional { " (optional)" } else { "" };
+            let _ = writeln!(out, "    input  {:<14} {}{optional}", p.name, p.ty);
         }
         for p in k.outputs {
             let _ = writeln!(out, "    output {:<14} {}", p.name, p.ty);

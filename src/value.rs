@@ -1,4 +1,4 @@
-//! What flows between steps: images and detections.
+//! What flows between steps: images, detections, tracks, counts and events.
 //!
 //! Values are cheap to clone (reference counted) because one output may feed several steps and
 //! several sinks of the same frame, possibly on different threads.
@@ -8,6 +8,7 @@
 //! input port ([`FromValue`]). Adding a type means a variant of [`ValueType`] and of [`Value`],
 //! and the arms of the matches in this file.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ use crate::frame::{Frame, FrameError};
 pub enum ValueType {
     Image,
     Detections,
+    Tracks,
+    Counts,
+    Events,
 }
 
 impl ValueType {
@@ -29,6 +33,9 @@ impl ValueType {
         match self {
             Self::Image => "image",
             Self::Detections => "detections",
+            Self::Tracks => "tracks",
+            Self::Counts => "counts",
+            Self::Events => "events",
         }
     }
 
@@ -37,6 +44,9 @@ impl ValueType {
         match self {
             Self::Image => "an image",
             Self::Detections => "detections",
+            Self::Tracks => "tracks",
+            Self::Counts => "counts",
+            Self::Events => "events",
         }
     }
 }
@@ -52,6 +62,9 @@ impl fmt::Display for ValueType {
 pub enum Value {
     Image(Image),
     Detections(Arc<[Detection]>),
+    Tracks(Arc<[Track]>),
+    Counts(Arc<Counts>),
+    Events(Arc<[Event]>),
 }
 
 impl Value {
@@ -59,18 +72,36 @@ impl Value {
         match self {
             Self::Image(_) => ValueType::Image,
             Self::Detections(_) => ValueType::Detections,
+            Self::Tracks(_) => ValueType::Tracks,
+            Self::Counts(_) => ValueType::Counts,
+            Self::Events(_) => ValueType::Events,
+        }
+    }
+
+    /// Whether the value holds nothing to report: no detection, track or event. An image and
+    /// counts (even all zero) are never empty.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Self::Detections(d) => d.is_empty(),
+            Self::Tracks(t) => t.is_empty(),
+            Self::Events(e) => e.is_empty(),
+            Self::Image(_) | Self::Counts(_) => false,
         }
     }
 
     /// The value as one JSON line shows it: detections in full, an image by its shape.
     pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Self::Detections(d) => serde_json::to_value(&**d).unwrap_or(serde_json::Value::Null),
+        let json = match self {
+            Self::Detections(d) => serde_json::to_value(&**d),
+            Self::Tracks(t) => serde_json::to_value(&**t),
+            Self::Counts(c) => serde_json::to_value(&**c),
+            Self::Events(e) => serde_json::to_value(&**e),
             Self::Image(image) => {
                 let (width, height, channels) = image.shape();
-                serde_json::json!({"width": width, "height": height, "channels": channels})
+                return serde_json::json!({"width": width, "height": height, "channels": channels});
             }
-        }
+        };
+        json.unwrap_or(serde_json::Value::Null)
     }
 
     /// The value as `T`, if it is of `T`'s type.
@@ -85,25 +116,26 @@ pub trait FromValue {
     fn from_value(value: &Value) -> Option<&Self>;
 }
 
-impl FromValue for Image {
-    const TYPE: ValueType = ValueType::Image;
-    fn from_value(value: &Value) -> Option<&Self> {
-        match value {
-            Value::Image(image) => Some(image),
-            Value::Detections(_) => None,
+/// Says that `$value` of `Value::$variant` reads as `$t`.
+macro_rules! from_value {
+    ($t:ty, $variant:ident) => {
+        impl FromValue for $t {
+            const TYPE: ValueType = ValueType::$variant;
+            fn from_value(value: &Value) -> Option<&Self> {
+                match value {
+                    Value::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
         }
-    }
+    };
 }
 
-impl FromValue for [Detection] {
-    const TYPE: ValueType = ValueType::Detections;
-    fn from_value(value: &Value) -> Option<&Self> {
-        match value {
-            Value::Detections(d) => Some(d),
-            Value::Image(_) => None,
-        }
-    }
-}
+from_value!(Image, Image);
+from_value!([Detection], Detections);
+from_value!([Track], Tracks);
+from_value!(Counts, Counts);
+from_value!([Event], Events);
 
 /// An image: the decoded frame itself (zero-copy; BGR made on first use), its luma plane, or
 /// pixels a step produced.
@@ -199,7 +231,60 @@ impl Detection {
     }
 }
 
+/// One object followed across frames: the detection it matched (or the box predicted for it
+/// when it was not seen on this frame) and its ID, stable for as long as the track lives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Track {
+    /// Unique per tracker step and source for the whole run, never reused.
+    pub track_id: u64,
+    #[serde(flatten)]
+    pub detection: Detection,
+    /// True when the object was not detected on this frame and `box` is where it is predicted
+    /// to be. Absent from JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub predicted: bool,
+}
+
+/// Named counts: objects inside each zone now, or crossings of a line each way
+/// (`{"in": N, "out": N}`). In JSON, an object of names to numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Counts(pub BTreeMap<Arc<str>, u64>);
+
+/// Something that happened to a track on this frame.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub event: EventKind,
+    pub track_id: u64,
+    pub class: Arc<str>,
+    /// The zone entered or left, or the line crossed.
+    pub place: Arc<str>,
+    /// The track's box on this frame.
+    #[serde(rename = "box")]
+    pub bbox: BBox,
+}
+
+/// What an [`Event`] says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    /// Entered a zone.
+    Enter,
+    /// Left a zone (or its track ended inside it).
+    Leave,
+    /// Crossed a line to its "in" side.
+    In,
+    /// Crossed a line to its "out" side.
+    Out,
+}
+
 impl BBox {
+    /// The bottom centre: where a person or vehicle touches the ground, the point zones and
+    /// lines test by default.
+    pub fn anchor(&self) -> [f32; 2] {
+        [self.x + self.width / 2.0, self.y + self.height]
+    }
+
     /// Intersection over union of two boxes (0 when either is empty).
     pub fn iou(&self, other: &Self) -> f32 {
         let w = (self.x + self.width).min(other.x + other.width) - self.x.max(other.x);
@@ -270,6 +355,58 @@ mod tests {
         assert!(detections().get::<Image>().is_none());
         assert_eq!(<Image as FromValue>::TYPE, image.value_type());
         assert_eq!(<[Detection] as FromValue>::TYPE, detections().value_type());
+        let tracks = Value::Tracks(Arc::from(Vec::new()));
+        assert!(tracks.get::<[Detection]>().is_none());
+        assert!(tracks.get::<[Track]>().is_some());
+        assert_eq!(<[Track] as FromValue>::TYPE, tracks.value_type());
+    }
+
+    #[test]
+    fn tracks_counts_and_events_have_their_json_form() {
+        let Value::Detections(d) = detections() else {
+            unreachable!()
+        };
+        let track = Track {
+            track_id: 7,
+            detection: d[0].clone(),
+            predicted: false,
+        };
+        let tracks = Value::Tracks(Arc::from(vec![track.clone()]));
+        assert_eq!(
+            tracks.to_json(),
+            serde_json::json!([{"track_id": 7, "class": "person", "confidence": 0.5,
+                "box": {"x": 1.0, "y": 2.0, "width": 3.0, "height": 4.0}}])
+        );
+        let predicted = Value::Tracks(Arc::from(vec![Track {
+            predicted: true,
+            ..track
+        }]));
+        assert_eq!(predicted.to_json()[0]["predicted"], serde_json::json!(true));
+        let counts = Counts([("in".into(), 2), ("out".into(), 0)].into_iter().collect());
+        assert_eq!(
+            Value::Counts(Arc::new(counts)).to_json(),
+            serde_json::json!({"in": 2, "out": 0})
+        );
+        let event = Event {
+            event: EventKind::Enter,
+            track_id: 7,
+            class: "person".into(),
+            place: "door".into(),
+            bbox: d[0].bbox,
+        };
+        assert_eq!(
+            Value::Events(Arc::from(vec![event])).to_json()[0]["event"],
+            serde_json::json!("enter")
+        );
+    }
+
+    #[test]
+    fn emptiness_is_about_things_to_report() {
+        assert!(!detections().is_empty());
+        assert!(Value::Tracks(Arc::from(Vec::new())).is_empty());
+        assert!(Value::Events(Arc::from(Vec::new())).is_empty());
+        assert!(!Value::Counts(Arc::default()).is_empty());
+        assert!(!Value::Image(Mat::default().into()).is_empty());
     }
 
     #[test]

@@ -99,7 +99,7 @@ fn bare_camera(step: &dyn Step, name: &str, frames: u64, interval: Duration) {
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
         let frame = Arc::new(frame(&source, seq));
-        let values = [Value::Image(Image::Frame(frame.clone()))];
+        let values = [Some(Value::Image(Image::Frame(frame.clone())))];
         let input = StepInput {
             frame: &frame,
             values: &values,

@@ -99,8 +99,10 @@ pub struct StepConfig {
     pub name: Name,
     pub kind: &'static StepKind,
     pub step: Arc<dyn Step>,
-    /// One per input port of the kind, in port order.
-    pub inputs: Vec<Ref>,
+    /// One per input port of the kind, in port order; `None` for an optional input left out.
+    pub inputs: Vec<Option<Ref>>,
+    /// `every_n_frames`: the step runs on frames whose number is a multiple of this (1: all).
+    pub every: u64,
 }
 
 impl fmt::Debug for StepConfig {
@@ -168,11 +170,15 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
             continue;
         };
         let what = format!("step \"{}\"", d.name);
-        let inputs: Vec<Option<Ref>> = kind
+        // Outer `None`: the input is wrong (reported); inner `None`: an optional one left out.
+        let inputs: Vec<Option<Option<Ref>>> = kind
             .inputs
             .iter()
             .map(|port| {
                 let Some((key, value)) = c.take(port.name) else {
+                    if port.optional {
+                        return Some(None);
+                    }
                     diags.push(Diagnostic::at(
                         c.name.span(),
                         format!("{what}: missing input \"{}\" ({})", port.name, port.ty),
@@ -180,12 +186,16 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
                     return None;
                 };
                 let text = reference_text(&what, &key, &value, diags)?;
-                resolver.resolve(&what, port.name, Some(port.ty), &text, diags)
+                resolver
+                    .resolve(&what, port.name, Some(port.ty), &text, diags)
+                    .map(Some)
             })
             .collect();
+        let every = every_n_frames(&what, c.take("every_n_frames"), diags);
         deps.push(
             inputs
                 .iter()
+                .flatten()
                 .flatten()
                 .filter_map(|r| match r {
                     Ref::Step { step, .. } => Some(*step),
@@ -201,12 +211,13 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
             }
         };
         built.push(
-            match (step, inputs.into_iter().collect::<Option<Vec<_>>>()) {
-                (Some(step), Some(inputs)) => Some(StepConfig {
+            match (step, inputs.into_iter().collect::<Option<Vec<_>>>(), every) {
+                (Some(step), Some(inputs), Some(every)) => Some(StepConfig {
                     name: d.name.as_str().into(),
                     kind,
                     step: step.into(),
                     inputs,
+                    every,
                 }),
                 _ => None,
             },
@@ -233,7 +244,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         .iter()
         .filter_map(|&i| slots[i].take())
         .map(|mut s| {
-            s.inputs = s.inputs.into_iter().map(renumber).collect();
+            s.inputs = s.inputs.into_iter().map(|r| r.map(renumber)).collect();
             s
         })
         .collect();
@@ -445,6 +456,28 @@ impl Resolver<'_> {
                 want.phrase()
             )),
             _ => Some(r),
+        }
+    }
+}
+
+/// The `every_n_frames` of a step: 1 when absent, `None` (reported) when not a positive integer.
+fn every_n_frames(
+    what: &str,
+    entry: Option<super::raw::Entry<'_>>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<u64> {
+    let Some((_, value)) = entry else {
+        return Some(1);
+    };
+    let span = value.span();
+    match Params::new(value).parse::<u64>() {
+        Ok(n) if n >= 1 => Some(n),
+        _ => {
+            diags.push(Diagnostic::at(
+                span,
+                format!("{what}: \"every_n_frames\" must be a whole number of at least 1"),
+            ));
+            None
         }
     }
 }

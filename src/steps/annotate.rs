@@ -15,10 +15,12 @@ pub(super) static KIND: StepKind = StepKind {
         Port {
             name: "image",
             ty: ValueType::Image,
+            optional: false,
         },
         Port {
             name: "detections",
             ty: ValueType::Detections,
+            optional: false,
         },
     ],
     outputs: super::IMAGE_OUT,

@@ -89,7 +89,7 @@ impl Step for Crop {
                 r.width, r.height, r.x, r.y, cols, rows
             )));
         }
-        if let Some(Value::Image(Image::Frame(frame))) = input.values.first() {
+        if let Some(Some(Value::Image(Image::Frame(frame)))) = input.values.first() {
             let out = frame.bgr_region(r).map_err(StepError::Frame)?;
             return Ok(StepOutput::Values(vec![Value::Image(out.into())]));
         }
@@ -114,7 +114,7 @@ mod tests {
         let (buffer, info) = decoded("video/x-raw,format=NV12,width=720,height=528");
         let frame = Arc::new(Frame::from_buffer("cam".into(), 0, buffer.clone(), &info).unwrap());
         let rect = Rect::new(33, 17, 101, 55);
-        let values = [Value::Image(Image::Frame(frame.clone()))];
+        let values = [Some(Value::Image(Image::Frame(frame.clone())))];
         let out = Crop { rect }
             .run(&StepInput {
                 frame: &frame,

@@ -11,6 +11,7 @@ use crate::value::{Value, ValueType};
 const DETECTIONS: &[Port] = &[Port {
     name: "detections",
     ty: ValueType::Detections,
+    optional: false,
 }];
 
 pub(super) static KIND: StepKind = StepKind {

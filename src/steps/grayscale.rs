@@ -33,7 +33,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 impl Step for Grayscale {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         // The decoded frame's luma plane is already grey: no conversion, no copy.
-        if let Some(Value::Image(Image::Frame(frame))) = input.values.first() {
+        if let Some(Some(Value::Image(Image::Frame(frame)))) = input.values.first() {
             if frame.luma().is_some() {
                 return Ok(StepOutput::Values(vec![Value::Image(Image::Luma(
                     frame.clone(),
@@ -42,7 +42,9 @@ impl Step for Grayscale {
         }
         let image = input.image(0)?;
         if image.channels() == 1 {
-            return Ok(StepOutput::Values(vec![input.values[0].clone()]));
+            return Ok(StepOutput::Values(vec![Value::Image(
+                input.get::<Image>(0)?.clone(),
+            )]));
         }
         let mut out = Mat::default();
         imgproc::cvt_color_def(image, &mut out, imgproc::COLOR_BGR2GRAY)?;

@@ -50,6 +50,9 @@ pub fn kind(name: &str) -> Option<&'static StepKind> {
 pub struct Port {
     pub name: &'static str,
     pub ty: ValueType,
+    /// An optional input may be left out of the step's table, and a step still runs when the
+    /// step it reads was skipped on a frame (it sees no value there). Always false for outputs.
+    pub optional: bool,
 }
 
 /// Builds a step from its parameters (inputs already removed).
@@ -77,20 +80,30 @@ impl StepKind {
     }
 }
 
-/// What a step sees when it runs: the frame and its resolved inputs, in port order.
+/// What a step sees when it runs: the frame and its resolved inputs, in port order (`None`
+/// only at an optional port that was left out or whose step was skipped on this frame).
 #[derive(Debug)]
 pub struct StepInput<'a> {
     pub frame: &'a Frame,
-    pub values: &'a [Value],
+    pub values: &'a [Option<Value>],
 }
 
 impl StepInput<'_> {
     /// The input at `port` as `T` (`Image`, `[Detection]`, ...).
     pub fn get<T: FromValue + ?Sized>(&self, port: usize) -> Result<&T, StepError> {
-        self.values
-            .get(port)
-            .and_then(Value::get::<T>)
-            .ok_or(StepError::Input(port, T::TYPE))
+        self.optional(port)?.ok_or(StepError::Input(port, T::TYPE))
+    }
+
+    /// The optional input at `port` as `T`, or `None` when there is none on this frame.
+    pub fn optional<T: FromValue + ?Sized>(&self, port: usize) -> Result<Option<&T>, StepError> {
+        match self.values.get(port) {
+            Some(Some(value)) => value
+                .get::<T>()
+                .map(Some)
+                .ok_or(StepError::Input(port, T::TYPE)),
+            Some(None) => Ok(None),
+            None => Err(StepError::Input(port, T::TYPE)),
+        }
     }
 
     /// The image at `port` as pixels (a frame is converted to BGR on first use).
@@ -156,9 +169,11 @@ pub enum StepError {
 const IMAGE_IN: &[Port] = &[Port {
     name: "image",
     ty: ValueType::Image,
+    optional: false,
 }];
 const IMAGE_OUT: &[Port] = IMAGE_IN;
 const DETECTIONS_OUT: &[Port] = &[Port {
     name: "detections",
     ty: ValueType::Detections,
+    optional: false,
 }];

@@ -67,7 +67,7 @@ fn dimension(key: &str, v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
 
 impl Step for Resize {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        if let Some(Value::Image(Image::Frame(frame))) = input.values.first() {
+        if let Some(Some(Value::Image(Image::Frame(frame)))) = input.values.first() {
             let out = frame
                 .bgr_resized(self.size, imgproc::INTER_LINEAR)
                 .map_err(StepError::Frame)?;
@@ -103,7 +103,7 @@ mod tests {
         let step = Resize {
             size: Size::new(321, 175),
         };
-        let values = [Value::Image(Image::Frame(frame.clone()))];
+        let values = [Some(Value::Image(Image::Frame(frame.clone())))];
         let out = step
             .run(&StepInput {
                 frame: &frame,

@@ -16,7 +16,10 @@ pub struct Node {
     pub name: Arc<str>,
     pub kind: &'static crate::steps::StepKind,
     pub step: Arc<dyn Step>,
-    pub inputs: Vec<Ref>,
+    /// One per input port; `None` for an optional input left out.
+    pub inputs: Vec<Option<Ref>>,
+    /// Runs on frames whose number is a multiple of this (`every_n_frames`, 1: every frame).
+    pub every: u64,
     /// Number of distinct steps this node reads from.
     pub predecessors: usize,
     /// Distinct steps that read from this node.
@@ -41,6 +44,7 @@ impl Graph {
                 kind: s.kind,
                 step: s.step,
                 inputs: s.inputs,
+                every: s.every,
                 predecessors: 0,
                 successors: Vec::new(),
             })
@@ -49,6 +53,7 @@ impl Graph {
             let mut preds: Vec<usize> = nodes[i]
                 .inputs
                 .iter()
+                .flatten()
                 .filter_map(|r| match r {
                     Ref::Step { step, .. } => Some(*step),
                     Ref::Frame => None,
@@ -121,6 +126,7 @@ pub fn dot(pipeline: &Pipeline) -> String {
             label(&[&s.name, &format!("({})", s.kind.name)])
         );
         for (port, input) in s.kind.inputs.iter().zip(&s.inputs) {
+            let Some(input) = input else { continue };
             let (from, output) = node(input);
             let _ = writeln!(
                 out,

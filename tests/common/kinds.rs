@@ -12,10 +12,12 @@ fn no_build(_: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 const DET: Port = Port {
     name: "in",
     ty: ValueType::Detections,
+    optional: false,
 };
 const OUT: &[Port] = &[Port {
     name: "out",
     ty: ValueType::Detections,
+    optional: false,
 }];
 
 pub static FROM_FRAME: StepKind = StepKind {
@@ -24,6 +26,7 @@ pub static FROM_FRAME: StepKind = StepKind {
     inputs: &[Port {
         name: "image",
         ty: ValueType::Image,
+        optional: false,
     }],
     outputs: OUT,
     params: &[],

@@ -208,14 +208,17 @@ pub fn step_config(
         step,
         inputs: inputs
             .iter()
-            .map(|i| match i {
-                None => Ref::Frame,
-                Some(step) => Ref::Step {
-                    step: *step,
-                    output: 0,
-                },
+            .map(|i| {
+                Some(match i {
+                    None => Ref::Frame,
+                    Some(step) => Ref::Step {
+                        step: *step,
+                        output: 0,
+                    },
+                })
             })
             .collect(),
+        every: 1,
     }
 }
 

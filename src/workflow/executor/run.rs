@@ -25,6 +25,7 @@ use crate::outcome::{FrameRecord, Outcome, StepFailure};
 use crate::spec::Ref;
 use crate::steps::{StepError, StepInput, StepOutput};
 use crate::value::{Image, Value};
+use crate::workflow::graph::Node;
 
 /// One frame inside the workflow.
 #[derive(Debug)]
@@ -122,10 +123,10 @@ pub(super) fn run_from(run: &Arc<Run>, mut node: usize) {
 
 fn execute(run: &Run, node: usize) {
     let n = &run.shared.graph.nodes[node];
-    let outcome = if run.record.failure().is_some() {
+    let outcome = if run.record.failure().is_some() || run.record.frame().seq % n.every != 0 {
         Outcome::Skipped
     } else {
-        match inputs(run, &n.inputs) {
+        match inputs(run, n) {
             None => Outcome::Skipped,
             Some(values) => {
                 let input = StepInput {
@@ -167,14 +168,25 @@ fn execute(run: &Run, node: usize) {
     run.record.set_outcome(node, outcome);
 }
 
-fn inputs(run: &Run, refs: &[Ref]) -> Option<Vec<Value>> {
-    refs.iter()
-        .map(|r| match *r {
-            Ref::Frame => Some(Value::Image(Image::Frame(run.record.frame().clone()))),
-            Ref::Step { step, output } => match run.record.outcome(step)? {
-                Outcome::Done(values) => values.get(output).cloned(),
-                Outcome::Skipped | Outcome::Failed => None,
-            },
+/// The node's input values, or `None` when a required one was not produced on this frame (an
+/// optional one that was not is passed as `None`).
+fn inputs(run: &Run, n: &Node) -> Option<Vec<Option<Value>>> {
+    n.inputs
+        .iter()
+        .zip(n.kind.inputs)
+        .map(|(r, port)| {
+            let value = match *r {
+                None => None,
+                Some(Ref::Frame) => Some(Value::Image(Image::Frame(run.record.frame().clone()))),
+                Some(Ref::Step { step, output }) => match run.record.outcome(step)? {
+                    Outcome::Done(values) => values.get(output).cloned(),
+                    Outcome::Skipped | Outcome::Failed => None,
+                },
+            };
+            match value {
+                None if !port.optional => None,
+                value => Some(value),
+            }
         })
         .collect()
 }
