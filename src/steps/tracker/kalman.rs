@@ -89,6 +89,14 @@ impl Kalman {
         }
     }
 
+    /// Stops the box's size from changing in later predictions (its position still moves). For
+    /// an object that was not seen: the growth or shrinking of its last few boxes (often an
+    /// object going out of view behind something) is not worth extrapolating over many frames.
+    pub(super) fn hold_size(&mut self) {
+        self.mean[6] = 0.0;
+        self.mean[7] = 0.0;
+    }
+
     /// Corrects the belief with a measured box.
     pub(super) fn update(&mut self, bbox: &BBox) {
         let z = measurement(bbox);
@@ -235,6 +243,26 @@ mod tests {
         k.update(&bbox(10.0, 0.0));
         let x = k.bbox().x;
         assert!(x > 0.0 && x <= 10.0, "{x}");
+    }
+
+    #[test]
+    fn a_held_size_stays_while_the_box_moves_on() {
+        let mut k = Kalman::new(&bbox(0.0, 0.0));
+        for f in 1..=10 {
+            k.predict();
+            // Moving right 4 px a frame and shrinking 1 px a frame.
+            let mut b = bbox(4.0 * f as f32, 0.0);
+            b.width -= f as f32;
+            k.update(&b);
+        }
+        k.hold_size();
+        let width = k.bbox().width;
+        let x = k.bbox().x;
+        for _ in 0..10 {
+            k.predict();
+        }
+        assert!((k.bbox().width - width).abs() < 1e-3, "{:?}", k.bbox());
+        assert!(k.bbox().x > x + 30.0, "{:?}", k.bbox());
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //!
 //! Every stage keeps pairs whose IoU (of the detection and the track's predicted box) is at
 //! least `iou`, and of the same class when `per_class`; see `assign` for the matching itself.
+//! A confirmed track unmatched on a frame with detections keeps its size from then on until it
+//! is seen again (`Kalman::hold_size`): only its position is extrapolated.
 
 use super::assign::match_by_iou;
 use super::kalman::Kalman;
@@ -124,6 +126,11 @@ impl Tracks {
         self.stage(settings, seq, &tentative, &mut high, detections);
         // A tentative track must be seen on every frame with detections until confirmed.
         self.tracks.retain(|t| t.id.is_some() || t.last_seen == seq);
+        for t in &mut self.tracks {
+            if t.last_seen != seq {
+                t.kalman.hold_size();
+            }
+        }
         for d in high {
             let detection = &detections[d];
             self.tracks.push(Tracked {
