@@ -136,11 +136,44 @@ mod tests {
         assert_eq!(match_by_iou(&iou, 1, 0.3), vec![(1, 0)]);
     }
 
+    /// Every permutation of `0..n`.
+    fn permutations(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![Vec::new()];
+        }
+        let mut out = Vec::new();
+        for p in permutations(n - 1) {
+            for at in 0..=p.len() {
+                let mut q = p.clone();
+                q.insert(at, n - 1);
+                out.push(q);
+            }
+        }
+        out
+    }
+
     #[test]
-    fn hungarian_finds_the_minimum() {
-        let c = [[4.0, 1.0, 3.0], [2.0, 0.0, 5.0], [3.0, 2.0, 2.0]];
-        let r = hungarian(3, |i, j| c[i][j]);
-        let total: f64 = r.iter().enumerate().map(|(i, &j)| c[i][j]).sum();
-        assert_eq!(total, 5.0);
+    fn hungarian_finds_the_minimum_that_trying_every_assignment_finds() {
+        // Pseudo-random 6x6 matrices (a fixed linear congruential sequence).
+        let mut seed: u64 = 7;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 40) as f64 / (1u64 << 24) as f64
+        };
+        for _ in 0..50 {
+            let c: Vec<Vec<f64>> = (0..6).map(|_| (0..6).map(|_| next()).collect()).collect();
+            let r = hungarian(6, |i, j| c[i][j]);
+            let mut seen = r.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..6).collect::<Vec<_>>(), "not a permutation: {r:?}");
+            let total: f64 = r.iter().enumerate().map(|(i, &j)| c[i][j]).sum();
+            let best = permutations(6)
+                .iter()
+                .map(|p| p.iter().enumerate().map(|(i, &j)| c[i][j]).sum::<f64>())
+                .fold(f64::INFINITY, f64::min);
+            assert!((total - best).abs() < 1e-9, "{total} > {best}");
+        }
     }
 }
