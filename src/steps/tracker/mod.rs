@@ -12,8 +12,8 @@
 //!
 //! Frames without detections: `detections` is an optional input. When the detector did not run
 //! on a frame (`every_n_frames`, or its branch was skipped), the tracker still runs and only
-//! predicts. Gaps in frame numbers (frames dropped before the workflow) are predicted across:
-//! a frame `n` numbers after the last is `n` steps of the filter.
+//! predicts. Gaps in frame numbers (frames a live source dropped from its full queue) are
+//! predicted across: a frame `n` numbers after the last is `n` steps of the filter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
