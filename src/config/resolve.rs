@@ -193,7 +193,6 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
             })
             .collect();
         let every = every_n_frames(&what, c.take("every_n_frames"), diags);
-        let name_span = c.name.span();
         deps.push(
             inputs
                 .iter()
@@ -213,7 +212,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
             .filter(|(_, r)| !matches!(r, Some(None)))
             .map(|(port, _)| port.name)
             .collect();
-        let params = Params::new(c.into_params()).with_inputs(given, name_span);
+        let params = Params::new(c.into_params()).with_inputs(given, name_span.clone());
         let step = match (kind.build)(params) {
             Ok(step) => Some(step),
             Err(d) => {
