@@ -16,6 +16,8 @@ use rumqttc::{Client, Event, MqttOptions, Packet, QoS};
 /// A `mosquitto` process; killed when dropped.
 pub struct Broker {
     pub port: u16,
+    /// Where it saves its sessions (every second: `autosave_interval 1`, and when it stops).
+    db: PathBuf,
     conf: PathBuf,
     child: Option<Child>,
 }
@@ -42,17 +44,23 @@ impl Broker {
         } else {
             "true"
         };
+        // Run as root, mosquitto would switch to the user `mosquitto`, who cannot write here.
+        let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_owned();
         std::fs::write(
             &conf,
             format!(
-                "listener {port} 127.0.0.1\nallow_anonymous {anonymous}\npersistence true\n\
-                 persistence_location {}/\nmax_queued_messages 0\nlog_dest stderr\n{extra}\n",
+                "user {user}\nlistener {port} 127.0.0.1\nallow_anonymous {anonymous}\npersistence true\n\
+                 persistence_location {}/\nautosave_interval 1\nmax_queued_messages 0\nlog_dest stderr\n{extra}\n",
                 data.display()
             ),
         )
         .unwrap();
         let mut broker = Self {
             port,
+            db: data.join("mosquitto.db"),
             conf,
             child: None,
         };
@@ -92,6 +100,41 @@ impl Broker {
                 .arg(child.id().to_string())
                 .status();
             let _ = child.wait();
+        }
+    }
+
+    /// Sends a signal to the running broker (`STOP` pauses it: it reads and acknowledges
+    /// nothing until `CONT`).
+    pub fn signal(&self, name: &str) {
+        let child = self.child.as_ref().unwrap();
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Kills the broker (SIGKILL: what it received since its last save is gone).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Waits until the broker has saved its sessions after `since`.
+    pub fn wait_saved_after(&self, since: std::time::SystemTime) {
+        let start = Instant::now();
+        while !std::fs::metadata(&self.db)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > since)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "mosquitto never saved"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
