@@ -210,10 +210,10 @@ impl<S> State<S> {
     }
 }
 
-/// What closing reports: `Ok` if every message was delivered, else what was lost and why.
+/// What closing reports: `Ok` if every message was delivered, else what was lost and why (the
+/// daemon logs it with the sink's name and exits non-zero).
 pub(super) fn losses(
     kind: &str,
-    name: &str,
     overflow: &Lost,
     failed: &Lost,
     at_stop: &Lost,
@@ -231,9 +231,10 @@ pub(super) fn losses(
     if parts.is_empty() {
         return Ok(());
     }
-    let message = format!("{kind} \"{name}\": messages lost: {}", parts.join("; "));
-    tracing::error!(sink = %name, "{message}");
-    Err(SinkError::Other(message))
+    Err(SinkError::Other(format!(
+        "{kind}: messages lost: {}",
+        parts.join("; ")
+    )))
 }
 
 /// Waits between attempts: doubling from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`].
@@ -303,12 +304,10 @@ mod tests {
     #[test]
     fn nothing_lost_is_ok() {
         let none = Lost::default();
-        assert!(losses("mqtt", "m", &none, &none, &none).is_ok());
+        assert!(losses("mqtt", &none, &none, &none).is_ok());
         let mut one = Lost::default();
         one.add(&msg(7));
-        let e = losses("mqtt", "m", &none, &none, &one)
-            .unwrap_err()
-            .to_string();
+        let e = losses("mqtt", &none, &none, &one).unwrap_err().to_string();
         assert!(
             e.contains("1 (source \"cam\" frame 7) not delivered"),
             "{e}"

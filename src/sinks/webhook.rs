@@ -365,13 +365,7 @@ impl Sink for Webhook {
         for m in state.link.sending.iter().chain(&state.waiting) {
             at_stop.add(m);
         }
-        let result = net::losses(
-            "webhook",
-            &self.name,
-            &state.overflow,
-            &state.failed,
-            &at_stop,
-        );
+        let result = net::losses("webhook", &state.overflow, &state.failed, &at_stop);
         drop(state);
         match self.thread.take() {
             Some(t) if finished => {

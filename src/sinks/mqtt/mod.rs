@@ -372,7 +372,7 @@ impl Sink for Mqtt {
             state = self.backlog.wait(state, Some(until));
         }
         let finished = state.link.finished;
-        let result = net::losses("mqtt", &self.name, &state.overflow, &state.failed, &at_stop);
+        let result = net::losses("mqtt", &state.overflow, &state.failed, &at_stop);
         drop(state);
         match self.thread.take() {
             Some(t) if finished => {
