@@ -126,6 +126,7 @@ fn pipeline(frames: u32, extra: &str, probe: Behaviour, witness: &Witness) -> Pi
         kind: vidflow::sinks::kind("jsonl").unwrap(),
         factory: Box::new(witness.clone()),
         inputs: Vec::new(),
+        routing: vidflow::sinks::Routing::default(),
     });
     p
 }

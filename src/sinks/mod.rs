@@ -10,7 +10,7 @@ mod jsonl;
 pub mod runner;
 mod video_file;
 
-pub use runner::{SinkRunner, SinkStats};
+pub use runner::{Closing, OnFull, Routing, SinkRunner, SinkSender, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND];
@@ -42,6 +42,19 @@ pub struct SinkKind {
 /// A configured sink, opened when the pipeline starts (not when it is validated).
 pub trait SinkFactory: Send + Sync + fmt::Debug {
     fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError>;
+
+    /// What delivery does when this sink's queue is full, unless the file says `on_full`:
+    /// files wait (nothing lost), network sinks should drop their oldest.
+    fn default_on_full(&self) -> OnFull {
+        OnFull::Block
+    }
+
+    /// `Some(problem)` if this sink would mix the frames of several sources in one output
+    /// (a video path without `{source}`): validation reports it when the sink takes more than
+    /// one source.
+    fn single_source(&self) -> Option<Diagnostic> {
+        None
+    }
 }
 
 /// An open sink. Called from its own thread only.
@@ -52,6 +65,11 @@ pub trait Sink: Send {
     /// Called when no frame is waiting: a chance to flush.
     fn idle(&mut self) -> Result<(), SinkError> {
         Ok(())
+    }
+    /// When the sink wants [`Sink::idle`] called again if no frame comes first (a periodic
+    /// fsync, say); `None`: only when a frame has been written.
+    fn wake_at(&self) -> Option<std::time::Instant> {
+        None
     }
     /// Finalizes the output (flush, trailer, ...).
     fn close(self: Box<Self>) -> Result<(), SinkError>;
