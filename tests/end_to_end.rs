@@ -174,8 +174,10 @@ fn street_video_runs_through_the_demo_pipeline() {
         .filter(|l| !l["steps.motion.detections"].as_array().unwrap().is_empty())
         .count();
     assert!(with_motion > 600, "motion in only {with_motion} frames");
+    // 79.5 s of video: a 60 s segment and the rest in the next.
+    assert_eq!(segments(&dir.path().join("out/annotated.mp4")).len(), 2);
     assert_eq!(
-        count_video_frames(&dir.path().join("out/annotated.mp4")),
+        count_segment_frames(&dir.path().join("out/annotated.mp4")),
         795
     );
     let stats = read_json(&dir.path().join("stats.json"));

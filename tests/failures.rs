@@ -19,9 +19,13 @@ uri = "test://ball?width=320&height=240&live=false&frames=40"
 workers = 2
 on_step_error = "{policy}"
 
+[steps.grey]
+kind = "grayscale"
+image = "$frame"
+
 [steps.roi]
 kind = "crop"
-image = "$frame"
+image = "$steps.grey.image"
 x = 200
 width = 200
 height = 100
@@ -33,7 +37,7 @@ image = "$frame"
 [sinks.events]
 kind = "jsonl"
 path = "out/events.jsonl"
-include = ["$steps.motion.detections", "$steps.roi.image"]
+include = ["$steps.motion.detections", "$steps.grey.image", "$steps.roi.image"]
 
 [sinks.video]
 kind = "video_file"
@@ -67,7 +71,9 @@ fn a_failing_step_fails_its_frames_and_the_pipeline_goes_on() {
             message.contains("does not fit the 320x240 image"),
             "{message}"
         );
-        assert!(l.get("steps.motion.detections").is_none(), "{l}");
+        // What was computed before the failure is kept: `grey` always runs before `roi`.
+        assert!(l["steps.grey.image"].is_object(), "{l}");
+        assert!(l["steps.roi.image"].is_null(), "{l}");
     }
     let stats = read_json(&dir.path().join("stats.json"));
     assert_eq!(stats["frames_decoded"], 40);

@@ -126,6 +126,7 @@ fn pipeline(frames: u32, extra: &str, probe: Behaviour, witness: &Witness) -> Pi
         kind: vidflow::sinks::kind("jsonl").unwrap(),
         factory: Box::new(witness.clone()),
         inputs: Vec::new(),
+        routing: vidflow::sinks::Routing::default(),
     });
     p
 }
@@ -358,4 +359,72 @@ image = "$steps.overlay.image"
         assert_eq!(task_names().len(), threads, "run {i}: {:?}", task_names());
         assert_eq!(descriptors(), fds, "run {i}: file descriptors left");
     }
+}
+
+/// How many [`Rendezvous`] sinks have started closing.
+#[derive(Debug, Default)]
+struct Arrivals {
+    count: Mutex<usize>,
+    cv: Condvar,
+}
+
+/// A sink whose close returns only once every other rendezvous sink has started closing too
+/// (or, so that its thread ends, after [`DEADLINE`]): closed one after another, the first
+/// would wait for a close that has not started.
+#[derive(Debug, Clone)]
+struct Rendezvous {
+    arrivals: Arc<Arrivals>,
+    of: usize,
+}
+
+impl SinkFactory for Rendezvous {
+    fn open(&self, _: &str, _: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl Sink for Rendezvous {
+    fn write(&mut self, _: &FrameResult) -> Result<bool, SinkError> {
+        Ok(true)
+    }
+
+    fn close(self: Box<Self>) -> Result<(), SinkError> {
+        let mut count = self.arrivals.count.lock().unwrap();
+        *count += 1;
+        self.arrivals.cv.notify_all();
+        let start = Instant::now();
+        while *count < self.of && start.elapsed() < DEADLINE {
+            count = self
+                .arrivals
+                .cv
+                .wait_timeout(count, Duration::from_millis(100))
+                .unwrap()
+                .0;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn every_sink_closes_at_the_same_time() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let w = witness(false);
+    let mut p = pipeline(5, "", Behaviour::default(), &w);
+    let meeting = Rendezvous {
+        arrivals: Arc::default(),
+        of: 2,
+    };
+    for name in ["first", "second"] {
+        p.sinks.push(SinkConfig {
+            name: name.into(),
+            kind: vidflow::sinks::kind("jsonl").unwrap(),
+            factory: Box::new(meeting.clone()),
+            inputs: Vec::new(),
+            routing: vidflow::sinks::Routing::default(),
+        });
+    }
+    let report = run_guarded(p, &Shutdown::new()).unwrap();
+    assert_eq!(*meeting.arrivals.count.lock().unwrap(), 2);
+    assert_eq!(report.sinks["first"].written, 5, "{report:?}");
+    assert_eq!(report.sinks["second"].written, 5, "{report:?}");
 }

@@ -18,6 +18,7 @@ use crate::spec::Diagnostic;
 
 mod raw;
 mod resolve;
+mod routing;
 mod source;
 
 pub use resolve::{

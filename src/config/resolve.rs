@@ -11,7 +11,7 @@ use toml::de::DeValue;
 
 use super::Name;
 use super::raw::{RawComponent, RawDaemon, RawExecutor, RawPipeline};
-use crate::sinks::{self, SinkFactory, SinkKind};
+use crate::sinks::{self, Routing, SinkFactory, SinkKind};
 use crate::source::SourceConfig;
 use crate::spec::{Diagnostic, Params, Ref, SinkInput};
 use crate::steps::{self, Step, StepKind};
@@ -121,6 +121,8 @@ pub struct SinkConfig {
     pub kind: &'static SinkKind,
     pub factory: Box<dyn SinkFactory>,
     pub inputs: Vec<SinkInput>,
+    /// `sources = [...]` (default every source) and `on_full`.
+    pub routing: Routing,
 }
 
 /// A step as known before its kind is built: enough to resolve references to it.
@@ -130,6 +132,11 @@ struct Declared {
 }
 
 pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipeline {
+    let source_names: Vec<String> = raw
+        .sources
+        .iter()
+        .map(|(n, _)| n.get_ref().clone())
+        .collect();
     let sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
     let daemon = resolve_daemon(&raw.daemon, diags);
@@ -235,7 +242,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
     }
 
     let order = topological_order(&deps, &declared, &name_spans, diags);
-    let sinks = resolve_sinks(raw.sinks, &resolver, diags);
+    let sinks = resolve_sinks(raw.sinks, &resolver, &source_names, diags);
 
     // Renumber step references into the new order.
     let mut position = vec![0; built.len()];
@@ -343,6 +350,7 @@ fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorC
 fn resolve_sinks(
     raw: Vec<RawComponent<'_>>,
     resolver: &Resolver<'_>,
+    source_names: &[String],
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<SinkConfig> {
     let mut out = Vec::new();
@@ -398,15 +406,33 @@ fn resolve_sinks(
                 }
             }
         }
+        let sources = super::routing::sources(&what, c.take("sources"), source_names, diags);
+        let on_full = super::routing::on_full(&what, c.take("on_full"), diags);
         let name = c.name.get_ref().as_str().into();
         let name_span = c.name.span();
         match (kind.build)(Params::new(c.into_params())) {
-            Ok(factory) if ok => out.push(SinkConfig {
-                name,
-                kind,
-                factory,
-                inputs,
-            }),
+            Ok(factory) if ok => {
+                let (Some(sources), Some(on_full)) = (sources, on_full) else {
+                    continue;
+                };
+                let takes = sources.as_ref().map_or(source_names.len(), Vec::len);
+                if takes > 1 {
+                    if let Some(d) = factory.single_source() {
+                        diags.push(prefixed(&what, d, name_span));
+                        continue;
+                    }
+                }
+                out.push(SinkConfig {
+                    name,
+                    kind,
+                    routing: Routing {
+                        sources: sources.map(|s| s.iter().map(|s| s.as_str().into()).collect()),
+                        on_full: on_full.unwrap_or_else(|| factory.default_on_full()),
+                    },
+                    factory,
+                    inputs,
+                });
+            }
             Ok(_) => {}
             Err(d) => diags.push(prefixed(&what, d, name_span)),
         }

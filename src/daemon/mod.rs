@@ -106,6 +106,8 @@ pub enum DaemonError {
     Source(#[from] SourceError),
     #[error("sink \"{name}\": {source}")]
     Sink { name: String, source: SinkError },
+    #[error("sink \"{name}\" lost {frames} frame(s) (failed writes or a full queue)")]
+    SinkLost { name: String, frames: u64 },
     #[error("worker pool: {0}")]
     Pool(#[from] PoolError),
     #[error("step \"{}\" failed and on_step_error = \"stop\": {}", .0.step, .0.message)]
@@ -125,7 +127,12 @@ impl DaemonError {
             } => 73,
             // A run that had to abandon something at the stop deadline lost frames or left a
             // thread or a file behind: not a clean end.
-            Self::Sink { .. } | Self::Pool(_) | Self::StepStop(_) | Self::StopDeadline { .. } => 70,
+            // A sink that lost frames likewise: the exit code is 0 only if nothing was lost.
+            Self::Sink { .. }
+            | Self::SinkLost { .. }
+            | Self::Pool(_)
+            | Self::StepStop(_)
+            | Self::StopDeadline { .. } => 70,
         }
     }
 }

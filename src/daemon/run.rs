@@ -45,7 +45,7 @@ pub fn run(
         let opened = config
             .factory
             .open(&config.name, &config.inputs)
-            .and_then(|sink| SinkRunner::spawn(&config.name, sink));
+            .and_then(|sink| SinkRunner::spawn(&config.name, sink, config.routing.clone()));
         match opened {
             Ok(runner) => sinks.push(runner),
             Err(source) => {
@@ -111,8 +111,7 @@ pub fn run(
                 let stats = executor.run_sources(&queues, &abort_rx, |result| {
                     if delivered.count(&result) {
                         for sink in &senders {
-                            // Fails only if the sink thread is gone; its close reports why.
-                            let _ = sink.send(result.clone());
+                            sink.send(result.clone());
                         }
                     }
                 });
@@ -255,8 +254,19 @@ pub fn run(
         report.sinks.insert(name.clone(), stats);
         match result {
             Some(Ok(())) => {}
-            Some(Err(source)) => errors.push(DaemonError::Sink { name, source }),
+            Some(Err(source)) => errors.push(DaemonError::Sink {
+                name: name.clone(),
+                source,
+            }),
             None => abandoned.push(format!("sink \"{name}\"")),
+        }
+        // A sink that failed or overflowed lost frames: not a clean end either.
+        if stats.dropped > 0 {
+            tracing::error!(sink = %name, frames = stats.dropped, "sink lost frames");
+            errors.push(DaemonError::SinkLost {
+                name,
+                frames: stats.dropped,
+            });
         }
     }
     tracing::info!(

@@ -152,12 +152,15 @@ pub(super) fn close_in_order(
 /// A closed sink: its name, its counts, and how closing went (`None`: abandoned).
 pub(super) type SinkClosed = (String, SinkStats, Option<Result<(), SinkError>>);
 
+/// Closes every sink at once (each finalizes on its own thread), then waits for them until
+/// `deadline`: a slow sink does not take the time of the others.
 pub(super) fn close_sinks(sinks: Vec<SinkRunner>, deadline: Option<Instant>) -> Vec<SinkClosed> {
-    sinks
+    let closing: Vec<_> = sinks.into_iter().map(SinkRunner::begin_close).collect();
+    closing
         .into_iter()
         .map(|s| {
             let name = s.name().to_owned();
-            match s.close_until(deadline) {
+            match s.wait_until(deadline) {
                 Some((stats, result)) => (name, stats, Some(result)),
                 None => {
                     tracing::error!(sink = %name, "sink did not close by the stop deadline; abandoned");

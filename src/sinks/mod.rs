@@ -13,7 +13,7 @@ pub mod runner;
 mod video_file;
 mod webhook;
 
-pub use runner::{SinkRunner, SinkStats};
+pub use runner::{Closing, OnFull, Routing, SinkRunner, SinkSender, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND, &mqtt::KIND, &webhook::KIND];
@@ -45,6 +45,19 @@ pub struct SinkKind {
 /// A configured sink, opened when the pipeline starts (not when it is validated).
 pub trait SinkFactory: Send + Sync + fmt::Debug {
     fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError>;
+
+    /// What delivery does when this sink's queue is full, unless the file says `on_full`:
+    /// files wait (nothing lost), network sinks should drop their oldest.
+    fn default_on_full(&self) -> OnFull {
+        OnFull::Block
+    }
+
+    /// `Some(problem)` if this sink would mix the frames of several sources in one output
+    /// (a video path without `{source}`): validation reports it when the sink takes more than
+    /// one source.
+    fn single_source(&self) -> Option<Diagnostic> {
+        None
+    }
 }
 
 /// An open sink. Called from its own thread only.
@@ -55,6 +68,11 @@ pub trait Sink: Send {
     /// Called when no frame is waiting: a chance to flush.
     fn idle(&mut self) -> Result<(), SinkError> {
         Ok(())
+    }
+    /// When the sink wants [`Sink::idle`] called again if no frame comes first (a periodic
+    /// fsync, say); `None`: only when a frame has been written.
+    fn wake_at(&self) -> Option<std::time::Instant> {
+        None
     }
     /// Finalizes the output (flush, trailer, ...).
     fn close(self: Box<Self>) -> Result<(), SinkError>;
@@ -86,5 +104,26 @@ fn create_parent(path: &std::path::Path) -> Result<(), SinkError> {
             })
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The factory a kind builds from `params` (its keys, without `kind` and inputs).
+    fn factory(kind: &str, params: &str) -> Box<dyn SinkFactory> {
+        let kind = self::kind(kind).unwrap();
+        (kind.build)(Params::from_toml(params)).unwrap()
+    }
+
+    #[test]
+    fn files_wait_when_their_queue_is_full_and_network_sinks_drop_their_oldest() {
+        let jsonl = factory("jsonl", "path = \"out/x.jsonl\"");
+        assert_eq!(jsonl.default_on_full(), OnFull::Block);
+        let mqtt = factory("mqtt", "url = \"mqtt://127.0.0.1:1\"");
+        assert_eq!(mqtt.default_on_full(), OnFull::DropOldest);
+        let webhook = factory("webhook", "url = \"http://127.0.0.1:1/hook\"");
+        assert_eq!(webhook.default_on_full(), OnFull::DropOldest);
     }
 }

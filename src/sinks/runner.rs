@@ -1,8 +1,15 @@
 //! A sink on its own thread.
 //!
 //! Threads: one per sink, named `vidflow-sink-NAME`. Channel: bounded to [`SINK_QUEUE`] frame
-//! results; when a sink falls behind, delivery waits (results are never dropped silently), which
-//! in turn slows admission of new frames. The thread flushes whenever its queue runs empty.
+//! results, fed through a [`SinkSender`] (the executor's thread delivers through it). Each sink
+//! takes only the frames of the sources it is routed to (`sources = [...]`, default all). When
+//! its queue is full, `on_full` decides: [`OnFull::Block`] (files) makes delivery wait, which in
+//! turn slows admission of new frames, so nothing is lost; [`OnFull::DropOldest`] (network
+//! sinks) takes the oldest queued result out and counts it as dropped, so a stalled sink never
+//! holds the workflow or the other sinks. A sink whose writes fail keeps taking its queue
+//! (counting each frame as dropped, logging once per run of failures), so delivery never waits
+//! on it. The thread flushes whenever its queue runs empty, and wakes again when the sink asks
+//! ([`Sink::wake_at`], e.g. a periodic fsync); otherwise it blocks on its channels.
 //! Memory: a result holds its frame (decoder buffer, BGR if made) and every image its steps made;
 //! since every sink takes every result in order, all sinks together hold at most
 //! `SINK_QUEUE + 2` distinct results (queued, being written, being delivered): README "Memory".
@@ -11,13 +18,16 @@
 //! what is queued, closes the sink (finalizing its file) and returns its counts. The signal lets
 //! the sink close even while a clone of the sender is still held elsewhere (an executor thread
 //! abandoned at the stop deadline): results queued by then are written, later ones are refused.
-//! [`SinkRunner::close_until`] waits for that only until a deadline; a sink still busy then is
-//! abandoned (its thread detached, never joined).
+//! [`SinkRunner::begin_close`] signals without waiting, so that every sink finalizes at the
+//! same time; [`Closing::wait_until`] then waits only until a deadline; a sink still busy then
+//! is abandoned (its thread detached, never joined).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use serde::Serialize;
 
 use super::{Sink, SinkError};
@@ -26,6 +36,42 @@ use crate::outcome::FrameResult;
 /// Frame results queued per sink: enough to ride out a slow write without stalling workers.
 pub const SINK_QUEUE: usize = 16;
 
+/// What delivery does when a sink's queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFull {
+    /// Wait for room: nothing is lost, a slow sink slows the workflow.
+    Block,
+    /// Take the oldest queued result out (counted as dropped) and queue the new one.
+    DropOldest,
+}
+
+impl OnFull {
+    /// The name used in pipeline files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Block => "block",
+            Self::DropOldest => "drop_oldest",
+        }
+    }
+}
+
+/// Which frames a sink takes, and what delivery does when its queue is full.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    /// The sources whose frames the sink takes; `None`: every source.
+    pub sources: Option<Arc<[Arc<str>]>>,
+    pub on_full: OnFull,
+}
+
+impl Default for Routing {
+    fn default() -> Self {
+        Self {
+            sources: None,
+            on_full: OnFull::Block,
+        }
+    }
+}
+
 /// Counts of one sink.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SinkStats {
@@ -33,7 +79,8 @@ pub struct SinkStats {
     pub written: u64,
     /// Frames with nothing for this sink (its input was skipped or the frame failed).
     pub skipped: u64,
-    /// Frames the sink failed to write.
+    /// Frames lost: the sink failed to write them, or they were dropped from its full queue
+    /// (`on_full = "drop_oldest"`).
     pub dropped: u64,
 }
 
@@ -43,7 +90,7 @@ type Closed = (SinkStats, Result<(), SinkError>);
 #[derive(Debug)]
 pub struct SinkRunner {
     name: String,
-    sender: Sender<FrameResult>,
+    sender: SinkSender,
     /// Dropped to tell the thread to write what is queued and close.
     close: Sender<()>,
     /// The thread's last act sends its counts here, so closing can wait with a deadline.
@@ -51,50 +98,78 @@ pub struct SinkRunner {
     thread: JoinHandle<()>,
 }
 
+/// Delivers results to one sink, following its [`Routing`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SinkSender {
+    name: Arc<str>,
+    sender: Sender<FrameResult>,
+    /// The queue's other end, to take the oldest result out when full (drop_oldest).
+    queue: Receiver<FrameResult>,
+    routing: Routing,
+    /// Results dropped from the full queue. Written by delivering threads, read by the sink's
+    /// thread when it ends (relaxed: a plain counter, the channel orders nothing through it).
+    overflow: Arc<AtomicU64>,
+}
+
+impl SinkSender {
+    /// Whether this sink takes frames of `source`.
+    pub fn takes(&self, source: &str) -> bool {
+        self.routing
+            .sources
+            .as_ref()
+            .is_none_or(|s| s.iter().any(|s| &**s == source))
+    }
+
+    /// Queues a result if the sink takes its source, as `on_full` says when the queue is full.
+    pub fn send(&self, result: FrameResult) {
+        if !self.takes(&result.frame().source) {
+            return;
+        }
+        match self.routing.on_full {
+            // Fails only if the sink thread ended; its close reports why.
+            OnFull::Block => {
+                let _ = self.sender.send(result);
+            }
+            OnFull::DropOldest => {
+                let mut result = result;
+                loop {
+                    match self.sender.try_send(result) {
+                        Ok(()) | Err(TrySendError::Disconnected(_)) => return,
+                        Err(TrySendError::Full(back)) => {
+                            result = back;
+                            if self.queue.try_recv().is_ok()
+                                && self.overflow.fetch_add(1, Ordering::Relaxed) == 0
+                            {
+                                tracing::warn!(sink = %self.name, "sink queue full; dropping its oldest results");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl SinkRunner {
-    pub fn spawn(name: &str, sink: Box<dyn Sink>) -> Result<Self, SinkError> {
+    pub fn spawn(name: &str, sink: Box<dyn Sink>, routing: Routing) -> Result<Self, SinkError> {
         let (sender, receiver) = crossbeam_channel::bounded::<FrameResult>(SINK_QUEUE);
         let (close, close_rx) = crossbeam_channel::bounded::<()>(0);
         let (closed_tx, closed) = crossbeam_channel::bounded::<Closed>(1);
+        let overflow = Arc::new(AtomicU64::new(0));
+        let sender = SinkSender {
+            name: name.into(),
+            sender,
+            queue: receiver.clone(),
+            routing,
+            overflow: overflow.clone(),
+        };
         let label = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("vidflow-sink-{name}"))
             .spawn(move || {
                 let mut sink = sink;
-                let mut stats = SinkStats::default();
-                let mut failing = false;
-                loop {
-                    let result = match receiver.try_recv() {
-                        Ok(r) => r,
-                        Err(TryRecvError::Empty) => {
-                            if let Err(e) = sink.idle() {
-                                tracing::error!(sink = %label, error = %e, "flush failed");
-                            }
-                            crossbeam_channel::select! {
-                                recv(receiver) -> r => match r {
-                                    Ok(r) => r,
-                                    Err(_) => break,
-                                },
-                                recv(close_rx) -> _ => break,
-                            }
-                        }
-                        Err(TryRecvError::Disconnected) => break,
-                    };
-                    match sink.write(&result) {
-                        Ok(true) => {
-                            stats.written += 1;
-                            failing = false;
-                        }
-                        Ok(false) => stats.skipped += 1,
-                        Err(e) => {
-                            stats.dropped += 1;
-                            if !failing {
-                                tracing::error!(sink = %label, error = %e, "write failed");
-                                failing = true;
-                            }
-                        }
-                    }
-                }
+                let mut stats = write_all(&label, sink.as_mut(), &receiver, &close_rx);
+                stats.dropped += overflow.load(Ordering::Relaxed);
                 let _ = closed_tx.send((stats, sink.close()));
             })
             .map_err(|e| SinkError::Other(format!("cannot spawn sink thread: {e}")))?;
@@ -106,19 +181,69 @@ impl SinkRunner {
             thread,
         })
     }
+}
 
+/// The sink thread's loop: writes every result until the channel disconnects or the close
+/// signal comes, flushing when the queue runs empty.
+fn write_all(
+    label: &str,
+    sink: &mut dyn Sink,
+    receiver: &Receiver<FrameResult>,
+    close: &Receiver<()>,
+) -> SinkStats {
+    let mut stats = SinkStats::default();
+    let mut failing = false;
+    loop {
+        let result = match receiver.try_recv() {
+            Ok(r) => r,
+            Err(TryRecvError::Empty) => {
+                if let Err(e) = sink.idle() {
+                    tracing::error!(sink = %label, error = %e, "flush failed");
+                }
+                let wake = sink
+                    .wake_at()
+                    .map_or_else(crossbeam_channel::never, crossbeam_channel::at);
+                crossbeam_channel::select! {
+                    recv(receiver) -> r => match r {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    },
+                    recv(close) -> _ => break,
+                    recv(wake) -> _ => continue,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        match sink.write(&result) {
+            Ok(true) => {
+                stats.written += 1;
+                failing = false;
+            }
+            Ok(false) => stats.skipped += 1,
+            Err(e) => {
+                stats.dropped += 1;
+                if !failing {
+                    tracing::error!(sink = %label, error = %e, "write failed; frames are counted as dropped");
+                    failing = true;
+                }
+            }
+        }
+    }
+    stats
+}
+
+impl SinkRunner {
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Queues a result, waiting while the sink's queue is full.
+    /// Queues a result as the sink's routing says (see [`SinkSender::send`]).
     pub fn send(&self, result: FrameResult) {
-        // Fails only if the sink thread died; its join reports that.
-        let _ = self.sender.send(result);
+        self.sender.send(result);
     }
 
     /// Another way to queue results for this sink (for a thread of its own).
-    pub fn sender(&self) -> Sender<FrameResult> {
+    pub fn sender(&self) -> SinkSender {
         self.sender.clone()
     }
 
@@ -139,6 +264,11 @@ impl SinkRunner {
         self,
         deadline: Option<Instant>,
     ) -> Option<(SinkStats, Result<(), SinkError>)> {
+        self.begin_close().wait_until(deadline)
+    }
+
+    /// Tells the thread to write what is queued and close, without waiting for it.
+    pub fn begin_close(self) -> Closing {
         let Self {
             name,
             sender,
@@ -148,23 +278,145 @@ impl SinkRunner {
         } = self;
         drop(sender);
         drop(close);
+        Closing {
+            name,
+            closed,
+            thread,
+        }
+    }
+}
+
+/// A sink told to close (see [`SinkRunner::begin_close`]).
+#[derive(Debug)]
+pub struct Closing {
+    name: String,
+    closed: Receiver<Closed>,
+    thread: JoinHandle<()>,
+}
+
+impl Closing {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits for the sink to close, until `deadline` if any: `None` when it was still busy
+    /// then (its thread is abandoned).
+    pub fn wait_until(self, deadline: Option<Instant>) -> Option<Closed> {
         let got = match deadline {
-            Some(deadline) => closed.recv_deadline(deadline),
-            None => closed.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(deadline) => self.closed.recv_deadline(deadline),
+            None => self
+                .closed
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
         };
         match got {
             Ok(done) => {
-                let _ = thread.join();
+                let _ = self.thread.join();
                 Some(done)
             }
             Err(RecvTimeoutError::Disconnected) => {
-                let _ = thread.join();
+                let _ = self.thread.join();
                 Some((
                     SinkStats::default(),
-                    Err(SinkError::Other(format!("sink \"{name}\" panicked"))),
+                    Err(SinkError::Other(format!("sink \"{}\" panicked", self.name))),
                 ))
             }
             Err(RecvTimeoutError::Timeout) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use opencv::prelude::*;
+
+    use super::*;
+    use crate::frame::Frame;
+    use crate::outcome::FrameRecord;
+
+    /// A sink that waits for `gate` before each write, and records what it wrote.
+    struct Gated {
+        gate: Receiver<()>,
+        wrote: Sender<u64>,
+    }
+
+    impl Sink for Gated {
+        fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
+            let _ = self.gate.recv();
+            let _ = self.wrote.send(result.frame().seq);
+            Ok(true)
+        }
+        fn close(self: Box<Self>) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    fn result(source: &str, seq: u64) -> FrameResult {
+        let mat = opencv::core::Mat::zeros(8, 8, opencv::core::CV_8UC3)
+            .unwrap()
+            .to_mat()
+            .unwrap();
+        let frame = Frame::from_mat(source.into(), seq, None, mat);
+        FrameResult::new(Arc::new(FrameRecord::new(Arc::new(frame), 0)))
+    }
+
+    fn gated(routing: Routing) -> (SinkRunner, Sender<()>, Receiver<u64>) {
+        let (open, gate) = crossbeam_channel::unbounded();
+        let (wrote, written) = crossbeam_channel::unbounded();
+        let runner = SinkRunner::spawn("t", Box::new(Gated { gate, wrote }), routing).unwrap();
+        (runner, open, written)
+    }
+
+    #[test]
+    fn drop_oldest_never_waits_and_counts_what_it_drops() {
+        let (runner, open, written) = gated(Routing {
+            sources: None,
+            on_full: OnFull::DropOldest,
+        });
+        let sender = runner.sender();
+        let total = SINK_QUEUE as u64 * 3;
+        // The sink takes frame 0 and waits at its gate; everything else queues or overflows.
+        // Sending must return although the sink writes nothing.
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            for seq in 0..total {
+                sender.send(result("cam", seq));
+            }
+            let _ = done_tx.send(());
+        });
+        done.recv_timeout(Duration::from_secs(30))
+            .expect("delivery waited for a stalled drop_oldest sink");
+        for _ in 0..total {
+            let _ = open.send(());
+        }
+        let (stats, closed) = runner.close();
+        closed.unwrap();
+        let seqs: Vec<u64> = written.try_iter().collect();
+        assert_eq!(stats.written + stats.dropped, total, "{stats:?}");
+        assert!(stats.dropped > 0, "{stats:?}");
+        assert_eq!(stats.written, seqs.len() as u64);
+        // What is kept is the newest: the last frame sent is written.
+        assert_eq!(seqs.last(), Some(&(total - 1)), "{seqs:?}");
+    }
+
+    #[test]
+    fn a_sink_takes_only_the_sources_it_is_routed_to() {
+        let (runner, open, written) = gated(Routing {
+            sources: Some(vec![Arc::from("door")].into()),
+            on_full: OnFull::Block,
+        });
+        for _ in 0..4 {
+            let _ = open.send(());
+        }
+        for (i, source) in ["door", "yard", "door", "yard"].iter().enumerate() {
+            runner.send(result(source, i as u64));
+        }
+        let (stats, _) = runner.close();
+        assert_eq!(written.try_iter().collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(stats.written, 2, "{stats:?}");
+        assert_eq!(stats.skipped + stats.dropped, 0, "{stats:?}");
     }
 }

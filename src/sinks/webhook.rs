@@ -188,6 +188,12 @@ struct Hook {
 }
 
 impl SinkFactory for Factory {
+    /// A broker or server away must not slow the cameras: the oldest result is dropped (and
+    /// counted) when the queue in front of the backlog is full.
+    fn default_on_full(&self) -> super::OnFull {
+        super::OnFull::DropOldest
+    }
+
     fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(self.endpoint.timeout))

@@ -82,6 +82,31 @@ pub fn count_video_frames(path: &Path) -> u64 {
     n
 }
 
+/// The segment files of a `video_file` path without `{start}`: the path itself, then
+/// `NAME.1.EXT`, `NAME.2.EXT`, ... as long as they exist, in order.
+pub fn segments(first: &Path) -> Vec<PathBuf> {
+    let stem = first.file_stem().unwrap().to_string_lossy().into_owned();
+    let ext = first.extension().unwrap().to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for n in 0.. {
+        let path = if n == 0 {
+            first.to_owned()
+        } else {
+            first.with_file_name(format!("{stem}.{n}.{ext}"))
+        };
+        if !path.exists() {
+            break;
+        }
+        out.push(path);
+    }
+    out
+}
+
+/// Frames in every segment of `first` (see [`segments`]), each decoded with GStreamer.
+pub fn count_segment_frames(first: &Path) -> u64 {
+    segments(first).iter().map(|p| count_video_frames(p)).sum()
+}
+
 pub fn vidflow() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vidflow"));
     c.env("VIDFLOW_LOG", "info");

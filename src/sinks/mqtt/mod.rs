@@ -121,6 +121,12 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(1);
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 impl SinkFactory for Factory {
+    /// A broker or server away must not slow the cameras: the oldest result is dropped (and
+    /// counted) when the queue in front of the backlog is full.
+    fn default_on_full(&self) -> super::OnFull {
+        super::OnFull::DropOldest
+    }
+
     fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
         let b = &self.broker;
         let id = self

@@ -1,19 +1,15 @@
-//! `video_file`: H.264 in MP4 or Matroska, through GStreamer.
+//! `video_file`: H.264 in MP4 or Matroska segments, through GStreamer, one encoder per source.
 //!
-//! The encoder pipeline is built at the first image (its size fixes the caps):
-//! `appsrc ! videoconvert ! I420 ! x264enc ! h264parse ! mp4mux|matroskamux ! filesink`.
-//! `appsrc` blocks when its queue is full, so this sink's thread waits on the encoder rather
-//! than piling frames up. Closing sends EOS and waits for it at the bus (the muxer writes its
-//! index then), up to [`CLOSE_TIMEOUT`]. Memory: the appsrc queue holds at most 32 MiB of
-//! images, x264 at most its lookahead plus its threads' frames (I420 at the video's size), and
-//! the MP4 muxer's index grows by a few bytes per frame until the file is finalized.
+//! An encoder is built at the first image of its source (its size fixes the caps); see
+//! [`encoder`] for its pipeline, its threads, how errors are seen while it writes, and its stop
+//! protocol. This sink runs on its runner's thread; encoders are closed one after another at
+//! close (each bounded by [`encoder::CLOSE_TIMEOUT`], and the whole by the stop deadline).
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gstreamer as gst;
-use gstreamer::prelude::*;
-use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 use opencv::core::{Mat, MatTraitConst, MatTraitConstManual};
 use opencv::imgproc;
@@ -25,14 +21,16 @@ use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::{Image, Value, ValueType};
 
-/// Longest wait for the muxer to finish the file after the last frame.
-pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+mod encoder;
+
+use encoder::{Encoder, Settings};
+
 /// Frame rate written when the source does not say (a live camera without caps, say).
 const DEFAULT_FPS: (i32, i32) = (30, 1);
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "video_file",
-    summary: "encode an image per frame to H.264 in .mp4 or .mkv (finalized on close)",
+    summary: "encode an image per frame to H.264 in .mp4 or .mkv segments (each plays alone)",
     inputs: &[SinkPort {
         name: "image",
         ty: Some(ValueType::Image),
@@ -43,7 +41,21 @@ pub(super) static KIND: SinkKind = SinkKind {
             name: "path",
             ty: "path ending .mp4 or .mkv",
             default: "required",
-            doc: "file to write (created, with its folder)",
+            doc: "segment files (created with their folder, never overwritten: a taken name \
+                  gets .1, .2, ...); {source} gives each source its own files (required \
+                  when the sink takes several sources), {start} the segment's UTC start time",
+        },
+        ParamDoc {
+            name: "segment_seconds",
+            ty: "integer",
+            default: "60",
+            doc: "length of a segment; each starts with a keyframe",
+        },
+        ParamDoc {
+            name: "keyframe_seconds",
+            ty: "integer",
+            default: "2",
+            doc: "longest time between keyframes inside a segment",
         },
         ParamDoc {
             name: "preset",
@@ -76,35 +88,51 @@ const PRESETS: &[&str] = &[
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
-    path: Spanned<PathBuf>,
+    path: Spanned<String>,
+    segment_seconds: Option<Spanned<u32>>,
+    keyframe_seconds: Option<Spanned<u32>>,
     preset: Option<Spanned<String>>,
     bitrate_kbps: Option<Spanned<u32>>,
 }
 
+/// The longest `segment_seconds` and `keyframe_seconds`: a day.
+const MAX_SECONDS: u32 = 86_400;
+
 #[derive(Debug)]
 struct Factory {
-    path: PathBuf,
-    muxer: &'static str,
-    preset: String,
-    bitrate_kbps: u32,
+    settings: Settings,
+    /// Reported by validation when the sink takes several sources and the path has no
+    /// `{source}`.
+    mixes_sources: Option<Diagnostic>,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     let c: Config = params.parse()?;
-    let ext = c.path.get_ref().extension().and_then(|e| e.to_str());
-    let muxer = match ext.map(str::to_ascii_lowercase).as_deref() {
-        Some("mp4") => "mp4mux",
-        Some("mkv") => "matroskamux",
+    let path = std::path::Path::new(c.path.get_ref());
+    let ext = path.extension().and_then(|e| e.to_str());
+    let mp4 = match ext.map(str::to_ascii_lowercase).as_deref() {
+        Some("mp4") => true,
+        Some("mkv") => false,
         _ => {
             return Err(Diagnostic::at(
                 c.path.span(),
-                format!(
-                    "path \"{}\" must end in .mp4 or .mkv",
-                    c.path.get_ref().display()
-                ),
+                format!("path \"{}\" must end in .mp4 or .mkv", c.path.get_ref()),
             ));
         }
     };
+    let seconds = |v: Option<Spanned<u32>>, key: &str, default: u32| match v {
+        Some(s) if !(1..=MAX_SECONDS).contains(s.get_ref()) => Err(Diagnostic::at(
+            s.span(),
+            format!(
+                "{key} must be between 1 and {MAX_SECONDS}, not {}",
+                s.get_ref()
+            ),
+        )),
+        Some(s) => Ok(s.into_inner()),
+        None => Ok(default),
+    };
+    let segment_seconds = seconds(c.segment_seconds, "segment_seconds", 60)?;
+    let keyframe_seconds = seconds(c.keyframe_seconds, "keyframe_seconds", 2)?;
     let preset = match c.preset {
         Some(p) if !PRESETS.contains(&p.get_ref().as_str()) => {
             return Err(Diagnostic::at(
@@ -129,24 +157,44 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         Some(b) => b.into_inner(),
         None => 2048,
     };
+    let mixes_sources = (!c.path.get_ref().contains("{source}")).then(|| {
+        Diagnostic::at(
+            c.path.span(),
+            format!(
+                "path \"{}\" has no {{source}} but the sink takes several sources: add \
+                 {{source}} to the path, or say which one with sources = [...]",
+                c.path.get_ref()
+            ),
+        )
+    });
     Ok(Box::new(Factory {
-        path: c.path.into_inner(),
-        muxer,
-        preset,
-        bitrate_kbps,
+        settings: Settings {
+            template: c.path.into_inner(),
+            source: String::new(),
+            mp4,
+            preset,
+            bitrate_kbps,
+            segment: Duration::from_secs(segment_seconds.into()),
+            keyframe_seconds,
+        },
+        mixes_sources,
     }))
 }
 
 impl SinkFactory for Factory {
     fn open(&self, _name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
-        super::create_parent(&self.path)?;
-        // Fail now, not at the first frame, if the file cannot be created.
-        std::fs::File::create(&self.path).map_err(|source| SinkError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
+        let first = std::path::PathBuf::from(&self.settings.template);
+        // Fail now, not at the first frame, if the folder cannot take files (a folder named
+        // after the source is made at the source's first image).
+        if let Some(dir) = first
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.to_string_lossy().contains('{'))
+        {
+            super::create_parent(&first)?;
+            tempfile_probe(dir)?;
+        }
         crate::gst_setup::init().map_err(|message| SinkError::Gstreamer {
-            path: self.path.clone(),
+            path: first.clone(),
             message,
         })?;
         let image = inputs
@@ -155,25 +203,33 @@ impl SinkFactory for Factory {
             .map(|i| i.from)
             .ok_or_else(|| SinkError::Other("video_file: no image input".to_owned()))?;
         Ok(Box::new(VideoFile {
-            path: self.path.clone(),
-            muxer: self.muxer,
-            preset: self.preset.clone(),
-            bitrate_kbps: self.bitrate_kbps,
+            settings: self.settings.clone(),
             image,
-            encoder: None,
-            size_warned: false,
+            encoders: HashMap::new(),
         }))
+    }
+
+    fn single_source(&self) -> Option<Diagnostic> {
+        self.mixes_sources.clone()
     }
 }
 
+/// Checks that files can be created in `dir` (creating and removing one).
+fn tempfile_probe(dir: &std::path::Path) -> Result<(), SinkError> {
+    let probe = dir.join(format!(".vidflow-probe-{}", std::process::id()));
+    let io = |source| SinkError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    std::fs::File::create(&probe).map_err(io)?;
+    std::fs::remove_file(&probe).map_err(io)
+}
+
 struct VideoFile {
-    path: PathBuf,
-    muxer: &'static str,
-    preset: String,
-    bitrate_kbps: u32,
+    settings: Settings,
     image: crate::spec::Ref,
-    encoder: Option<Encoder>,
-    size_warned: bool,
+    /// One per source, made at its first image.
+    encoders: HashMap<Arc<str>, Encoder>,
 }
 
 /// An image's BGR bytes, for a GStreamer buffer that borrows them. Only built for images whose
@@ -190,70 +246,7 @@ impl AsRef<[u8]> for ImageBytes {
     }
 }
 
-struct Encoder {
-    pipeline: gst::Pipeline,
-    appsrc: gst_app::AppSrc,
-    info: gst_video::VideoInfo,
-    frame_duration: gst::ClockTime,
-    first_pts: Option<Duration>,
-    last_pts: Option<gst::ClockTime>,
-    written: u64,
-}
-
 impl VideoFile {
-    fn gst_err(&self, message: impl Into<String>) -> SinkError {
-        SinkError::Gstreamer {
-            path: self.path.clone(),
-            message: message.into(),
-        }
-    }
-
-    fn start(&self, width: i32, height: i32, fps: (i32, i32)) -> Result<Encoder, SinkError> {
-        let desc = format!(
-            "appsrc name=src format=time block=true max-bytes=33554432 ! videoconvert ! \
-             video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} key-int-max=250 ! \
-             h264parse ! {} ! filesink name=out",
-            self.preset, self.bitrate_kbps, self.muxer
-        );
-        let pipeline = gst::parse::launch(&desc)
-            .map_err(|e| self.gst_err(e.to_string()))?
-            .downcast::<gst::Pipeline>()
-            .map_err(|_| self.gst_err("not a pipeline"))?;
-        let out = pipeline
-            .by_name("out")
-            .ok_or_else(|| self.gst_err("no filesink"))?;
-        out.set_property("location", self.path.to_string_lossy().as_ref());
-        let appsrc = pipeline
-            .by_name("src")
-            .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
-            .ok_or_else(|| self.gst_err("no appsrc"))?;
-        let (w, h) = (
-            u32::try_from(width).map_err(|_| self.gst_err("bad width"))?,
-            u32::try_from(height).map_err(|_| self.gst_err("bad height"))?,
-        );
-        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, w, h)
-            .fps(gst::Fraction::new(fps.0, fps.1))
-            .build()
-            .map_err(|e| self.gst_err(e.to_string()))?;
-        let caps = info.to_caps().map_err(|e| self.gst_err(e.to_string()))?;
-        appsrc.set_caps(Some(&caps));
-        pipeline
-            .set_state(gst::State::Playing)
-            .map_err(|e| self.gst_err(format!("cannot start encoder: {e}")))?;
-        let frame_duration = gst::ClockTime::SECOND
-            .mul_div_floor(fps.1 as u64, fps.0.max(1) as u64)
-            .unwrap_or(gst::ClockTime::from_mseconds(33));
-        Ok(Encoder {
-            pipeline,
-            appsrc,
-            info,
-            frame_duration,
-            first_pts: None,
-            last_pts: None,
-            written: 0,
-        })
-    }
-
     /// BGR bytes laid out as GStreamer expects them for `info` (rows padded to its stride).
     /// The image as a buffer of BGR rows at the stride GStreamer expects for `info`: the
     /// image's own memory when it is laid out that way (no copy), its rows copied otherwise.
@@ -298,17 +291,24 @@ impl Sink for VideoFile {
         };
         let (width, height, _) = image.shape();
         let frame = result.frame();
-        if self.encoder.is_none() {
-            let fps = frame.fps.unwrap_or(DEFAULT_FPS);
-            self.encoder = Some(self.start(width, height, fps)?);
-        }
-        let Some(enc) = self.encoder.as_mut() else {
-            return Ok(false);
+        let enc = match self.encoders.entry(frame.source.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let fps = frame.fps.unwrap_or(DEFAULT_FPS);
+                let settings = Settings {
+                    source: frame.source.to_string(),
+                    ..self.settings.clone()
+                };
+                let bad = |what: &str| SinkError::Other(format!("video_file: bad image {what}"));
+                let w = u32::try_from(width).map_err(|_| bad("width"))?;
+                let h = u32::try_from(height).map_err(|_| bad("height"))?;
+                e.insert(Encoder::start(&settings, w, h, fps)?)
+            }
         };
         if width != enc.info.width() as i32 || height != enc.info.height() as i32 {
-            if !self.size_warned {
-                tracing::warn!(path = %self.path.display(), "image size changed; frames of the new size are not written");
-                self.size_warned = true;
+            if !enc.size_warned {
+                tracing::warn!(source = %frame.source, "image size changed; frames of the new size are not written");
+                enc.size_warned = true;
             }
             return Ok(false);
         }
@@ -334,42 +334,21 @@ impl Sink for VideoFile {
             b.set_pts(pts);
             b.set_duration(enc.frame_duration);
         }
-        enc.appsrc
-            .push_buffer(buffer)
-            .map_err(|e| SinkError::Gstreamer {
-                path: self.path.clone(),
-                message: format!("encoder refused a frame: {e:?}"),
-            })?;
-        enc.written += 1;
+        enc.push(buffer)?;
         Ok(true)
     }
 
     fn close(self: Box<Self>) -> Result<(), SinkError> {
-        let Some(enc) = self.encoder.as_ref() else {
-            tracing::warn!(path = %self.path.display(), "no image was produced; the video file is empty");
-            return Ok(());
-        };
-        let _ = enc.appsrc.end_of_stream();
-        let bus = enc
-            .pipeline
-            .bus()
-            .ok_or_else(|| self.gst_err("pipeline has no bus"))?;
-        let msg = bus.timed_pop_filtered(
-            gst::ClockTime::try_from(CLOSE_TIMEOUT).ok(),
-            &[gst::MessageType::Eos, gst::MessageType::Error],
-        );
-        let _ = enc.pipeline.set_state(gst::State::Null);
-        match msg.as_ref().map(|m| m.view()) {
-            Some(gst::MessageView::Eos(_)) => Ok(()),
-            Some(gst::MessageView::Error(e)) => Err(self.gst_err(format!(
-                "{}{}",
-                e.error(),
-                e.debug().map(|d| format!(" ({d})")).unwrap_or_default()
-            ))),
-            _ => Err(self.gst_err(format!(
-                "encoder did not finish within {}s; the file may be unplayable",
-                CLOSE_TIMEOUT.as_secs()
-            ))),
+        if self.encoders.is_empty() {
+            tracing::warn!(path = %self.settings.template, "no image was produced; no video file was written");
         }
+        let mut first = Ok(());
+        for (_, enc) in self.encoders {
+            let closed = enc.close();
+            if first.is_ok() {
+                first = closed;
+            }
+        }
+        first
     }
 }

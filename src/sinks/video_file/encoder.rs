@@ -1,0 +1,394 @@
+//! One encoder of a `video_file` sink: `appsrc ! videoconvert ! I420 ! x264enc ! h264parse !
+//! splitmuxsink` writing segments of `segment_seconds`, each cut at a keyframe the encoder is
+//! asked for (`send-keyframe-requests`), so every segment starts with one and plays alone.
+//! The muxer writes as it goes, so that a segment cut short by SIGKILL or power loss plays up
+//! to its last piece: `mp4mux` fragmented every [`MP4_FRAGMENT_MS`] (moov first, then
+//! moof+mdat fragments), or `matroskamux` (clusters). Both checked with GStreamer 1.22.
+//!
+//! Threads: GStreamer's streaming threads encode and write; the sink's own thread pushes.
+//! They share one [`Shared`] state under a mutex with a condvar: the appsrc's `need-data` /
+//! `enough-data` callbacks set `full`, and a bus sync handler records the first error and the
+//! end of stream as they happen (so an error mid-run is seen at the next push, not at close).
+//! `appsrc` never blocks (`block=false`): a push waits on the condvar while the queue is full,
+//! at most [`PUSH_TIMEOUT`], and an encoder that takes no frame for that long, or posted an
+//! error, puts the encoder in the failed state: every later push fails at once (the runner
+//! counts those frames as dropped) and nothing waits on it again.
+//! Memory: the appsrc queue holds at most [`QUEUE_BYTES`] of images (plus the one pushed when
+//! it filled), x264 its lookahead, the muxer one fragment.
+//!
+//! Stop protocol: [`Encoder::close`] sends EOS and waits on the condvar for the end of stream
+//! (the last segment is finalized then) or an error, at most [`CLOSE_TIMEOUT`]; then the
+//! pipeline goes to `Null`. A failed encoder skips the EOS.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+use gstreamer_video as gst_video;
+
+use crate::sinks::SinkError;
+
+/// Longest wait for the muxer to finish the last segment after the last frame.
+pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a push waits for room in the encoder's queue: far longer than any frame takes to
+/// encode on a loaded machine, so reaching it means the encoder (or its disk) is stuck.
+pub(super) const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Images queued in front of the encoder (about 12 frames of 720p BGR).
+const QUEUE_BYTES: u64 = 32 << 20;
+/// Length of an MP4 fragment: what a SIGKILL may cost at most of the segment being written.
+pub(super) const MP4_FRAGMENT_MS: u32 = 1000;
+
+/// What an encoder is asked to write.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    /// File name template: `{source}` and `{start}` (UTC, `20261201T061500Z`) placeholders.
+    pub template: String,
+    pub source: String,
+    pub mp4: bool,
+    pub preset: String,
+    pub bitrate_kbps: u32,
+    pub segment: Duration,
+    pub keyframe_seconds: u32,
+}
+
+/// State shared with GStreamer's threads (see the module header).
+#[derive(Debug, Default)]
+struct State {
+    full: bool,
+    eos: bool,
+    error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.lock());
+        self.changed.notify_all();
+    }
+}
+
+/// Names segment files: the template with `{source}` and `{start}` filled in, and a counter
+/// when the name is taken (or when the template has no `{start}`): never an existing file.
+#[derive(Debug)]
+struct Namer {
+    template: String,
+    source: String,
+    /// The next counter to try for a name without `{start}`.
+    next: u32,
+}
+
+impl Namer {
+    fn next_name(&mut self) -> PathBuf {
+        let start = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(['-', ':'], "");
+        let base = PathBuf::from(
+            self.template
+                .replace("{source}", &self.source)
+                .replace("{start}", &start),
+        );
+        let mut n = if self.template.contains("{start}") {
+            0
+        } else {
+            self.next
+        };
+        while numbered(&base, n).exists() {
+            n += 1;
+        }
+        self.next = n + 1;
+        numbered(&base, n)
+    }
+}
+
+/// `base` with counter `n`: `a.mp4`, `a.1.mp4`, `a.2.mp4`, ...
+pub(super) fn numbered(base: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        return base.to_owned();
+    }
+    let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let name = match (stem, base.extension()) {
+        (Some(stem), Some(ext)) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+        (Some(stem), None) => format!("{stem}.{n}"),
+        _ => format!("{n}"),
+    };
+    base.with_file_name(name)
+}
+
+pub(super) struct Encoder {
+    pipeline: gst::Pipeline,
+    appsrc: gst_app::AppSrc,
+    shared: Arc<Shared>,
+    pub info: gst_video::VideoInfo,
+    pub frame_duration: gst::ClockTime,
+    pub first_pts: Option<Duration>,
+    pub last_pts: Option<gst::ClockTime>,
+    pub written: u64,
+    /// Set once the encoder failed: the error, reported at close too.
+    failed: Option<String>,
+    path: PathBuf,
+    pub size_warned: bool,
+}
+
+impl Encoder {
+    pub(super) fn start(
+        settings: &Settings,
+        width: u32,
+        height: u32,
+        fps: (i32, i32),
+    ) -> Result<Self, SinkError> {
+        let path = PathBuf::from(settings.template.replace("{source}", &settings.source));
+        let err = |message: String| SinkError::Gstreamer {
+            path: path.clone(),
+            message,
+        };
+        crate::sinks::create_parent(&path)?;
+        let keyframes = (u64::from(settings.keyframe_seconds) * fps.0.max(1) as u64
+            / fps.1.max(1) as u64)
+            .max(1);
+        let desc = format!(
+            "appsrc name=src format=time block=false max-bytes={QUEUE_BYTES} ! videoconvert ! \
+             video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} key-int-max={keyframes} ! \
+             h264parse ! splitmuxsink name=split send-keyframe-requests=true max-size-time={}",
+            settings.preset,
+            settings.bitrate_kbps,
+            settings.segment.as_nanos()
+        );
+        let pipeline = gst::parse::launch(&desc)
+            .map_err(|e| err(e.to_string()))?
+            .downcast::<gst::Pipeline>()
+            .map_err(|_| err("not a pipeline".to_owned()))?;
+        let muxer = if settings.mp4 {
+            gst::ElementFactory::make("mp4mux")
+                .property("fragment-duration", MP4_FRAGMENT_MS)
+                .build()
+        } else {
+            gst::ElementFactory::make("matroskamux").build()
+        }
+        .map_err(|e| err(e.to_string()))?;
+        let split = pipeline
+            .by_name("split")
+            .ok_or_else(|| err("no splitmuxsink".to_owned()))?;
+        split.set_property("muxer", &muxer);
+        let namer = Mutex::new(Namer {
+            template: settings.template.clone(),
+            source: settings.source.clone(),
+            next: 0,
+        });
+        split.connect("format-location", false, move |_| {
+            let name = namer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .next_name();
+            tracing::info!(path = %name.display(), "new video segment");
+            Some(name.to_string_lossy().into_owned().to_value())
+        });
+        let appsrc = pipeline
+            .by_name("src")
+            .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
+            .ok_or_else(|| err("no appsrc".to_owned()))?;
+        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, width, height)
+            .fps(gst::Fraction::new(fps.0, fps.1))
+            .build()
+            .map_err(|e| err(e.to_string()))?;
+        let caps = info.to_caps().map_err(|e| err(e.to_string()))?;
+        appsrc.set_caps(Some(&caps));
+
+        let shared = Arc::new(Shared::default());
+        let (on_need, on_enough) = (shared.clone(), shared.clone());
+        appsrc.set_callbacks(
+            gst_app::AppSrcCallbacks::builder()
+                .need_data(move |_, _| on_need.update(|s| s.full = false))
+                .enough_data(move |_| on_enough.update(|s| s.full = true))
+                .build(),
+        );
+        let bus = pipeline.bus().ok_or_else(|| err("no bus".to_owned()))?;
+        let on_bus = shared.clone();
+        bus.set_sync_handler(move |_, msg| {
+            match msg.view() {
+                gst::MessageView::Error(e) => on_bus.update(|s| {
+                    if s.error.is_none() {
+                        s.error = Some(format!(
+                            "{}{}",
+                            e.error(),
+                            e.debug().map(|d| format!(" ({d})")).unwrap_or_default()
+                        ));
+                    }
+                }),
+                gst::MessageView::Eos(_) => on_bus.update(|s| s.eos = true),
+                _ => {}
+            }
+            gst::BusSyncReply::Drop
+        });
+        pipeline
+            .set_state(gst::State::Playing)
+            .map_err(|e| err(format!("cannot start encoder: {e}")))?;
+        let frame_duration = gst::ClockTime::SECOND
+            .mul_div_floor(fps.1.max(1) as u64, fps.0.max(1) as u64)
+            .unwrap_or(gst::ClockTime::from_mseconds(33));
+        Ok(Self {
+            pipeline,
+            appsrc,
+            shared,
+            info,
+            frame_duration,
+            first_pts: None,
+            last_pts: None,
+            written: 0,
+            failed: None,
+            path,
+            size_warned: false,
+        })
+    }
+
+    fn error(&self, message: String) -> SinkError {
+        SinkError::Gstreamer {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// Puts the encoder in the failed state for good (see the module header).
+    fn fail(&mut self, message: String) -> SinkError {
+        let _ = self.pipeline.set_state(gst::State::Null);
+        self.failed = Some(message.clone());
+        self.error(message)
+    }
+
+    /// Pushes one buffer, waiting for room at most [`PUSH_TIMEOUT`].
+    pub(super) fn push(&mut self, buffer: gst::Buffer) -> Result<(), SinkError> {
+        if let Some(message) = &self.failed {
+            return Err(self.error(format!("failed earlier: {message}")));
+        }
+        let deadline = Instant::now() + PUSH_TIMEOUT;
+        let waited = {
+            let mut state = self.shared.lock();
+            loop {
+                if let Some(e) = &state.error {
+                    break Err(e.clone());
+                }
+                if !state.full {
+                    break Ok(());
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(format!(
+                        "the encoder took no frame for {} s",
+                        PUSH_TIMEOUT.as_secs()
+                    ));
+                }
+                state = self
+                    .shared
+                    .changed
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        };
+        if let Err(message) = waited {
+            return Err(self.fail(message));
+        }
+        if let Err(e) = self.appsrc.push_buffer(buffer) {
+            return Err(self.fail(format!("encoder refused a frame: {e:?}")));
+        }
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Finalizes the last segment (see the module header).
+    pub(super) fn close(self) -> Result<(), SinkError> {
+        if let Some(message) = &self.failed {
+            return Err(self.error(message.clone()));
+        }
+        let _ = self.appsrc.end_of_stream();
+        let deadline = Instant::now() + CLOSE_TIMEOUT;
+        let outcome = {
+            let mut state = self.shared.lock();
+            loop {
+                if let Some(e) = &state.error {
+                    break Err(e.clone());
+                }
+                if state.eos {
+                    break Ok(());
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(format!(
+                        "the encoder did not finish within {} s; the last segment plays up to \
+                         its last fragment",
+                        CLOSE_TIMEOUT.as_secs()
+                    ));
+                }
+                state = self
+                    .shared
+                    .changed
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        };
+        let _ = self.pipeline.set_state(gst::State::Null);
+        outcome.map_err(|m| self.error(m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_that_exists_gets_the_next_free_counter() {
+        let dir = tempfile::tempdir().unwrap();
+        let template = dir
+            .path()
+            .join("{source}.mkv")
+            .to_string_lossy()
+            .into_owned();
+        std::fs::write(dir.path().join("door.mkv"), "old").unwrap();
+        std::fs::write(dir.path().join("door.2.mkv"), "old").unwrap();
+        let mut namer = Namer {
+            template,
+            source: "door".to_owned(),
+            next: 0,
+        };
+        let first = namer.next_name();
+        assert_eq!(first, dir.path().join("door.1.mkv"));
+        std::fs::write(&first, "new").unwrap();
+        assert_eq!(namer.next_name(), dir.path().join("door.3.mkv"));
+    }
+
+    #[test]
+    fn a_start_placeholder_is_the_utc_time_in_basic_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let template = dir
+            .path()
+            .join("cam-{start}.mp4")
+            .to_string_lossy()
+            .into_owned();
+        let mut namer = Namer {
+            template,
+            source: "door".to_owned(),
+            next: 0,
+        };
+        let name = namer.next_name();
+        let name = name.file_name().unwrap().to_string_lossy().into_owned();
+        // cam-20261201T061500Z.mp4
+        assert_eq!(name.len(), "cam-20261201T061500Z.mp4".len(), "{name}");
+        assert!(
+            name.starts_with("cam-2") && name.ends_with("Z.mp4"),
+            "{name}"
+        );
+        assert_eq!(&name[12..13], "T", "{name}");
+    }
+}
