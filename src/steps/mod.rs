@@ -17,13 +17,17 @@ mod cascade_detection;
 mod crop;
 mod face_detection;
 mod filter;
+mod geometry;
 mod grayscale;
 mod instances;
+mod line_counter;
 mod models;
 mod motion;
 mod object_detection;
 mod people_detection;
+mod per_source;
 mod resize;
+mod zone_count;
 
 /// Every step kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&StepKind] = &[
@@ -37,6 +41,8 @@ pub static KINDS: &[&StepKind] = &[
     &people_detection::KIND,
     &cascade_detection::KIND,
     &filter::KIND,
+    &zone_count::KIND,
+    &line_counter::KIND,
     &annotate::KIND,
 ];
 
