@@ -13,6 +13,7 @@ use crate::value::{Detection, FromValue, Image, Value, ValueType};
 
 mod annotate;
 mod blur;
+mod blur_regions;
 mod cascade_detection;
 mod crop;
 mod face_detection;
@@ -43,6 +44,7 @@ pub static KINDS: &[&StepKind] = &[
     &filter::KIND,
     &zone_count::KIND,
     &line_counter::KIND,
+    &blur_regions::KIND,
     &annotate::KIND,
 ];
 
