@@ -37,10 +37,15 @@ impl<'i> Params<'i> {
         self
     }
 
+    /// Whether the table gave the input `port` (an optional one may be left out).
+    pub fn has_input(&self, port: &str) -> bool {
+        self.inputs_given.contains(&port)
+    }
+
     /// A problem unless the table gave at least one of the optional input `ports` (for a kind
     /// that needs one of several inputs); it is reported at the component's name.
     pub fn require_one_input(&self, ports: &[&str]) -> Result<(), Diagnostic> {
-        if ports.iter().any(|p| self.inputs_given.contains(p)) {
+        if ports.iter().any(|p| self.has_input(p)) {
             return Ok(());
         }
         let names: Vec<String> = ports.iter().map(|p| format!("\"{p}\"")).collect();
