@@ -65,7 +65,7 @@ struct Config {
 
 #[derive(Debug)]
 struct ZoneCount {
-    zones: Arc<Zones>,
+    zones: Zones,
     states: PerSource<ZoneState>,
 }
 
@@ -93,12 +93,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         names.push(Arc::from(name.as_str()));
     }
     Ok(Box::new(ZoneCount {
-        zones: Arc::new(Zones {
+        zones: Zones {
             names,
             polygons,
             classes: c.classes.map(|cs| cs.into_iter().map(Arc::from).collect()),
             anchor: c.anchor.unwrap_or_default(),
-        }),
+        },
         states: PerSource::default(),
     }))
 }
