@@ -28,6 +28,7 @@ mod object_detection;
 mod people_detection;
 mod per_source;
 mod resize;
+mod tracker;
 mod zone_count;
 
 /// Every step kind, in the order `vidflow steps` lists them.
@@ -41,6 +42,7 @@ pub static KINDS: &[&StepKind] = &[
     &face_detection::KIND,
     &people_detection::KIND,
     &cascade_detection::KIND,
+    &tracker::KIND,
     &filter::KIND,
     &zone_count::KIND,
     &line_counter::KIND,
