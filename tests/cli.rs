@@ -105,6 +105,32 @@ fn validate_refuses_an_invalid_file_with_located_problems() {
 }
 
 #[test]
+fn validate_refuses_bad_zones_and_lines_at_their_place_with_exit_78() {
+    for (name, want) in [
+        (
+            "invalid-zone-two-points.toml",
+            "15:65: step \"zones\": zone \"gate\" needs at least 3 points [x, y], not 2",
+        ),
+        (
+            "invalid-line-three-points.toml",
+            "15:8: step \"door\": line needs exactly 2 points [x, y], not 3",
+        ),
+        (
+            "invalid-zone-line-not-numbers.toml",
+            "15:20: step \"door\": invalid type: string \"320\", expected a number",
+        ),
+    ] {
+        let path = fixture(name);
+        let (code, _, stderr) = run(vidflow().arg("validate").arg(&path));
+        assert_eq!(code, EXIT_CONFIG, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}:{want}", path.display())),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn validate_reports_the_problems_of_every_file_given() {
     let valid = fixture("valid-minimal.toml");
     let cycle = fixture("invalid-cycle-self.toml");

@@ -13,18 +13,23 @@ use crate::value::{Detection, FromValue, Image, Value, ValueType};
 
 mod annotate;
 mod blur;
+mod blur_regions;
 mod cascade_detection;
 mod crop;
 mod face_detection;
 mod filter;
+mod geometry;
 mod grayscale;
 mod instances;
+mod line_counter;
 mod models;
 mod motion;
 mod object_detection;
 mod people_detection;
+mod per_source;
 mod resize;
 mod tracker;
+mod zone_count;
 
 /// Every step kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&StepKind] = &[
@@ -39,6 +44,9 @@ pub static KINDS: &[&StepKind] = &[
     &cascade_detection::KIND,
     &tracker::KIND,
     &filter::KIND,
+    &zone_count::KIND,
+    &line_counter::KIND,
+    &blur_regions::KIND,
     &annotate::KIND,
 ];
 
