@@ -203,7 +203,14 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
                 })
                 .collect(),
         );
-        let step = match (kind.build)(Params::new(c.into_params())) {
+        let given = kind
+            .inputs
+            .iter()
+            .zip(&inputs)
+            .filter(|(_, input)| !matches!(input, Some(None)))
+            .map(|(port, _)| port.name)
+            .collect();
+        let step = match (kind.build)(Params::new(c.into_params()).with_inputs(given)) {
             Ok(step) => Some(step),
             Err(d) => {
                 diags.push(prefixed(&what, d));

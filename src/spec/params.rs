@@ -9,11 +9,32 @@ use super::Diagnostic;
 #[derive(Debug)]
 pub struct Params<'i> {
     value: toml::Spanned<DeValue<'i>>,
+    /// The input ports the table gives (optional ones may be left out), in port order.
+    inputs: Vec<&'static str>,
 }
 
 impl<'i> Params<'i> {
     pub(crate) fn new(value: toml::Spanned<DeValue<'i>>) -> Self {
-        Self { value }
+        Self {
+            value,
+            inputs: Vec::new(),
+        }
+    }
+
+    /// The same parameters, knowing which input ports the table gives.
+    pub(crate) fn with_inputs(self, inputs: Vec<&'static str>) -> Self {
+        Self { inputs, ..self }
+    }
+
+    /// Whether the table gives the input `port` (for a kind whose optional inputs are only
+    /// optional one at a time: "at least one of ...").
+    pub fn has_input(&self, port: &str) -> bool {
+        self.inputs.contains(&port)
+    }
+
+    /// Where the component's table is, for a problem that is about the table as a whole.
+    pub fn span(&self) -> std::ops::Range<usize> {
+        self.value.span()
     }
 
     /// Deserializes the parameters; use `#[serde(deny_unknown_fields)]` and `toml::Spanned`
