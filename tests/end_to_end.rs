@@ -92,6 +92,62 @@ image = "$steps.overlay.image"
 }
 
 #[test]
+fn every_n_frames_runs_a_step_on_those_frames_only_and_skips_its_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    make_h264_mp4(&clip, 20, 160, 120);
+    let pipeline = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            r#"
+[sources.clip]
+uri = "file://{}"
+
+[executor]
+workers = 2
+max_in_flight = 3
+
+[steps.small]
+kind = "resize"
+image = "$frame"
+width = 80
+height = 60
+every_n_frames = 3
+
+[steps.gray]
+kind = "grayscale"
+image = "$steps.small.image"
+
+[steps.always]
+kind = "grayscale"
+image = "$frame"
+
+[sinks.events]
+kind = "jsonl"
+path = "out/events.jsonl"
+include = ["$steps.small.image", "$steps.gray.image", "$steps.always.image"]
+"#,
+            clip.display()
+        ),
+    );
+    let out = spawn_run(&pipeline, &[], dir.path()).finish(Duration::from_secs(120));
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines = jsonl(&dir.path().join("out/events.jsonl"));
+    assert_eq!(lines.len(), 20);
+    for (i, line) in lines.iter().enumerate() {
+        let runs = i % 3 == 0;
+        assert_eq!(line["steps.small.image"].is_object(), runs, "{line}");
+        assert_eq!(line["steps.gray.image"].is_object(), runs, "{line}");
+        assert!(line["steps.always.image"].is_object(), "{line}");
+        assert!(
+            line.get("error").is_none(),
+            "a skipped step is no failure: {line}"
+        );
+    }
+}
+
+#[test]
 fn street_video_runs_through_the_demo_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(repo_root().join("assets"), dir.path().join("assets")).unwrap();

@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
+use opencv::core::Rect;
 use vidflow::steps::{Step, StepError, StepInput, StepOutput};
+use vidflow::value::{BBox, Detection, Value};
 use vidflow::workflow::Outcome;
 
 #[test]
@@ -191,6 +193,75 @@ fn a_step_that_ends_its_branch_skips_its_dependents_without_failing_the_frame() 
             .all(|e| !(e.step == "after_gate" && e.seq % 2 == 0))
     );
     assert_eq!(log.iter().filter(|e| e.step == "after_gate").count(), 10);
+    finish(pool, executor);
+}
+
+/// Outputs one detection when its optional input had a value on the frame, none otherwise.
+#[derive(Debug)]
+struct SaysWhetherItSawItsInput;
+
+impl Step for SaysWhetherItSawItsInput {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let seen = input.optional::<[Detection]>(0)?.is_some();
+        let out: Vec<Detection> = if seen {
+            vec![Detection::new(
+                "seen".into(),
+                1.0,
+                BBox::from(Rect::new(0, 0, 1, 1)),
+            )]
+        } else {
+            Vec::new()
+        };
+        Ok(StepOutput::Values(vec![Value::Detections(out.into())]))
+    }
+}
+
+#[test]
+fn a_step_with_an_optional_input_runs_without_it_when_that_branch_ended() {
+    let log = Log::default();
+    let behaviour = Behaviour {
+        end_branch: |name, seq| name == "gate" && seq % 2 == 0,
+        fail: |name, seq| name == "gate" && seq % 5 == 3,
+        ..Behaviour::default()
+    };
+    let mut steps = steps_with(
+        &log,
+        &[
+            ("a", &FROM_FRAME, &[None]),
+            ("gate", &ONE, &[Some(0)]),
+            ("required", &ONE, &[Some(1)]),
+        ],
+        behaviour,
+    );
+    steps.push(step_config(
+        "optional",
+        &OPTIONAL,
+        Arc::new(SaysWhetherItSawItsInput),
+        &[Some(1)],
+    ));
+    let (pool, mut executor) = hosted(steps, 2, 2);
+    let out = run_all(&mut executor, frames(20));
+    assert_eq!(out.len(), 20);
+    for r in &out {
+        let seq = r.frame().seq;
+        if seq % 5 == 3 {
+            // A failed frame runs nothing more, optional inputs or not.
+            assert!(r.failure().is_some());
+            assert!(!matches!(r.outcome(3), Some(Outcome::Done(_))), "{seq}");
+            continue;
+        }
+        let ended = seq % 2 == 0;
+        assert_eq!(
+            matches!(r.outcome(2), Some(Outcome::Skipped)),
+            ended,
+            "{seq}"
+        );
+        let Some(Outcome::Done(values)) = r.outcome(3) else {
+            panic!("the optional reader did not run on frame {seq}");
+        };
+        let seen = values[0].get::<[Detection]>().unwrap().len() == 1;
+        assert_eq!(seen, !ended, "frame {seq}");
+    }
     finish(pool, executor);
 }
 

@@ -163,7 +163,8 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
     // Steps each step reads from, as far as its references resolved (built or not).
     let mut deps: Vec<Vec<usize>> = Vec::new();
     for (mut c, d) in raw.steps.into_iter().zip(&declared) {
-        name_spans.push(c.name.span());
+        let name_span = c.name.span();
+        name_spans.push(name_span.clone());
         let Some(kind) = d.kind else {
             built.push(None);
             deps.push(Vec::new());
@@ -203,17 +204,19 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
                 })
                 .collect(),
         );
-        let given = kind
+        let given: Vec<&'static str> = kind
             .inputs
             .iter()
             .zip(&inputs)
-            .filter(|(_, input)| !matches!(input, Some(None)))
+            // A key given with a wrong reference counts as given (its problem is reported).
+            .filter(|(_, r)| !matches!(r, Some(None)))
             .map(|(port, _)| port.name)
             .collect();
-        let step = match (kind.build)(Params::new(c.into_params()).with_inputs(given)) {
+        let params = Params::new(c.into_params()).with_inputs(given, name_span.clone());
+        let step = match (kind.build)(params) {
             Ok(step) => Some(step),
             Err(d) => {
-                diags.push(prefixed(&what, d));
+                diags.push(prefixed(&what, d, name_span));
                 None
             }
         };
@@ -396,6 +399,7 @@ fn resolve_sinks(
             }
         }
         let name = c.name.get_ref().as_str().into();
+        let name_span = c.name.span();
         match (kind.build)(Params::new(c.into_params())) {
             Ok(factory) if ok => out.push(SinkConfig {
                 name,
@@ -404,7 +408,7 @@ fn resolve_sinks(
                 inputs,
             }),
             Ok(_) => {}
-            Err(d) => diags.push(prefixed(&what, d)),
+            Err(d) => diags.push(prefixed(&what, d, name_span)),
         }
     }
     out
@@ -528,8 +532,14 @@ fn unknown_kind<'a>(
     )
 }
 
-fn prefixed(what: &str, d: Diagnostic) -> Diagnostic {
-    d.of(what)
+/// A kind's problem said of its component; one without a place of its own (a model file that
+/// is missing, say) is put at the component's name.
+fn prefixed(what: &str, d: Diagnostic, name: std::ops::Range<usize>) -> Diagnostic {
+    Diagnostic {
+        span: d.span.or(Some(name)),
+        ..d
+    }
+    .of(what)
 }
 
 /// Kahn's algorithm over step-to-step references. Steps that were not built still take part,

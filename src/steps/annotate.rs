@@ -103,16 +103,13 @@ struct Annotate {
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
-    let draws_input = ["detections", "tracks", "counts"]
-        .iter()
-        .any(|p| params.has_input(p));
-    let table = params.span();
+    let input = params.require_one_input(&["detections", "tracks", "counts"]);
     let c: Config = params.parse()?;
-    if !draws_input && c.zones.is_none() && c.lines.is_none() {
-        return Err(Diagnostic::at(
-            table,
-            "nothing to draw: give \"detections\", \"tracks\" or \"counts\", or \"zones\" or \"lines\"",
-        ));
+    if c.zones.is_none() && c.lines.is_none() {
+        input.map_err(|d| Diagnostic {
+            message: format!("nothing to draw: {}, or \"zones\" or \"lines\"", d.message),
+            ..d
+        })?;
     }
     let [b, g, r] = c.color.unwrap_or([0, 255, 0]);
     let thickness = match c.thickness {

@@ -60,3 +60,16 @@ pub static STATEFUL: StepKind = StepKind {
     stateful: true,
     build: no_build,
 };
+pub static OPTIONAL: StepKind = StepKind {
+    name: "code-optional",
+    summary: "",
+    inputs: &[Port {
+        name: "in",
+        ty: ValueType::Detections,
+        optional: true,
+    }],
+    outputs: OUT,
+    params: &[],
+    stateful: false,
+    build: no_build,
+};

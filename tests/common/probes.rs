@@ -13,7 +13,7 @@ use vidflow::steps::{Step, StepError, StepInput, StepKind, StepOutput};
 use vidflow::value::Value;
 use vidflow::workflow::{Executor, FrameResult, Graph, Pool};
 
-pub use super::kinds::{FROM_FRAME, ONE, STATEFUL, TWO};
+pub use super::kinds::{FROM_FRAME, ONE, OPTIONAL, STATEFUL, TWO};
 
 /// The start or the end of one execution of a step: which step, which frame, on which thread.
 #[derive(Debug, Clone, PartialEq, Eq)]

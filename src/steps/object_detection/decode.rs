@@ -189,6 +189,17 @@ mod tests {
         }
     }
 
+    /// Decodes rows of 3 classes into a fresh list.
+    fn decoded(
+        layout: Layout,
+        values: &[f32],
+        wanted: &[bool],
+        min: f32,
+    ) -> Result<Vec<Candidate>, DecodeError> {
+        let mut out = Vec::new();
+        decode(layout, values, 3, wanted, min, GEOMETRY, &mut out).map(|()| out)
+    }
+
     /// A row of 3 classes.
     fn row(b: [f32; 4], objectness: f32, scores: [f32; 3]) -> Vec<f32> {
         let mut r = b.to_vec();
@@ -201,17 +212,7 @@ mod tests {
     fn darknet_rows_are_fractions_of_the_image_with_scores_including_objectness() {
         let mut values = row([0.5, 0.25, 0.25, 0.5], 0.9, [0.1, 0.8, 0.0]);
         values.extend(row([0.1, 0.1, 0.1, 0.1], 0.9, [0.3, 0.2, 0.1])); // below 0.4
-        let mut out = Vec::new();
-        decode(
-            Layout::Darknet,
-            &values,
-            3,
-            &[true; 3],
-            0.4,
-            GEOMETRY,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded(Layout::Darknet, &values, &[true; 3], 0.4).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].class, out[0].score), (1, 0.8));
         close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
@@ -220,31 +221,11 @@ mod tests {
     #[test]
     fn yolov5_rows_are_input_pixels_and_score_is_objectness_times_class() {
         let values = row([32.0, 16.0, 16.0, 32.0], 0.5, [0.9, 0.0, 0.2]);
-        let mut out = Vec::new();
-        decode(
-            Layout::Yolov5,
-            &values,
-            3,
-            &[true; 3],
-            0.4,
-            GEOMETRY,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded(Layout::Yolov5, &values, &[true; 3], 0.4).unwrap();
         assert_eq!((out[0].class, out[0].score), (0, 0.45));
         // 64 px input -> 800x400 image: x scales by 12.5, y by 6.25.
         close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
-        out.clear();
-        decode(
-            Layout::Yolov5,
-            &values,
-            3,
-            &[true; 3],
-            0.5,
-            GEOMETRY,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded(Layout::Yolov5, &values, &[true; 3], 0.5).unwrap();
         assert!(out.is_empty(), "0.5 x 0.9 is below 0.5");
     }
 
@@ -258,17 +239,7 @@ mod tests {
         set(19, row([0.5, 0.5, 0.0, 2f32.ln()], 1.0, [0.0, 0.0, 0.7]));
         // Stride 32, line 1, column 0 (row 64 + 16 + 2 = 82): centre (16, 48), size 32 x 32.
         set(82, row([0.5, 0.5, 0.0, 0.0], 0.8, [1.0, 0.0, 0.0]));
-        let mut out = Vec::new();
-        decode(
-            Layout::Yolox,
-            &values,
-            3,
-            &[true; 3],
-            0.4,
-            GEOMETRY,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded(Layout::Yolox, &values, &[true; 3], 0.4).unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!((out[0].class, out[1].class), (2, 0));
         // Input pixels x 12.5 across, x 6.25 down.
@@ -282,49 +253,20 @@ mod tests {
     #[test]
     fn unwanted_classes_never_come_out() {
         let values = row([0.5, 0.5, 0.1, 0.1], 1.0, [0.9, 0.5, 0.0]);
-        let mut out = Vec::new();
         let wanted = [false, true, false];
-        decode(
-            Layout::Darknet,
-            &values,
-            3,
-            &wanted,
-            0.4,
-            GEOMETRY,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded(Layout::Darknet, &values, &wanted, 0.4).unwrap();
         assert_eq!(
             (out[0].class, out[0].score),
             (1, 0.5),
             "best wanted class, not best"
         );
-        out.clear();
-        decode(
-            Layout::Darknet,
-            &values,
-            3,
-            &[false; 3],
-            0.0,
-            GEOMETRY,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded(Layout::Darknet, &values, &[false; 3], 0.0).unwrap();
         assert!(out.is_empty());
     }
 
     #[test]
     fn outputs_of_the_wrong_shape_are_errors() {
-        let mut out = Vec::new();
-        let err = decode(
-            Layout::Darknet,
-            &[0.0; 9],
-            3,
-            &[true; 3],
-            0.4,
-            GEOMETRY,
-            &mut out,
-        );
+        let err = decoded(Layout::Darknet, &[0.0; 9], &[true; 3], 0.4);
         assert!(matches!(
             err,
             Err(DecodeError::RowLength {
@@ -333,15 +275,7 @@ mod tests {
                 ..
             })
         ));
-        let err = decode(
-            Layout::Yolox,
-            &[0.0; 80],
-            3,
-            &[true; 3],
-            0.4,
-            GEOMETRY,
-            &mut out,
-        );
+        let err = decoded(Layout::Yolox, &[0.0; 80], &[true; 3], 0.4);
         assert!(matches!(
             err,
             Err(DecodeError::YoloxRows {
