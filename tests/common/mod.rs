@@ -106,6 +106,13 @@ pub struct Finished {
 
 /// Starts `vidflow ARGS...` in `dir`, with `env` added to its environment.
 pub fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
+    let mut command = vidflow();
+    command.args(args).envs(env.iter().copied());
+    spawn_command(dir, command)
+}
+
+/// Starts `command` (made by [`vidflow`], then given its arguments) in `dir`.
+pub fn spawn_command(dir: &Path, mut command: Command) -> Running {
     // Numbered after what the directory holds, so that several runs in one directory keep
     // their own output.
     let first = std::fs::read_dir(dir).unwrap().count();
@@ -114,9 +121,7 @@ pub fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
         .unwrap();
     let stdout = dir.join(format!("stdout-{n}.txt"));
     let stderr = dir.join(format!("stderr-{n}.txt"));
-    let child = vidflow()
-        .args(args)
-        .envs(env.iter().copied())
+    let child = command
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout).unwrap())
