@@ -1,6 +1,5 @@
 //! `[sources.NAME]` tables: URI, credentials and live-source behaviour.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::Spanned;
@@ -175,7 +174,7 @@ fn credentials(
                 return None;
             }
         },
-        (None, Some(f)) => match read_password(f.get_ref()) {
+        (None, Some(f)) => match crate::spec::read_password_file(f.get_ref()) {
             Ok(v) => v,
             Err(message) => {
                 problem(f.span(), message);
@@ -222,14 +221,4 @@ fn expand(value: &str) -> Result<String, String> {
             .map_err(|_| format!("environment variable \"{var}\" (for the password) is not set")),
         None => Ok(value.to_owned()),
     }
-}
-
-fn read_password(path: &Path) -> Result<String, String> {
-    let full: PathBuf = match std::env::var_os("CREDENTIALS_DIRECTORY") {
-        Some(dir) if path.is_relative() => Path::new(&dir).join(path),
-        _ => path.to_owned(),
-    };
-    std::fs::read_to_string(&full)
-        .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-        .map_err(|e| format!("cannot read password file \"{}\": {e}", full.display()))
 }

@@ -7,13 +7,16 @@ use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::ValueType;
 
 mod jsonl;
+mod mqtt;
+mod net;
 pub mod runner;
 mod video_file;
+mod webhook;
 
 pub use runner::{SinkRunner, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
-pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND];
+pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND, &mqtt::KIND, &webhook::KIND];
 
 pub fn kind(name: &str) -> Option<&'static SinkKind> {
     KINDS.iter().copied().find(|k| k.name == name)

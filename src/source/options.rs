@@ -1,8 +1,9 @@
 //! How a source behaves beyond its URI: credentials, transport, queue, throttling, stall
 //! detection and reconnection. Filled from `[sources.NAME]` by the config layer.
 
-use std::fmt;
 use std::time::Duration;
+
+pub use crate::spec::Secret;
 
 /// RTSP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -12,26 +13,6 @@ pub enum Transport {
     Udp,
     /// UDP first, TCP if UDP does not get through.
     Auto,
-}
-
-/// A password that never prints.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Self {
-        Self(value)
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
 }
 
 /// User and password given apart from the URI (`user`, `password`, `password_file`).

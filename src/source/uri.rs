@@ -6,6 +6,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
+pub use crate::spec::redact;
+use crate::spec::{Secret, percent_decode, url_credentials};
+
 /// A parsed source URI.
 #[derive(Clone, PartialEq, Eq)]
 pub enum SourceUri {
@@ -190,14 +193,8 @@ impl SourceUri {
         let Self::Rtsp { url } = self else {
             return text.to_owned();
         };
-        match password(url) {
-            Some(p) if !p.is_empty() => {
-                let mut out = text.replace(p, "***");
-                if let Some(decoded) = percent_decode(p).filter(|d| d != p) {
-                    out = out.replace(&decoded, "***");
-                }
-                out
-            }
+        match url_credentials(url) {
+            Some((_, Some(p))) => Secret::new(p.to_owned()).scrub(text),
             _ => text.to_owned(),
         }
     }
@@ -255,53 +252,8 @@ impl fmt::Debug for SourceUri {
     }
 }
 
-/// Replaces the password of `scheme://user:password@host/...` with `***`.
-pub fn redact(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                format!("{scheme}://{user}@{host}{tail}")
-            }
-        }
-        None => uri.to_owned(),
-    }
-}
-
-/// The password of `scheme://user:password@host`, if any.
-fn password(uri: &str) -> Option<&str> {
-    let rest = uri.split_once("://")?.1;
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let userinfo = authority.rsplit_once('@')?.0;
-    Some(userinfo.split_once(':')?.1)
-}
-
 fn split_query(rest: &str) -> (&str, &str) {
     rest.split_once('?').unwrap_or((rest, ""))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// `key=value&key=value`, restricted to known keys.

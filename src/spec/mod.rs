@@ -8,8 +8,10 @@
 mod diagnostic;
 mod params;
 mod reference;
+mod secret;
 
 pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
 pub use params::{ParamDoc, Params};
 pub use reference::{Ref, SinkInput};
+pub use secret::{Secret, percent_decode, read_password_file, redact, url_credentials};

@@ -24,6 +24,7 @@ mod motion;
 mod object_detection;
 mod people_detection;
 mod resize;
+mod tracker;
 
 /// Every step kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&StepKind] = &[
@@ -36,6 +37,7 @@ pub static KINDS: &[&StepKind] = &[
     &face_detection::KIND,
     &people_detection::KIND,
     &cascade_detection::KIND,
+    &tracker::KIND,
     &filter::KIND,
     &annotate::KIND,
 ];

@@ -98,15 +98,17 @@ impl Mover {
 }
 
 impl Scene {
-    /// The tracking tests' clip: 320x240, 10 fps, 80 frames, grey background.
-    /// - `east`: red square 36x36 in the top lane (y 30..66), enters at the left edge at frame 0
-    ///   and leaves at the right edge at frame 79 (4.5 px a frame); passes behind `pillar`
-    ///   (x 150..206): wholly hidden while its x is in 150..=170 (frames 42 to 45).
-    /// - `west`: green circle 36x36 in the middle lane (y 110..146), enters at the right edge at
-    ///   frame 0 and leaves at the left at frame 79: the opposite way, passing `east`'s x around
-    ///   frame 40 (their lanes never overlap).
+    /// The tracking tests' clip: 320x240, 10 fps, 100 frames, grey background. Nothing moves in
+    /// the first 30 frames, so that a background model (the `motion` step's MOG2) has learnt
+    /// the still scene before anything crosses it.
+    /// - `east`: red square 36x36 in the top lane (y 30..66), enters at the left edge at frame
+    ///   30 and has left at the right edge at frame 95 (5.5 px a frame); passes behind `pillar`
+    ///   (x 150..206): wholly hidden on frames 64 to 67.
+    /// - `west`: green circle 36x36 in the middle lane (y 110..146), the opposite way at the
+    ///   same speed and frames: passes `east`'s x around frame 62 (their lanes never overlap).
     /// - `stops`: blue square 32x32 in the bottom lane (y 180..212), enters at the left edge at
-    ///   frame 5, moves right to x = 140 at frame 40, then stands still to the end.
+    ///   frame 30, moves right to x = 140 at frame 60 (5.7 px a frame), then stands still to the
+    ///   end.
     ///
     /// One occluder, `pillar`: x 150..206, y 10..80, dark, over the top lane only.
     pub fn standard() -> Self {
@@ -114,7 +116,7 @@ impl Scene {
             width: 320,
             height: 240,
             fps: 10,
-            frames: 80,
+            frames: 100,
             background: [96, 96, 96],
             movers: vec![
                 Mover {
@@ -123,7 +125,7 @@ impl Scene {
                     colour: [40, 40, 220],
                     width: 36,
                     height: 36,
-                    path: vec![(0, -36.0, 30.0), (79, 320.0, 30.0)],
+                    path: vec![(30, -36.0, 30.0), (95, 320.0, 30.0)],
                 },
                 Mover {
                     name: "west",
@@ -131,7 +133,7 @@ impl Scene {
                     colour: [40, 200, 40],
                     width: 36,
                     height: 36,
-                    path: vec![(0, 320.0, 110.0), (79, -36.0, 110.0)],
+                    path: vec![(30, 320.0, 110.0), (95, -36.0, 110.0)],
                 },
                 Mover {
                     name: "stops",
@@ -139,7 +141,7 @@ impl Scene {
                     colour: [220, 120, 30],
                     width: 32,
                     height: 32,
-                    path: vec![(5, -32.0, 180.0), (40, 140.0, 180.0), (79, 140.0, 180.0)],
+                    path: vec![(30, -32.0, 180.0), (60, 140.0, 180.0), (99, 140.0, 180.0)],
                 },
             ],
             occluders: vec![Occluder {

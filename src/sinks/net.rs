@@ -1,0 +1,316 @@
+//! What the network sinks (`mqtt`, `webhook`) share: the message of a frame (the same JSON as a
+//! `jsonl` line), which frames they send (`mode`), the bounded backlog between the sink's thread
+//! and the thread that delivers, the backoff between attempts, and how losses are told.
+//!
+//! Threads: the sink's own thread (`vidflow-sink-NAME`, see [`super::runner`]) only builds the
+//! message and pushes it into the [`Backlog`]: that never waits on the network, so a broker or
+//! server that is away never slows the workflow. The delivery thread of each kind takes messages
+//! from there. Both share one mutex ([`Backlog::lock`]) and one condvar ([`Backlog::notify`]):
+//! the sink's thread writes `waiting` and `closing`, the delivery thread takes from `waiting`
+//! and writes the kind's own link state (`S`). A full backlog drops its oldest message (counted
+//! and named at close).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use super::SinkError;
+use super::jsonl::frame_json;
+use crate::outcome::FrameResult;
+use crate::spec::SinkInput;
+
+/// Messages kept while the far end is away, when the pipeline file does not say (`backlog`).
+pub(super) const DEFAULT_BACKLOG: usize = 1000;
+
+/// How long closing waits for the backlog to be delivered, when the file does not say
+/// (`flush_timeout_ms`): inside the sinks' share (1/4) of the default 20 s stop deadline.
+pub(super) const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// First wait before another attempt; doubles up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// Longest wait between attempts: a broker back after an outage is found within this.
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Which frames a network sink sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Mode {
+    /// Every frame, like a `jsonl` line (a failed frame with its error).
+    #[default]
+    Frames,
+    /// Only frames where an included value is not empty (a detection, a track, an event).
+    Events,
+}
+
+/// One frame's message.
+#[derive(Debug, Clone)]
+pub(super) struct Message {
+    pub source: Arc<str>,
+    pub frame: u64,
+    pub body: Vec<u8>,
+}
+
+/// Builds the message of a frame: the `jsonl` line (without its newline), or `None` when
+/// `mode` leaves the frame out.
+pub(super) fn message(
+    result: &FrameResult,
+    inputs: &[SinkInput],
+    mode: Mode,
+) -> Result<Option<Message>, SinkError> {
+    if mode == Mode::Events
+        && !inputs
+            .iter()
+            .any(|i| result.value(i.from).is_some_and(|v| !v.is_empty()))
+    {
+        return Ok(None);
+    }
+    let body = serde_json::to_vec(&frame_json(result, inputs))
+        .map_err(|e| SinkError::Other(format!("cannot encode frame: {e}")))?;
+    let frame = result.frame();
+    Ok(Some(Message {
+        source: frame.source.clone(),
+        frame: frame.seq,
+        body,
+    }))
+}
+
+/// Messages that were not delivered: how many, and the first and last of them.
+#[derive(Debug, Default)]
+pub(super) struct Lost {
+    pub count: u64,
+    first: Option<(Arc<str>, u64)>,
+    last: Option<(Arc<str>, u64)>,
+}
+
+impl Lost {
+    pub(super) fn add(&mut self, m: &Message) {
+        self.count += 1;
+        let at = Some((m.source.clone(), m.frame));
+        if self.first.is_none() {
+            self.first = at.clone();
+        }
+        self.last = at;
+    }
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.count)?;
+        if let (Some((s1, f1)), Some((s2, f2))) = (&self.first, &self.last) {
+            if self.count == 1 {
+                write!(f, " (source \"{s1}\" frame {f1})")?;
+            } else {
+                write!(
+                    f,
+                    " (from source \"{s1}\" frame {f1} to source \"{s2}\" frame {f2})"
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a delivery thread and the sink's thread share under [`Backlog::lock`].
+#[derive(Debug)]
+pub(super) struct State<S> {
+    /// Messages not handed to the network yet, oldest first.
+    pub waiting: VecDeque<Message>,
+    capacity: usize,
+    /// Dropped because the backlog was full.
+    pub overflow: Lost,
+    /// Given up by the delivery thread (webhook: retries exhausted).
+    pub failed: Lost,
+    /// Set by closing: deliver what is left until `deadline`, then stop.
+    pub closing: Option<Instant>,
+    /// The kind's own link state, written by its delivery thread.
+    pub link: S,
+}
+
+/// The bounded backlog of one network sink and the condvar that wakes its threads.
+#[derive(Debug)]
+pub(super) struct Backlog<S> {
+    state: Mutex<State<S>>,
+    changed: Condvar,
+}
+
+impl<S> Backlog<S> {
+    pub(super) fn new(capacity: usize, link: S) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                waiting: VecDeque::new(),
+                capacity,
+                overflow: Lost::default(),
+                failed: Lost::default(),
+                closing: None,
+                link,
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// The shared state. A panic while it was held leaves it consistent (every change is one
+    /// push or pop), so a poisoned lock is taken as it is.
+    pub(super) fn lock(&self) -> MutexGuard<'_, State<S>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the threads waiting in [`Backlog::wait`].
+    pub(super) fn notify(&self) {
+        self.changed.notify_all();
+    }
+
+    /// Waits for a change, at most until `until` (forever if `None`).
+    pub(super) fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, State<S>>,
+        until: Option<Instant>,
+    ) -> MutexGuard<'a, State<S>> {
+        match until {
+            None => self
+                .changed
+                .wait(guard)
+                .unwrap_or_else(PoisonError::into_inner),
+            Some(t) => {
+                let left = t.saturating_duration_since(Instant::now());
+                self.changed
+                    .wait_timeout(guard, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            }
+        }
+    }
+
+    /// Queues a message; a full backlog drops its oldest one.
+    pub(super) fn push(&self, message: Message) {
+        let mut state = self.lock();
+        if state.waiting.len() >= state.capacity {
+            if let Some(old) = state.waiting.pop_front() {
+                if state.overflow.count == 0 {
+                    tracing::warn!(
+                        capacity = state.capacity,
+                        "network sink backlog full; dropping the oldest messages"
+                    );
+                }
+                state.overflow.add(&old);
+            }
+        }
+        state.waiting.push_back(message);
+        drop(state);
+        self.notify();
+    }
+}
+
+impl<S> State<S> {
+    /// Whether closing has reached its deadline.
+    pub(super) fn out_of_time(&self) -> bool {
+        self.closing.is_some_and(|t| Instant::now() >= t)
+    }
+}
+
+/// What closing reports: `Ok` if every message was delivered, else what was lost and why (the
+/// daemon logs it with the sink's name and exits non-zero).
+pub(super) fn losses(
+    kind: &str,
+    overflow: &Lost,
+    failed: &Lost,
+    at_stop: &Lost,
+) -> Result<(), SinkError> {
+    let mut parts = Vec::new();
+    if overflow.count > 0 {
+        parts.push(format!("{overflow} dropped while the backlog was full"));
+    }
+    if failed.count > 0 {
+        parts.push(format!("{failed} given up after the retries"));
+    }
+    if at_stop.count > 0 {
+        parts.push(format!("{at_stop} not delivered by the flush deadline"));
+    }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    Err(SinkError::Other(format!(
+        "{kind}: messages lost: {}",
+        parts.join("; ")
+    )))
+}
+
+/// Waits between attempts: doubling from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`].
+#[derive(Debug, Clone)]
+pub(super) struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            next: BACKOFF_FIRST,
+        }
+    }
+}
+
+impl Backoff {
+    pub(super) fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        d
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.next = BACKOFF_FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(frame: u64) -> Message {
+        Message {
+            source: "cam".into(),
+            frame,
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_full_backlog_drops_the_oldest_and_names_them() {
+        let b = Backlog::new(2, ());
+        for f in 0..5 {
+            b.push(msg(f));
+        }
+        let s = b.lock();
+        let kept: Vec<u64> = s.waiting.iter().map(|m| m.frame).collect();
+        assert_eq!(kept, [3, 4]);
+        assert_eq!(
+            s.overflow.to_string(),
+            "3 (from source \"cam\" frame 0 to source \"cam\" frame 2)"
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_resets() {
+        let mut b = Backoff::default();
+        let d: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
+        assert_eq!(d[0], BACKOFF_FIRST);
+        assert_eq!(d[1], BACKOFF_FIRST * 2);
+        assert_eq!(d[7], BACKOFF_MAX);
+        b.reset();
+        assert_eq!(b.next_delay(), BACKOFF_FIRST);
+    }
+
+    #[test]
+    fn nothing_lost_is_ok() {
+        let none = Lost::default();
+        assert!(losses("mqtt", &none, &none, &none).is_ok());
+        let mut one = Lost::default();
+        one.add(&msg(7));
+        let e = losses("mqtt", &none, &none, &one).unwrap_err().to_string();
+        assert!(
+            e.contains("1 (source \"cam\" frame 7) not delivered"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,298 @@
+//! `tracker`: follows detected objects from frame to frame and gives each a stable ID.
+//!
+//! SORT (a constant-velocity Kalman filter per object, `kalman`, and IoU matching, `assign`) or
+//! ByteTrack (the same, plus a second association of the less confident detections to the
+//! tracks still unmatched); the life of a track and the association stages are in `tracks`.
+//!
+//! State: the tracks of each source, in a map from source name to that source's tracks behind
+//! their own lock. The map's lock is held only to find (or add) a source's entry, never while
+//! tracking, so sources do not queue behind each other; the kind is stateful, so the executor
+//! hands this step one source's frames in order and one at a time, and a source's own lock is
+//! uncontended. No thread or channel of its own.
+//!
+//! Frames without detections: `detections` is an optional input. When the detector did not run
+//! on a frame (`every_n_frames`, or its branch was skipped), the tracker still runs and only
+//! predicts. Gaps in frame numbers (frames a live source dropped from its full queue) are
+//! predicted across: a frame `n` numbers after the last is `n` steps of the filter.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::spec::{Diagnostic, ParamDoc, Params};
+use crate::value::{Detection, Value, ValueType};
+
+mod assign;
+mod kalman;
+mod tracks;
+
+use tracks::Tracks;
+
+/// Largest `max_age`: a lost track is predicted at most this many frames (about 5 minutes at
+/// 30 fps), which bounds the work of predicting across a long gap.
+const MAX_AGE_LIMIT: u32 = 10_000;
+
+pub(super) static KIND: StepKind = StepKind {
+    name: "tracker",
+    summary: "follows detections across frames with stable IDs: SORT or ByteTrack (state per source)",
+    inputs: &[Port {
+        name: "detections",
+        ty: ValueType::Detections,
+        optional: true,
+    }],
+    outputs: &[Port {
+        name: "tracks",
+        ty: ValueType::Tracks,
+        optional: false,
+    }],
+    params: &[
+        ParamDoc {
+            name: "method",
+            ty: "string",
+            default: "\"bytetrack\"",
+            doc: "\"bytetrack\" (less confident detections keep tracks alive) or \"sort\" (they are ignored)",
+        },
+        ParamDoc {
+            name: "max_age",
+            ty: "integer",
+            default: "30",
+            doc: "frames an unseen track is kept (reported as predicted) before it is dropped",
+        },
+        ParamDoc {
+            name: "min_hits",
+            ty: "integer",
+            default: "3",
+            doc: "frames with detections a new object must be seen on in a row before it is reported",
+        },
+        ParamDoc {
+            name: "iou",
+            ty: "float",
+            default: "0.3",
+            doc: "least overlap (IoU) of a detection with a track's predicted box to match it",
+        },
+        ParamDoc {
+            name: "high_confidence",
+            ty: "float",
+            default: "0.5",
+            doc: "detections at least this confident are matched first and may start tracks",
+        },
+        ParamDoc {
+            name: "per_class",
+            ty: "bool",
+            default: "true",
+            doc: "match a track only with detections of its class",
+        },
+    ],
+    stateful: true,
+    build,
+};
+
+/// Which association.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Sort,
+    ByteTrack,
+}
+
+/// The tracker's parameters, validated.
+#[derive(Debug, Clone)]
+struct Settings {
+    method: Method,
+    max_age: u32,
+    min_hits: u32,
+    iou: f32,
+    high: f32,
+    per_class: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            method: Method::ByteTrack,
+            max_age: 30,
+            min_hits: 3,
+            iou: 0.3,
+            high: 0.5,
+            per_class: true,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    method: Option<Spanned<String>>,
+    max_age: Option<Spanned<i64>>,
+    min_hits: Option<Spanned<i64>>,
+    iou: Option<Spanned<f64>>,
+    high_confidence: Option<Spanned<f64>>,
+    per_class: Option<bool>,
+}
+
+fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
+    let c: Config = params.parse()?;
+    let d = Settings::default();
+    let method = match c.method {
+        None => d.method,
+        Some(m) => match m.get_ref().as_str() {
+            "bytetrack" => Method::ByteTrack,
+            "sort" => Method::Sort,
+            other => {
+                return Err(Diagnostic::at(
+                    m.span(),
+                    format!("method must be \"bytetrack\" or \"sort\", not \"{other}\""),
+                ));
+            }
+        },
+    };
+    let whole = |key: &str, v: Option<Spanned<i64>>, low: u32, default: u32| match v {
+        None => Ok(default),
+        Some(v) => u32::try_from(*v.get_ref())
+            .ok()
+            .filter(|n| (low..=MAX_AGE_LIMIT).contains(n))
+            .ok_or_else(|| {
+                Diagnostic::at(
+                    v.span(),
+                    format!(
+                        "{key} must be a whole number from {low} to {MAX_AGE_LIMIT}, not {}",
+                        v.get_ref()
+                    ),
+                )
+            }),
+    };
+    let fraction = |key: &str, v: Option<Spanned<f64>>, zero_ok: bool, default: f32| match v {
+        None => Ok(default),
+        Some(v) => {
+            let x = *v.get_ref();
+            let low_ok = if zero_ok { x >= 0.0 } else { x > 0.0 };
+            if low_ok && x <= 1.0 {
+                Ok(x as f32)
+            } else {
+                let range = if zero_ok {
+                    "from 0 to 1"
+                } else {
+                    "above 0 and at most 1"
+                };
+                Err(Diagnostic::at(
+                    v.span(),
+                    format!("{key} must be {range}, not {x}"),
+                ))
+            }
+        }
+    };
+    let settings = Settings {
+        method,
+        max_age: whole("max_age", c.max_age, 0, d.max_age)?,
+        min_hits: whole("min_hits", c.min_hits, 1, d.min_hits)?,
+        iou: fraction("iou", c.iou, false, d.iou)?,
+        high: fraction("high_confidence", c.high_confidence, true, d.high)?,
+        per_class: c.per_class.unwrap_or(d.per_class),
+    };
+    Ok(Box::new(Tracker::new(settings)))
+}
+
+#[derive(Debug)]
+struct Tracker {
+    settings: Settings,
+    /// The tracks of each source, each behind its own lock (see the module header).
+    sources: Mutex<HashMap<Arc<str>, Arc<Mutex<Tracks>>>>,
+}
+
+impl Tracker {
+    fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            sources: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The tracks of `source`, empty on its first frame.
+    fn tracks(&self, source: &Arc<str>) -> Arc<Mutex<Tracks>> {
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        sources
+            .entry(source.clone())
+            .or_insert_with(|| Arc::new(Mutex::new(Tracks::new())))
+            .clone()
+    }
+}
+
+impl Step for Tracker {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let detections = input.optional::<[Detection]>(0)?;
+        let tracks = self.tracks(&input.frame.source);
+        let mut tracks = tracks.lock().unwrap_or_else(PoisonError::into_inner);
+        let out = tracks.update(&self.settings, input.frame.seq, detections);
+        Ok(StepOutput::Values(vec![Value::Tracks(out.into())]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::Frame;
+    use crate::value::{BBox, Track};
+    use opencv::core::Mat;
+
+    fn run(step: &Tracker, source: &str, seq: u64, x: Option<f32>) -> Vec<Track> {
+        let frame = Frame::from_mat(source.into(), seq, None, Mat::default());
+        let values = [x.map(|x| {
+            Value::Detections(Arc::from(vec![Detection::new(
+                "thing".into(),
+                0.9,
+                BBox {
+                    x,
+                    y: 0.0,
+                    width: 20.0,
+                    height: 20.0,
+                },
+            )]))
+        })];
+        let input = StepInput {
+            frame: &frame,
+            values: &values,
+        };
+        match step.run(&input).unwrap() {
+            StepOutput::Values(v) => v[0].get::<[Track]>().unwrap().to_vec(),
+            StepOutput::EndBranch => panic!("a tracker never ends its branch"),
+        }
+    }
+
+    #[test]
+    fn each_source_has_its_own_tracks_and_ids() {
+        let step = Tracker::new(Settings {
+            min_hits: 1,
+            ..Settings::default()
+        });
+        // Source a sees an object at x = 0 on frames 0 to 4; source b, interleaved with a, sees
+        // one at the same place from its frame 0 and a second one far off from its frame 3.
+        for seq in 0..5 {
+            let a = run(&step, "a", seq, Some(0.0));
+            assert_eq!(a.iter().map(|t| t.track_id).collect::<Vec<_>>(), [1]);
+            let b = run(&step, "b", seq, Some(0.0));
+            assert_eq!(b.iter().map(|t| t.track_id).collect::<Vec<_>>(), [1]);
+        }
+        // b's frames carry on; a's track is not in b's output, and b's next ID is its own 2.
+        let b = run(&step, "b", 5, Some(200.0));
+        assert_eq!(b.len(), 2, "{b:?}");
+        assert_eq!((b[0].track_id, b[0].predicted), (1, true));
+        assert_eq!((b[1].track_id, b[1].predicted), (2, false));
+        // a saw nothing of b's second object, and its frame numbers are its own.
+        let a = run(&step, "a", 5, None);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].track_id, 1);
+    }
+
+    #[test]
+    fn a_missing_detections_input_only_predicts() {
+        let step = Tracker::new(Settings {
+            min_hits: 1,
+            ..Settings::default()
+        });
+        assert!(run(&step, "a", 0, None).is_empty());
+        assert!(!run(&step, "a", 1, Some(0.0))[0].predicted);
+        assert!(run(&step, "a", 2, None)[0].predicted);
+    }
+}

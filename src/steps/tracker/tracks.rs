@@ -1,0 +1,445 @@
+//! The tracks of one source: prediction, association and the track life cycle, frame by frame.
+//!
+//! Life of a track: a detection that matches no track starts a *tentative* track. A tentative
+//! track that misses a frame with detections is dropped; one matched on `min_hits` frames with
+//! detections (the first included) is *confirmed* and gets the next ID (IDs start at 1 and are
+//! never reused, so tracks that never got confirmed leave no gaps). A confirmed track is
+//! reported on every frame until it has gone unmatched for more than `max_age` frames (counted
+//! by frame number, so frames dropped upstream count too), then dropped for good.
+//!
+//! Association on a frame with detections (both methods predict every track first):
+//! 1. confirmed tracks against the confident detections (`confidence >= high_confidence`);
+//! 2. ByteTrack only: the confirmed tracks still unmatched against the less confident
+//!    detections (SORT ignores those altogether);
+//! 3. tentative tracks against the confident detections still unmatched;
+//! 4. confident detections still unmatched start tentative tracks (a less confident one never
+//!    starts a track).
+//!
+//! Every stage keeps pairs whose IoU (of the detection and the track's predicted box) is at
+//! least `iou`, and of the same class when `per_class`; see `assign` for the matching itself.
+//! A confirmed track unmatched on a frame with detections keeps its size from then on until it
+//! is seen again (`Kalman::hold_size`): only its position is extrapolated.
+
+use super::assign::match_by_iou;
+use super::kalman::Kalman;
+use super::{Method, Settings};
+use crate::value::{Detection, Track};
+
+/// One followed object.
+#[derive(Debug)]
+struct Tracked {
+    /// `None` while tentative.
+    id: Option<u64>,
+    kalman: Kalman,
+    /// Frames on which it was matched.
+    hits: u32,
+    /// Frame number of its last match.
+    last_seen: u64,
+    /// Its last matched detection: the class and confidence a predicted track reports.
+    last: Detection,
+    /// The detection it matched on the current frame.
+    now: Option<Detection>,
+}
+
+/// Every track of one source, and what it needs to hand out IDs and count frames.
+#[derive(Debug)]
+pub(super) struct Tracks {
+    tracks: Vec<Tracked>,
+    next_id: u64,
+    last_frame: Option<u64>,
+}
+
+impl Tracks {
+    pub(super) fn new() -> Self {
+        Self {
+            tracks: Vec::new(),
+            next_id: 1,
+            last_frame: None,
+        }
+    }
+
+    /// Moves the tracks to frame `seq`, matches `detections` (`None`: the detector gave nothing
+    /// on this frame, so every track is only predicted), and returns the confirmed tracks, in
+    /// ID order.
+    pub(super) fn update(
+        &mut self,
+        settings: &Settings,
+        seq: u64,
+        detections: Option<&[Detection]>,
+    ) -> Vec<Track> {
+        let max_age = u64::from(settings.max_age);
+        // Predicting further than max_age + 1 frames only concerns tracks about to be dropped.
+        let steps = self
+            .last_frame
+            .map_or(0, |last| seq.saturating_sub(last))
+            .min(max_age + 1);
+        self.last_frame = Some(seq);
+        for t in &mut self.tracks {
+            t.now = None;
+            for _ in 0..steps {
+                t.kalman.predict();
+            }
+        }
+        self.tracks
+            .retain(|t| seq.saturating_sub(t.last_seen) <= max_age);
+        if let Some(detections) = detections {
+            self.associate(settings, seq, detections);
+        }
+        let mut out: Vec<Track> = self
+            .tracks
+            .iter()
+            .filter_map(|t| {
+                let track_id = t.id?;
+                Some(match &t.now {
+                    Some(d) => Track {
+                        track_id,
+                        detection: d.clone(),
+                        predicted: false,
+                    },
+                    None => Track {
+                        track_id,
+                        detection: Detection::new(
+                            t.last.class.clone(),
+                            t.last.confidence,
+                            t.kalman.bbox(),
+                        ),
+                        predicted: true,
+                    },
+                })
+            })
+            .collect();
+        out.sort_by_key(|t| t.track_id);
+        out
+    }
+
+    /// Stages 1 to 4 of the module header.
+    fn associate(&mut self, settings: &Settings, seq: u64, detections: &[Detection]) {
+        let (mut high, low): (Vec<usize>, Vec<usize>) =
+            (0..detections.len()).partition(|&d| detections[d].confidence >= settings.high);
+        let (confirmed, tentative): (Vec<usize>, Vec<usize>) =
+            (0..self.tracks.len()).partition(|&t| self.tracks[t].id.is_some());
+        let unmatched = self.stage(settings, seq, &confirmed, &mut high, detections);
+        if settings.method == Method::ByteTrack {
+            let mut low = low;
+            self.stage(settings, seq, &unmatched, &mut low, detections);
+        }
+        self.stage(settings, seq, &tentative, &mut high, detections);
+        // A tentative track must be seen on every frame with detections until confirmed.
+        self.tracks.retain(|t| t.id.is_some() || t.last_seen == seq);
+        for t in &mut self.tracks {
+            if t.last_seen != seq {
+                t.kalman.hold_size();
+            }
+        }
+        for d in high {
+            let detection = &detections[d];
+            self.tracks.push(Tracked {
+                id: None,
+                kalman: Kalman::new(&detection.bbox),
+                hits: 1,
+                last_seen: seq,
+                last: detection.clone(),
+                now: Some(detection.clone()),
+            });
+        }
+        for t in &mut self.tracks {
+            if t.id.is_none() && t.hits >= settings.min_hits {
+                t.id = Some(self.next_id);
+                self.next_id += 1;
+            }
+        }
+    }
+
+    /// Matches `tracks` (indices) to `free` detections (indices, the matched ones removed) and
+    /// updates the matched tracks; returns the tracks left unmatched.
+    fn stage(
+        &mut self,
+        settings: &Settings,
+        seq: u64,
+        tracks: &[usize],
+        free: &mut Vec<usize>,
+        detections: &[Detection],
+    ) -> Vec<usize> {
+        let predicted: Vec<_> = tracks
+            .iter()
+            .map(|&t| self.tracks[t].kalman.bbox())
+            .collect();
+        let iou: Vec<Vec<f32>> = tracks
+            .iter()
+            .zip(&predicted)
+            .map(|(&t, p)| {
+                free.iter()
+                    .map(|&d| {
+                        let d = &detections[d];
+                        if settings.per_class && d.class != self.tracks[t].last.class {
+                            0.0
+                        } else {
+                            p.iou(&d.bbox)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let pairs = match_by_iou(&iou, free.len(), settings.iou);
+        let mut taken = vec![false; free.len()];
+        let mut track_matched = vec![false; tracks.len()];
+        for &(r, c) in &pairs {
+            let detection = &detections[free[c]];
+            let track = &mut self.tracks[tracks[r]];
+            track.kalman.update(&detection.bbox);
+            track.hits += 1;
+            track.last_seen = seq;
+            track.last = detection.clone();
+            track.now = Some(detection.clone());
+            taken[c] = true;
+            track_matched[r] = true;
+        }
+        let mut i = 0;
+        free.retain(|_| {
+            i += 1;
+            !taken[i - 1]
+        });
+        tracks
+            .iter()
+            .zip(track_matched)
+            .filter(|(_, m)| !m)
+            .map(|(&t, _)| t)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::BBox;
+
+    fn det(x: f32, y: f32, confidence: f32) -> Detection {
+        Detection::new(
+            "thing".into(),
+            confidence,
+            BBox {
+                x,
+                y,
+                width: 20.0,
+                height: 20.0,
+            },
+        )
+    }
+
+    fn one(d: &Detection) -> Option<&[Detection]> {
+        Some(std::slice::from_ref(d))
+    }
+
+    fn settings() -> Settings {
+        Settings::default()
+    }
+
+    /// The ID of the reported track whose box is `d`'s, if one is.
+    fn id_of(tracks: &[Track], d: &Detection) -> Option<u64> {
+        tracks
+            .iter()
+            .find(|t| !t.predicted && t.detection.bbox == d.bbox)
+            .map(|t| t.track_id)
+    }
+
+    #[test]
+    fn two_objects_crossing_paths_keep_their_ids() {
+        let s = settings();
+        let mut tracks = Tracks::new();
+        let (mut id_a, mut id_b) = (None, None);
+        for f in 0..40u64 {
+            // Head on, 6 px a frame each, overlapping from frame 15 to 24.
+            let a = det(6.0 * f as f32, 100.0, 0.9);
+            let b = det(234.0 - 6.0 * f as f32, 106.0, 0.9);
+            let out = tracks.update(&s, f, Some(&[b.clone(), a.clone()]));
+            if f < 2 {
+                assert!(out.is_empty(), "frame {f}: {out:?}");
+                continue;
+            }
+            assert_eq!(out.len(), 2, "frame {f}: {out:?}");
+            let (now_a, now_b) = (id_of(&out, &a), id_of(&out, &b));
+            assert!(now_a.is_some() && now_b.is_some(), "frame {f}: {out:?}");
+            assert_eq!(*id_a.get_or_insert(now_a), now_a, "frame {f}");
+            assert_eq!(*id_b.get_or_insert(now_b), now_b, "frame {f}");
+        }
+        assert_ne!(id_a, id_b);
+    }
+
+    #[test]
+    fn an_object_missing_for_less_than_max_age_keeps_its_id_and_is_predicted_meanwhile() {
+        let s = settings();
+        let mut tracks = Tracks::new();
+        let at = |f: u64| det(3.0 * f as f32, 50.0, 0.9);
+        for f in 0..20 {
+            tracks.update(&s, f, Some(&[at(f)]));
+        }
+        let id = id_of(&tracks.update(&s, 20, Some(&[at(20)])), &at(20)).unwrap();
+        for f in 21..50 {
+            let out = tracks.update(&s, f, Some(&[]));
+            assert_eq!(out.len(), 1, "frame {f}");
+            assert!(out[0].predicted, "frame {f}");
+            assert_eq!(out[0].track_id, id);
+            // Predicted along its path (3 px a frame), not left where it was last seen.
+            let x = out[0].detection.bbox.x;
+            assert!((x - 3.0 * f as f32).abs() < 5.0, "frame {f}: x {x}");
+        }
+        // 29 frames unseen (< max_age 30), then back where its path leads.
+        let out = tracks.update(&s, 50, Some(&[at(50)]));
+        assert_eq!(id_of(&out, &at(50)), Some(id));
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn an_object_missing_for_longer_than_max_age_is_dropped_and_comes_back_with_a_new_id() {
+        let s = Settings {
+            max_age: 5,
+            min_hits: 1,
+            ..settings()
+        };
+        let mut tracks = Tracks::new();
+        let still = det(100.0, 100.0, 0.9);
+        for f in 0..5 {
+            assert_eq!(id_of(&tracks.update(&s, f, one(&still)), &still), Some(1));
+        }
+        // Last seen on frame 4: predicted on frames 5 to 9 (max_age 5), gone from frame 10.
+        for f in 5..=9 {
+            let out = tracks.update(&s, f, Some(&[]));
+            assert!(out.len() == 1 && out[0].predicted, "frame {f}: {out:?}");
+        }
+        assert!(tracks.update(&s, 10, Some(&[])).is_empty());
+        let out = tracks.update(&s, 11, one(&still));
+        assert_eq!(id_of(&out, &still), Some(2));
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn a_track_is_reported_after_min_hits_and_a_flicker_takes_no_id() {
+        let s = settings();
+        let mut tracks = Tracks::new();
+        // Seen on two frames, missed on the third: never reported.
+        let flicker = det(200.0, 0.0, 0.9);
+        assert!(tracks.update(&s, 0, one(&flicker)).is_empty());
+        assert!(tracks.update(&s, 1, one(&flicker)).is_empty());
+        assert!(tracks.update(&s, 2, Some(&[])).is_empty());
+        // Frames without detections neither count nor break the run.
+        let thing = det(0.0, 0.0, 0.9);
+        assert!(tracks.update(&s, 3, one(&thing)).is_empty());
+        assert!(tracks.update(&s, 4, None).is_empty());
+        assert!(tracks.update(&s, 5, one(&thing)).is_empty());
+        let out = tracks.update(&s, 6, one(&thing));
+        assert_eq!(id_of(&out, &thing), Some(1));
+        let at_once = Settings {
+            min_hits: 1,
+            ..settings()
+        };
+        let mut tracks = Tracks::new();
+        assert_eq!(
+            id_of(&tracks.update(&at_once, 0, one(&thing)), &thing),
+            Some(1)
+        );
+    }
+
+    /// Reported tracks on a frame where the object is detected with low confidence, after
+    /// frames of confident detections.
+    fn low_confidence_frames(method: Method) -> Vec<Vec<Track>> {
+        let s = Settings {
+            method,
+            ..settings()
+        };
+        let mut tracks = Tracks::new();
+        let at = |f: u64, c: f32| det(4.0 * f as f32, 10.0, c);
+        for f in 0..6 {
+            tracks.update(&s, f, Some(&[at(f, 0.9)]));
+        }
+        (6..9)
+            .map(|f| tracks.update(&s, f, Some(&[at(f, 0.2)])))
+            .collect()
+    }
+
+    #[test]
+    fn bytetrack_keeps_a_track_on_low_confidence_detections_that_sort_ignores() {
+        for out in low_confidence_frames(Method::ByteTrack) {
+            assert_eq!(out.len(), 1);
+            assert!(!out[0].predicted, "{out:?}");
+            assert_eq!(out[0].detection.confidence, 0.2);
+            assert_eq!(out[0].track_id, 1);
+        }
+        for out in low_confidence_frames(Method::Sort) {
+            assert_eq!(out.len(), 1);
+            assert!(out[0].predicted, "{out:?}");
+            assert_eq!(out[0].track_id, 1);
+        }
+    }
+
+    #[test]
+    fn a_low_confidence_detection_never_starts_a_track() {
+        let s = Settings {
+            min_hits: 1,
+            ..settings()
+        };
+        let mut tracks = Tracks::new();
+        for f in 0..5 {
+            assert!(tracks.update(&s, f, Some(&[det(0.0, 0.0, 0.3)])).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_gap_in_frame_numbers_is_predicted_across() {
+        let s = settings();
+        let mut tracks = Tracks::new();
+        // 5 px a frame; a 20 px box seen again 8 frames later is 40 px further: no overlap with
+        // where it was, full overlap with where it went.
+        let at = |f: u64| det(5.0 * f as f32, 0.0, 0.9);
+        for f in 0..10 {
+            tracks.update(&s, f, Some(&[at(f)]));
+        }
+        let out = tracks.update(&s, 17, Some(&[at(17)]));
+        assert_eq!(id_of(&out, &at(17)), Some(1), "{out:?}");
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn frames_without_detections_only_predict() {
+        let s = settings();
+        let mut tracks = Tracks::new();
+        let at = |f: u64| det(2.0 * f as f32, 0.0, 0.9);
+        // The detector runs on even frames only.
+        for f in 0..20 {
+            let out = tracks.update(
+                &s,
+                f,
+                (f % 2 == 0).then(|| [at(f)]).as_ref().map(|d| &d[..]),
+            );
+            if f < 4 {
+                assert!(out.is_empty(), "frame {f}: {out:?}");
+                continue;
+            }
+            assert_eq!(out.len(), 1, "frame {f}");
+            assert_eq!(out[0].track_id, 1);
+            assert_eq!(out[0].predicted, f % 2 == 1, "frame {f}");
+        }
+    }
+
+    #[test]
+    fn per_class_keeps_classes_apart() {
+        let mut tracks = Tracks::new();
+        let s = Settings {
+            min_hits: 1,
+            ..settings()
+        };
+        let mut other = det(0.0, 0.0, 0.9);
+        other.class = "other".into();
+        tracks.update(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
+        let out = tracks.update(&s, 1, one(&other));
+        assert_eq!(id_of(&out, &other), Some(2), "{out:?}");
+        let s = Settings {
+            per_class: false,
+            ..s
+        };
+        let mut tracks = Tracks::new();
+        tracks.update(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
+        let out = tracks.update(&s, 1, one(&other));
+        assert_eq!(id_of(&out, &other), Some(1), "{out:?}");
+        assert_eq!(out.len(), 1);
+    }
+}
