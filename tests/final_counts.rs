@@ -91,15 +91,19 @@ include = ["$steps.middle.counts"]
     );
     let out = spawn(
         dir.path(),
-        &["run", pipeline.to_str().unwrap(), "--stats-json", "stats.json"],
+        &[
+            "run",
+            pipeline.to_str().unwrap(),
+            "--stats-json",
+            "stats.json",
+        ],
         &[],
     )
     .finish(RUN_DEADLINE);
     assert!(out.status.success(), "{}", out.stderr);
 
     assert!(
-        out.stderr
-            .contains("final counts: both: middle in=1 out=1"),
+        out.stderr.contains("final counts: both: middle in=1 out=1"),
         "{}",
         out.stderr
     );
@@ -117,11 +121,10 @@ include = ["$steps.middle.counts"]
     // The same as the last line of each source.
     let lines = jsonl(&dir.path().join("events.jsonl"));
     for source in ["both", "east"] {
-        let last = lines
-            .iter()
-            .rev()
-            .find(|l| l["source"] == source)
-            .unwrap();
-        assert_eq!(last["steps.middle.counts"], stats["counts"][source]["middle"]);
+        let last = lines.iter().rev().find(|l| l["source"] == source).unwrap();
+        assert_eq!(
+            last["steps.middle.counts"],
+            stats["counts"][source]["middle"]
+        );
     }
 }
