@@ -30,10 +30,12 @@ use crate::sinks::{SinkError, SinkStats};
 use crate::source::{SourceError, SourceStats};
 use crate::workflow::PoolError;
 
+mod counts;
 pub mod notify;
 mod run;
 mod shutdown;
 
+pub use counts::{FinalCounts, lines as count_lines};
 pub use run::run;
 
 /// Run-time choices that are not part of the pipeline file.
@@ -81,6 +83,8 @@ pub struct Report {
     pub wall_seconds: f64,
     pub frames_per_second: f64,
     pub pool: PoolReport,
+    /// Per source, the last value of every step that outputs counts (see `counts.rs`).
+    pub counts: FinalCounts,
 }
 
 /// Pool activity: each dispatch queues one step; a wake-up is a worker leaving an idle wait.

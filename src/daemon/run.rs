@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 
+use super::counts::LastCounts;
 use super::shutdown::{Delivered, StopDeadline, close_in_order, close_sinks, stop_sources};
 use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
 use crate::config::Pipeline;
@@ -35,6 +36,7 @@ pub fn run(
     } = pipeline;
     let stop_timeout = daemon_config.stop_timeout;
     let graph = Arc::new(Graph::new(steps));
+    let last_counts = Arc::new(LastCounts::new(&graph));
     let opencv_threads = i32::try_from(executor_config.opencv_threads).unwrap_or(1);
     if let Err(e) = opencv::core::set_num_threads(opencv_threads) {
         tracing::warn!(error = %e, "cannot limit OpenCV's threads");
@@ -105,11 +107,13 @@ pub fn run(
         let queues = queues.clone();
         let senders: Vec<_> = sinks.iter().map(SinkRunner::sender).collect();
         let delivered = delivered.clone();
+        let last_counts = last_counts.clone();
         std::thread::Builder::new()
             .name("vidflow-executor".to_owned())
             .spawn(move || {
                 let stats = executor.run_sources(&queues, &abort_rx, |result| {
                     if delivered.count(&result) {
+                        last_counts.record(&result);
                         for sink in &senders {
                             sink.send(result.clone());
                         }
@@ -237,6 +241,7 @@ pub fn run(
             coordinator_wakeups,
             panics,
         },
+        counts: last_counts.take(),
     };
     let mut errors: Vec<DaemonError> = stopped
         .errors
@@ -277,6 +282,9 @@ pub fn run(
         fps = format!("{:.1}", report.frames_per_second),
         "pipeline finished"
     );
+    for line in super::count_lines(&report.counts) {
+        tracing::info!("final counts: {line}");
+    }
     if !abandoned.is_empty() {
         let what = abandoned.join(", ");
         tracing::error!(abandoned = %what, "stop deadline reached");

@@ -8,6 +8,11 @@
 //! ([`decode`]) and reduced by non-maximum suppression per class. Boxes are in pixels of the
 //! image the step was given.
 //!
+//! With a `when` input (any detections, e.g. a `filter` with `skip_if_empty` after `motion`),
+//! the network runs only on frames where that input has a value: motion-gated detection. On
+//! the other frames the step ends its branch (skipped, not failed; a `tracker` after it
+//! predicts).
+//!
 //! Threads: a network cannot run two forward passes at once, so the step keeps one per worker
 //! that runs it concurrently ([`Instances`]), made lazily and reused for every frame.
 
@@ -21,9 +26,9 @@ use toml::Spanned;
 
 use super::instances::Instances;
 use super::models;
-use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{DETECTIONS_OUT, Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{Detection, Value};
+use crate::value::{Detection, Value, ValueType};
 
 mod decode;
 
@@ -32,7 +37,19 @@ use decode::{Candidate, Geometry, Layout};
 pub(super) static KIND: StepKind = StepKind {
     name: "object_detection",
     summary: "objects of named classes found by a YOLO network (OpenCV DNN); default model yolov3_tiny_coco (80 COCO classes)",
-    inputs: IMAGE_IN,
+    inputs: &[
+        Port {
+            name: "image",
+            ty: ValueType::Image,
+            optional: false,
+        },
+        // Optional to leave out; when given, a frame without its value is skipped.
+        Port {
+            name: "when",
+            ty: ValueType::Detections,
+            optional: true,
+        },
+    ],
     outputs: DETECTIONS_OUT,
     params: &[
         ParamDoc {
@@ -94,6 +111,8 @@ pub(super) static KIND: StepKind = StepKind {
     build,
 };
 
+/// The `when` port, in [`KIND`]'s order.
+const WHEN: usize = 1;
 /// The model used when a step names none.
 const DEFAULT_MODEL: &str = "yolov3_tiny_coco";
 /// Input side for user models that do not say.
@@ -126,6 +145,8 @@ struct Source {
 
 struct ObjectDetection {
     nets: Instances<Net>,
+    /// The table gives a `when` input: run only on frames where it has a value.
+    gated: bool,
     /// Names of the output layers, asked of the network once.
     outputs: Vec<String>,
     layout: Layout,
@@ -148,6 +169,7 @@ impl std::fmt::Debug for ObjectDetection {
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
+    let gated = params.has_input("when");
     let c: Config = params.parse()?;
     let confidence = fraction("confidence", c.confidence.as_ref(), 0.4)?;
     let nms_iou = fraction("nms_iou", c.nms_iou.as_ref(), 0.45)?;
@@ -203,6 +225,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
     let (model, config) = (source.model.clone(), source.config.clone());
     Ok(Box::new(ObjectDetection {
         nets: Instances::new(net, move || read_net(&model, config.as_deref())),
+        gated,
         outputs,
         layout: source.layout,
         class_names: source.class_names.into_iter().map(Arc::from).collect(),
@@ -341,6 +364,9 @@ fn read_net(model: &Path, config: Option<&Path>) -> opencv::Result<Net> {
 
 impl Step for ObjectDetection {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        if self.gated && input.optional::<[Detection]>(WHEN)?.is_none() {
+            return Ok(StepOutput::EndBranch);
+        }
         let image = input.image_as(0, 3)?;
         let image = &*image;
         let side = self.input as i32;
