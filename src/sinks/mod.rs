@@ -8,12 +8,13 @@ use crate::value::ValueType;
 
 mod jsonl;
 pub mod runner;
+mod snapshot;
 mod video_file;
 
 pub use runner::{SinkRunner, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
-pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND];
+pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND, &snapshot::KIND];
 
 pub fn kind(name: &str) -> Option<&'static SinkKind> {
     KINDS.iter().copied().find(|k| k.name == name)
