@@ -382,10 +382,17 @@ fn resolve_sinks(
                         .iter()
                         .filter_map(|item| reference_text(&what, &key, item, diags))
                         .collect(),
+                    // One reference where a list is taken: a list of one.
+                    DeValue::String(_) => reference_text(&what, &key, &value, diags)
+                        .into_iter()
+                        .collect(),
                     _ => {
                         diags.push(Diagnostic::at(
                             value.span(),
-                            format!("{what}: \"{}\" must be a list of references", port.name),
+                            format!(
+                                "{what}: \"{}\" must be a reference or a list of references",
+                                port.name
+                            ),
                         ));
                         ok = false;
                         continue;

@@ -10,13 +10,20 @@ mod jsonl;
 mod mqtt;
 mod net;
 pub mod runner;
+mod snapshot;
 mod video_file;
 mod webhook;
 
 pub use runner::{Closing, OnFull, Routing, SinkRunner, SinkSender, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
-pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND, &mqtt::KIND, &webhook::KIND];
+pub static KINDS: &[&SinkKind] = &[
+    &jsonl::KIND,
+    &video_file::KIND,
+    &snapshot::KIND,
+    &mqtt::KIND,
+    &webhook::KIND,
+];
 
 pub fn kind(name: &str) -> Option<&'static SinkKind> {
     KINDS.iter().copied().find(|k| k.name == name)

@@ -1,0 +1,359 @@
+//! `snapshot`: a JPEG of an image (or of a crop around each detection) when something happens.
+//!
+//! A frame is written when one of the `when` values is non-empty (a line crossing, a filtered
+//! detection; without `when`, every frame) and the source's last snapshot is at least
+//! `cooldown_s` older, measured in the source's own time (its timestamps when it has them, so a
+//! file processed faster than real time is paced like the scene). Files are named by source,
+//! frame number and capture time, and never replace an existing file.
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opencv::core::{Mat, MatTraitConst, Rect, Vector};
+use opencv::imgcodecs;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use crate::outcome::FrameResult;
+use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
+use crate::value::{Detection, Image, Value, ValueType};
+
+pub(super) static KIND: SinkKind = SinkKind {
+    name: "snapshot",
+    summary: "a JPEG of an image, or a crop around each detection, when a value is non-empty",
+    inputs: &[
+        SinkPort {
+            name: "image",
+            ty: Some(ValueType::Image),
+            list: false,
+        },
+        SinkPort {
+            name: "when",
+            ty: None,
+            list: true,
+        },
+        SinkPort {
+            name: "crops",
+            ty: Some(ValueType::Detections),
+            list: true,
+        },
+    ],
+    params: &[
+        ParamDoc {
+            name: "dir",
+            ty: "path",
+            default: "required",
+            doc: "folder of the JPEG files (created); SOURCE-FRAME-TIME.jpg, never overwritten",
+        },
+        ParamDoc {
+            name: "cooldown_s",
+            ty: "float",
+            default: "10.0",
+            doc: "least time between two snapshots of one source, in the source's time",
+        },
+        ParamDoc {
+            name: "quality",
+            ty: "integer",
+            default: "90",
+            doc: "JPEG quality, 1..100",
+        },
+        ParamDoc {
+            name: "padding",
+            ty: "float",
+            default: "0.1",
+            doc: "with crops: share of a box's size added on each side",
+        },
+    ],
+    build,
+};
+
+const DEFAULT_COOLDOWN_S: f64 = 10.0;
+const DEFAULT_QUALITY: i32 = 90;
+const DEFAULT_PADDING: f32 = 0.1;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    dir: PathBuf,
+    cooldown_s: Option<Spanned<f64>>,
+    quality: Option<Spanned<i32>>,
+    padding: Option<Spanned<f32>>,
+}
+
+#[derive(Debug)]
+struct Factory {
+    dir: PathBuf,
+    cooldown: Duration,
+    quality: i32,
+    padding: f32,
+}
+
+fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
+    let c: Config = params.parse()?;
+    let cooldown = match c.cooldown_s {
+        None => Duration::from_secs_f64(DEFAULT_COOLDOWN_S),
+        Some(s) => Duration::try_from_secs_f64(*s.get_ref()).map_err(|_| {
+            Diagnostic::at(
+                s.span(),
+                format!("cooldown_s must be 0 or more seconds, not {}", s.get_ref()),
+            )
+        })?,
+    };
+    let quality = match c.quality {
+        None => DEFAULT_QUALITY,
+        Some(q) if (1..=100).contains(q.get_ref()) => *q.get_ref(),
+        Some(q) => {
+            return Err(Diagnostic::at(
+                q.span(),
+                format!("quality must be between 1 and 100, not {}", q.get_ref()),
+            ));
+        }
+    };
+    let padding = match c.padding {
+        None => DEFAULT_PADDING,
+        Some(p) if (0.0..=10.0).contains(p.get_ref()) => *p.get_ref(),
+        Some(p) => {
+            return Err(Diagnostic::at(
+                p.span(),
+                format!("padding must be between 0 and 10, not {}", p.get_ref()),
+            ));
+        }
+    };
+    Ok(Box::new(Factory {
+        dir: c.dir,
+        cooldown,
+        quality,
+        padding,
+    }))
+}
+
+impl SinkFactory for Factory {
+    fn open(&self, _name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| SinkError::Io {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let of = |port: &str| -> Vec<Ref> {
+            inputs
+                .iter()
+                .filter(|i| i.port == port)
+                .map(|i| i.from)
+                .collect()
+        };
+        let image = of("image").first().copied().ok_or_else(|| {
+            SinkError::Other("snapshot: no image input (the config layer requires one)".into())
+        })?;
+        Ok(Box::new(Snapshot {
+            dir: self.dir.clone(),
+            cooldown: self.cooldown,
+            params: Vector::from_slice(&[imgcodecs::IMWRITE_JPEG_QUALITY, self.quality]),
+            padding: self.padding,
+            image,
+            when: of("when"),
+            crops: of("crops"),
+            last: HashMap::new(),
+        }))
+    }
+}
+
+struct Snapshot {
+    dir: PathBuf,
+    cooldown: Duration,
+    /// imencode's parameters: the JPEG quality.
+    params: Vector<i32>,
+    padding: f32,
+    image: Ref,
+    when: Vec<Ref>,
+    crops: Vec<Ref>,
+    /// Per source, the time of its last snapshot (see [`source_time`]).
+    last: HashMap<Arc<str>, Duration>,
+}
+
+/// A frame's time in its source's clock: its timestamp when it has one, else its capture time.
+fn source_time(result: &FrameResult) -> Duration {
+    let frame = result.frame();
+    frame.pts.unwrap_or_else(|| {
+        frame
+            .captured
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+    })
+}
+
+/// `20261201T061500.123Z`: the capture time in a file name (no `:`).
+fn compact_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t)
+        .to_string()
+        .replace(['-', ':'], "")
+}
+
+/// Writes `bytes` to a new file at `path`, or at `path` with `-1`, `-2`... before its extension
+/// when that name is taken: an existing file is never replaced.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<PathBuf, SinkError> {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let mut candidate = path.to_owned();
+    for n in 1.. {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Ok(mut file) => {
+                return file
+                    .write_all(bytes)
+                    .map(|()| candidate.clone())
+                    .map_err(|source| SinkError::Io {
+                        path: candidate,
+                        source,
+                    });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                candidate = path.with_file_name(format!("{stem}-{n}.jpg"));
+            }
+            Err(source) => {
+                return Err(SinkError::Io {
+                    path: candidate,
+                    source,
+                });
+            }
+        }
+    }
+    unreachable!("the name counter is unbounded")
+}
+
+/// `bbox` grown by `padding` of its size on each side, clipped to a `width` x `height` image.
+fn padded(d: &Detection, padding: f32, width: i32, height: i32) -> Option<Rect> {
+    let b = d.bbox;
+    let (px, py) = (b.width * padding, b.height * padding);
+    let x0 = ((b.x - px).floor() as i32).clamp(0, width);
+    let y0 = ((b.y - py).floor() as i32).clamp(0, height);
+    let x1 = ((b.x + b.width + px).ceil() as i32).clamp(0, width);
+    let y1 = ((b.y + b.height + py).ceil() as i32).clamp(0, height);
+    (x1 > x0 && y1 > y0).then(|| Rect::new(x0, y0, x1 - x0, y1 - y0))
+}
+
+impl Snapshot {
+    fn encode(&self, mat: &impl opencv::core::ToInputArray) -> Result<Vector<u8>, SinkError> {
+        let mut buf = Vector::new();
+        imgcodecs::imencode(".jpg", mat, &mut buf, &self.params)
+            .map_err(|e| SinkError::Other(format!("jpeg: {e}")))?;
+        Ok(buf)
+    }
+}
+
+impl Sink for Snapshot {
+    fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
+        let triggered = self.when.is_empty()
+            || self
+                .when
+                .iter()
+                .any(|&r| result.value(r).is_some_and(|v| !v.is_empty()));
+        let now = source_time(result);
+        let frame = result.frame();
+        let cooling = self
+            .last
+            .get(&frame.source)
+            .is_some_and(|&last| now.saturating_sub(last) < self.cooldown && now >= last);
+        if !triggered || cooling {
+            return Ok(false);
+        }
+        let Some(Value::Image(image)) = result.value(self.image) else {
+            return Ok(false);
+        };
+        let mat: &Mat = Image::mat(&image).map_err(|e| SinkError::Other(e.to_string()))?;
+        let name = format!(
+            "{}-{:06}-{}",
+            frame.source,
+            frame.seq,
+            compact_time(frame.captured)
+        );
+        let mut written = 0;
+        if self.crops.is_empty() {
+            write_new(
+                &self.dir.join(format!("{name}.jpg")),
+                self.encode(mat)?.as_slice(),
+            )?;
+            written += 1;
+        } else {
+            let detections: Vec<Detection> = self
+                .crops
+                .iter()
+                .filter_map(|&r| result.value(r))
+                .filter_map(|v| v.get::<[Detection]>().map(<[Detection]>::to_vec))
+                .flatten()
+                .collect();
+            for (i, d) in detections.iter().enumerate() {
+                let Some(rect) = padded(d, self.padding, mat.cols(), mat.rows()) else {
+                    continue;
+                };
+                let crop = Mat::roi(mat, rect).map_err(|e| SinkError::Other(e.to_string()))?;
+                let class: String = d
+                    .class
+                    .chars()
+                    .map(|c| if c.is_alphanumeric() { c } else { '_' })
+                    .collect();
+                write_new(
+                    &self.dir.join(format!("{name}-{i}-{class}.jpg")),
+                    self.encode(&crop)?.as_slice(),
+                )?;
+                written += 1;
+            }
+        }
+        if written == 0 {
+            return Ok(false);
+        }
+        self.last.insert(frame.source.clone(), now);
+        Ok(true)
+    }
+
+    fn close(self: Box<Self>) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::BBox;
+
+    #[test]
+    fn a_taken_name_gets_a_counter_and_the_old_file_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cam-000001-x.jpg");
+        assert_eq!(write_new(&path, b"first").unwrap(), path);
+        let second = write_new(&path, b"second").unwrap();
+        assert_eq!(second, dir.path().join("cam-000001-x-1.jpg"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        assert_eq!(std::fs::read(&second).unwrap(), b"second");
+    }
+
+    #[test]
+    fn crops_are_padded_and_clipped_to_the_image() {
+        let d = Detection::new(
+            "face".into(),
+            1.0,
+            BBox {
+                x: 5.0,
+                y: 10.0,
+                width: 20.0,
+                height: 10.0,
+            },
+        );
+        assert_eq!(padded(&d, 0.5, 100, 100), Some(Rect::new(0, 5, 35, 20)));
+        assert_eq!(padded(&d, 0.0, 100, 12), Some(Rect::new(5, 10, 20, 2)));
+        assert_eq!(padded(&d, 0.0, 3, 100), None);
+    }
+
+    #[test]
+    fn times_in_names_have_no_colons() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_000_000_123);
+        let s = compact_time(t);
+        assert!(!s.contains(':') && !s.contains('-'), "{s}");
+        assert!(s.ends_with(".123Z"), "{s}");
+    }
+}
