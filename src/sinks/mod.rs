@@ -6,6 +6,7 @@ use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::ValueType;
 
+mod clip;
 mod jsonl;
 pub mod runner;
 mod snapshot;
@@ -14,7 +15,12 @@ mod video_file;
 pub use runner::{SinkRunner, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
-pub static KINDS: &[&SinkKind] = &[&jsonl::KIND, &video_file::KIND, &snapshot::KIND];
+pub static KINDS: &[&SinkKind] = &[
+    &jsonl::KIND,
+    &video_file::KIND,
+    &snapshot::KIND,
+    &clip::KIND,
+];
 
 pub fn kind(name: &str) -> Option<&'static SinkKind> {
     KINDS.iter().copied().find(|k| k.name == name)
@@ -72,6 +78,25 @@ pub enum SinkError {
     },
     #[error("{0}")]
     Other(String),
+}
+
+/// A frame's time in its source's clock: its timestamp when it has one, else its capture time
+/// (so a file processed faster than real time is paced like its scene).
+fn source_time(result: &FrameResult) -> std::time::Duration {
+    let frame = result.frame();
+    frame.pts.unwrap_or_else(|| {
+        frame
+            .captured
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+    })
+}
+
+/// `20261201T061500.123Z`: a time in a file name (no `:`).
+fn compact_time(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t)
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 /// Creates the parent folder of an output file.

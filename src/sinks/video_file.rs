@@ -105,7 +105,21 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
             ));
         }
     };
-    let preset = match c.preset {
+    let (preset, bitrate_kbps) = encoder_options(c.preset, c.bitrate_kbps)?;
+    Ok(Box::new(Factory {
+        path: c.path.into_inner(),
+        muxer,
+        preset,
+        bitrate_kbps,
+    }))
+}
+
+/// The x264 `preset` and `bitrate_kbps` parameters, checked, or their defaults.
+pub(super) fn encoder_options(
+    preset: Option<Spanned<String>>,
+    bitrate_kbps: Option<Spanned<u32>>,
+) -> Result<(String, u32), Diagnostic> {
+    let preset = match preset {
         Some(p) if !PRESETS.contains(&p.get_ref().as_str()) => {
             return Err(Diagnostic::at(
                 p.span(),
@@ -119,7 +133,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         Some(p) => p.into_inner(),
         None => "veryfast".to_owned(),
     };
-    let bitrate_kbps = match c.bitrate_kbps {
+    let bitrate_kbps = match bitrate_kbps {
         Some(b) if !(16..=200_000).contains(b.get_ref()) => {
             return Err(Diagnostic::at(
                 b.span(),
@@ -129,12 +143,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         Some(b) => b.into_inner(),
         None => 2048,
     };
-    Ok(Box::new(Factory {
-        path: c.path.into_inner(),
-        muxer,
-        preset,
-        bitrate_kbps,
-    }))
+    Ok((preset, bitrate_kbps))
 }
 
 impl SinkFactory for Factory {
@@ -166,7 +175,7 @@ impl SinkFactory for Factory {
     }
 }
 
-struct VideoFile {
+pub(super) struct VideoFile {
     path: PathBuf,
     muxer: &'static str,
     preset: String,
@@ -254,10 +263,12 @@ impl VideoFile {
         })
     }
 
-    /// BGR bytes laid out as GStreamer expects them for `info` (rows padded to its stride).
     /// The image as a buffer of BGR rows at the stride GStreamer expects for `info`: the
     /// image's own memory when it is laid out that way (no copy), its rows copied otherwise.
-    fn buffer_for(image: &Image, info: &gst_video::VideoInfo) -> Result<gst::Buffer, SinkError> {
+    pub(super) fn buffer_for(
+        image: &Image,
+        info: &gst_video::VideoInfo,
+    ) -> Result<gst::Buffer, SinkError> {
         let other = |e: opencv::Error| SinkError::Other(format!("opencv: {e}"));
         let mat = image
             .mat()
