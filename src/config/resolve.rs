@@ -204,7 +204,16 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
                 })
                 .collect(),
         );
-        let step = match (kind.build)(Params::new(c.into_params())) {
+        let given: Vec<&'static str> = kind
+            .inputs
+            .iter()
+            .zip(&inputs)
+            // A key given with a wrong reference counts as given (its problem is reported).
+            .filter(|(_, r)| !matches!(r, Some(None)))
+            .map(|(port, _)| port.name)
+            .collect();
+        let params = Params::new(c.into_params()).with_inputs(given, name_span.clone());
+        let step = match (kind.build)(params) {
             Ok(step) => Some(step),
             Err(d) => {
                 diags.push(prefixed(&what, d, name_span));

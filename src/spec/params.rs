@@ -1,6 +1,8 @@
 //! The parameters of a step or sink: what its table holds besides `kind` and its inputs, and
 //! how `vidflow steps` documents them.
 
+use std::ops::Range;
+
 use toml::de::{DeValue, ValueDeserializer};
 
 use super::Diagnostic;
@@ -9,11 +11,57 @@ use super::Diagnostic;
 #[derive(Debug)]
 pub struct Params<'i> {
     value: toml::Spanned<DeValue<'i>>,
+    /// The input ports the table gave (an optional one may be left out).
+    inputs_given: Vec<&'static str>,
+    /// The component's name in its `[steps.NAME]` header, when known.
+    name_span: Option<Range<usize>>,
 }
 
 impl<'i> Params<'i> {
     pub(crate) fn new(value: toml::Spanned<DeValue<'i>>) -> Self {
-        Self { value }
+        Self {
+            value,
+            inputs_given: Vec::new(),
+            name_span: None,
+        }
+    }
+
+    /// The same parameters, knowing which input ports the table gave and where its name is.
+    pub(crate) fn with_inputs(
+        mut self,
+        inputs_given: Vec<&'static str>,
+        name_span: Range<usize>,
+    ) -> Self {
+        self.inputs_given = inputs_given;
+        self.name_span = Some(name_span);
+        self
+    }
+
+    /// Whether the table gave the input `port` (an optional one may be left out).
+    pub fn has_input(&self, port: &str) -> bool {
+        self.inputs_given.contains(&port)
+    }
+
+    /// A problem unless the table gave at least one of the optional input `ports` (for a kind
+    /// that needs one of several inputs); it is reported at the component's name.
+    pub fn require_one_input(&self, ports: &[&str]) -> Result<(), Diagnostic> {
+        if ports.iter().any(|p| self.has_input(p)) {
+            return Ok(());
+        }
+        let names: Vec<String> = ports.iter().map(|p| format!("\"{p}\"")).collect();
+        let message = format!("needs at least one of the inputs {}", names.join(", "));
+        Err(match &self.name_span {
+            Some(span) => Diagnostic::at(span.clone(), message),
+            None => Diagnostic::new(message),
+        })
+    }
+
+    /// The parameters written in `text` (a step's keys, without `kind` and inputs), for tests.
+    #[cfg(test)]
+    pub(crate) fn from_toml(text: &'i str) -> Self {
+        let table = toml::de::DeTable::parse(text).unwrap();
+        let span = table.span();
+        Self::new(toml::Spanned::new(span, DeValue::Table(table.into_inner())))
     }
 
     /// Deserializes the parameters; use `#[serde(deny_unknown_fields)]` and `toml::Spanned`
@@ -30,4 +78,26 @@ pub struct ParamDoc {
     pub ty: &'static str,
     pub default: &'static str,
     pub doc: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_of_several_inputs_is_required_and_reported_at_the_name() {
+        let given = |names: Vec<&'static str>| Params::from_toml("").with_inputs(names, 4..9);
+        let ports = ["detections", "tracks"];
+        assert!(
+            given(vec!["image", "tracks"])
+                .require_one_input(&ports)
+                .is_ok()
+        );
+        let err = given(vec!["image"]).require_one_input(&ports).unwrap_err();
+        assert_eq!(err.span, Some(4..9));
+        assert_eq!(
+            err.message,
+            "needs at least one of the inputs \"detections\", \"tracks\""
+        );
+    }
 }

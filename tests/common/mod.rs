@@ -270,4 +270,5 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 mod kinds;
 mod probes;
+pub mod shapes;
 pub use probes::*;
