@@ -228,6 +228,8 @@ struct Writer {
     end: gst::ClockTime,
     frames: u64,
     first_frame: u64,
+    /// When its first frame left the decoder.
+    first_captured: std::time::SystemTime,
 }
 
 /// The encoder, ring and clip of one source.
@@ -245,9 +247,9 @@ struct SourceClips {
     writer: Option<Writer>,
     /// Encoder time of the last trigger, while it still calls for video.
     trigger: Option<gst::ClockTime>,
-    /// Frame number of each pushed image by its encoder time, until it is encoded (for the
-    /// index's frame numbers).
-    seqs: VecDeque<(gst::ClockTime, u64)>,
+    /// Each pushed image's encoder time, frame number and capture time, until it is encoded
+    /// (for the clip's name and its line in the index).
+    pushed: VecDeque<(gst::ClockTime, u64, std::time::SystemTime)>,
 }
 
 fn gst_err(path: &std::path::Path, message: impl Into<String>) -> SinkError {
@@ -318,7 +320,7 @@ impl SourceClips {
             ring: VecDeque::new(),
             writer: None,
             trigger: None,
-            seqs: VecDeque::new(),
+            pushed: VecDeque::new(),
         })
     }
 
@@ -342,7 +344,8 @@ impl SourceClips {
             b.set_pts(pts);
             b.set_duration(self.frame_duration);
         }
-        self.seqs.push_back((pts, result.frame().seq));
+        let frame = result.frame();
+        self.pushed.push_back((pts, frame.seq, frame.captured));
         self.appsrc
             .push_buffer(buffer)
             .map_err(|e| gst_err(&settings.dir, format!("encoder refused a frame: {e:?}")))?;
@@ -360,7 +363,14 @@ impl SourceClips {
             let Some(buffer) = sample.buffer_owned() else {
                 continue;
             };
+            // x264enc shifts its output into a segment starting at 1000 h (room for decoding
+            // times before presentation times): back to the timeline of the images pushed.
             let pts = buffer.pts().unwrap_or(gst::ClockTime::ZERO);
+            let pts = sample
+                .segment()
+                .and_then(|s| s.downcast_ref::<gst::ClockTime>())
+                .and_then(|s| s.to_running_time(pts))
+                .unwrap_or(pts);
             let keyframe = !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT);
             let encoded = Encoded {
                 pts,
@@ -429,8 +439,19 @@ impl SourceClips {
         }
     }
 
-    /// Opens a clip file whose first frame is the ring's first keyframe.
+    /// Opens a clip file whose first frame is the latest keyframe at least `pre_roll` before the
+    /// trigger (the encoder may lag behind the trigger by a few frames), or the ring's first
+    /// keyframe when it does not reach back that far.
     fn open(&mut self, settings: &Settings, caps: Option<&gst::CapsRef>) -> Result<(), SinkError> {
+        let pre_roll = gst::ClockTime::try_from(settings.pre_roll).unwrap_or_default();
+        let horizon = self.trigger.unwrap_or_default().saturating_sub(pre_roll);
+        if let Some(at) = self
+            .ring
+            .iter()
+            .rposition(|e| e.keyframe && e.pts <= horizon)
+        {
+            self.ring.drain(..at);
+        }
         while self.ring.front().is_some_and(|e| !e.keyframe) {
             self.ring.pop_front();
         }
@@ -439,7 +460,14 @@ impl SourceClips {
             return Ok(());
         };
         let start = first.pts;
-        let path = new_clip_path(settings, &self.source, self.first + Duration::from(start));
+        let (first_frame, first_captured) = self
+            .pushed
+            .iter()
+            .find(|(pts, _, _)| *pts >= start)
+            .map_or((0, std::time::SystemTime::now()), |(_, seq, at)| {
+                (*seq, *at)
+            });
+        let path = new_clip_path(settings, &self.source, first_captured);
         let err = |m: String| gst_err(&path, m);
         let desc = "appsrc name=src format=time ! h264parse ! \
                     mp4mux fragment-duration=1000 ! filesink name=file";
@@ -459,11 +487,6 @@ impl SourceClips {
         pipeline
             .set_state(gst::State::Playing)
             .map_err(|e| err(format!("cannot start the clip writer: {e}")))?;
-        let first_frame = self
-            .seqs
-            .iter()
-            .find(|(pts, _)| *pts >= start)
-            .map_or(0, |(_, seq)| *seq);
         tracing::info!(source = %self.source, path = %path.display(), "clip started");
         self.writer = Some(Writer {
             pipeline,
@@ -473,6 +496,7 @@ impl SourceClips {
             end: start,
             frames: 0,
             first_frame,
+            first_captured,
         });
         Ok(())
     }
@@ -491,8 +515,12 @@ impl SourceClips {
         }
         writer.end = encoded.pts;
         writer.frames += 1;
-        while self.seqs.front().is_some_and(|(p, _)| *p < encoded.pts) {
-            self.seqs.pop_front();
+        while self
+            .pushed
+            .front()
+            .is_some_and(|(p, _, _)| *p < encoded.pts)
+        {
+            self.pushed.pop_front();
         }
         writer
             .appsrc
@@ -516,7 +544,8 @@ impl SourceClips {
             "path": writer.path.file_name().map(|n| n.to_string_lossy().into_owned()),
             "first_frame": writer.first_frame,
             "frames": writer.frames,
-            "start_s": (self.first + Duration::from(writer.start)).as_secs_f64(),
+            "time": humantime::format_rfc3339_millis(writer.first_captured).to_string(),
+            "pts_s": (self.first + Duration::from(writer.start)).as_secs_f64(),
             "duration_s": duration.seconds_f64(),
         });
         append_index(settings, &line)?;
@@ -557,10 +586,10 @@ fn wait_for_eos(pipeline: &gst::Pipeline, path: &std::path::Path) -> Result<(), 
     }
 }
 
-/// `DIR/SOURCE-TIME.mp4` for a clip starting at source time `at` (a wall-clock time for live
-/// sources, the position in the file otherwise), with `-1`, `-2`... when that name is taken.
-fn new_clip_path(settings: &Settings, source: &str, at: Duration) -> PathBuf {
-    let time = super::compact_time(std::time::UNIX_EPOCH + at);
+/// `DIR/SOURCE-TIME.mp4` for a clip whose first frame was decoded at `at`, with `-1`, `-2`...
+/// when that name is taken.
+fn new_clip_path(settings: &Settings, source: &str, at: std::time::SystemTime) -> PathBuf {
+    let time = super::compact_time(at);
     let base = format!("{source}-{time}");
     let mut path = settings.dir.join(format!("{base}.mp4"));
     let mut n = 0;
