@@ -6,6 +6,7 @@ use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::value::ValueType;
 
+mod clip;
 mod jsonl;
 mod mqtt;
 mod net;
@@ -21,6 +22,7 @@ pub static KINDS: &[&SinkKind] = &[
     &jsonl::KIND,
     &video_file::KIND,
     &snapshot::KIND,
+    &clip::KIND,
     &mqtt::KIND,
     &webhook::KIND,
 ];
@@ -99,6 +101,25 @@ pub enum SinkError {
     },
     #[error("{0}")]
     Other(String),
+}
+
+/// A frame's time in its source's clock: its timestamp when it has one, else its capture time
+/// (so a file processed faster than real time is paced like its scene).
+fn source_time(result: &FrameResult) -> std::time::Duration {
+    let frame = result.frame();
+    frame.pts.unwrap_or_else(|| {
+        frame
+            .captured
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+    })
+}
+
+/// `20261201T061500.123Z`: a time in a file name (no `:`).
+fn compact_time(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t)
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 /// Creates the parent folder of an output file.

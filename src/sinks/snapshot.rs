@@ -11,7 +11,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use opencv::core::{Mat, MatTraitConst, Rect, Vector};
 use opencv::imgcodecs;
@@ -174,24 +174,6 @@ struct Snapshot {
     last: HashMap<Arc<str>, Duration>,
 }
 
-/// A frame's time in its source's clock: its timestamp when it has one, else its capture time.
-fn source_time(result: &FrameResult) -> Duration {
-    let frame = result.frame();
-    frame.pts.unwrap_or_else(|| {
-        frame
-            .captured
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-    })
-}
-
-/// `20261201T061500.123Z`: the capture time in a file name (no `:`).
-fn compact_time(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t)
-        .to_string()
-        .replace(['-', ':'], "")
-}
-
 /// Writes `bytes` to a new file at `path`, or at `path` with `-1`, `-2`... before its extension
 /// when that name is taken: an existing file is never replaced.
 fn write_new(path: &Path, bytes: &[u8]) -> Result<PathBuf, SinkError> {
@@ -253,7 +235,7 @@ impl Sink for Snapshot {
                 .when
                 .iter()
                 .any(|&r| result.value(r).is_some_and(|v| !v.is_empty()));
-        let now = source_time(result);
+        let now = super::source_time(result);
         let frame = result.frame();
         let cooling = self
             .last
@@ -270,7 +252,7 @@ impl Sink for Snapshot {
             "{}-{:06}-{}",
             frame.source,
             frame.seq,
-            compact_time(frame.captured)
+            super::compact_time(frame.captured)
         );
         let mut written = 0;
         if self.crops.is_empty() {
@@ -351,8 +333,8 @@ mod tests {
 
     #[test]
     fn times_in_names_have_no_colons() {
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_000_000_123);
-        let s = compact_time(t);
+        let t = std::time::UNIX_EPOCH + Duration::from_millis(1_795_000_000_123);
+        let s = super::super::compact_time(t);
         assert!(!s.contains(':') && !s.contains('-'), "{s}");
         assert!(s.ends_with(".123Z"), "{s}");
     }

@@ -133,30 +133,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     };
     let segment_seconds = seconds(c.segment_seconds, "segment_seconds", 60)?;
     let keyframe_seconds = seconds(c.keyframe_seconds, "keyframe_seconds", 2)?;
-    let preset = match c.preset {
-        Some(p) if !PRESETS.contains(&p.get_ref().as_str()) => {
-            return Err(Diagnostic::at(
-                p.span(),
-                format!(
-                    "unknown preset \"{}\"; known: {}",
-                    p.get_ref(),
-                    PRESETS.join(", ")
-                ),
-            ));
-        }
-        Some(p) => p.into_inner(),
-        None => "veryfast".to_owned(),
-    };
-    let bitrate_kbps = match c.bitrate_kbps {
-        Some(b) if !(16..=200_000).contains(b.get_ref()) => {
-            return Err(Diagnostic::at(
-                b.span(),
-                "bitrate_kbps must be between 16 and 200000",
-            ));
-        }
-        Some(b) => b.into_inner(),
-        None => 2048,
-    };
+    let (preset, bitrate_kbps) = encoder_options(c.preset, c.bitrate_kbps)?;
     let mixes_sources = (!c.path.get_ref().contains("{source}")).then(|| {
         Diagnostic::at(
             c.path.span(),
@@ -179,6 +156,38 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         },
         mixes_sources,
     }))
+}
+
+/// The x264 `preset` and `bitrate_kbps` parameters, checked, or their defaults.
+pub(super) fn encoder_options(
+    preset: Option<Spanned<String>>,
+    bitrate_kbps: Option<Spanned<u32>>,
+) -> Result<(String, u32), Diagnostic> {
+    let preset = match preset {
+        Some(p) if !PRESETS.contains(&p.get_ref().as_str()) => {
+            return Err(Diagnostic::at(
+                p.span(),
+                format!(
+                    "unknown preset \"{}\"; known: {}",
+                    p.get_ref(),
+                    PRESETS.join(", ")
+                ),
+            ));
+        }
+        Some(p) => p.into_inner(),
+        None => "veryfast".to_owned(),
+    };
+    let bitrate_kbps = match bitrate_kbps {
+        Some(b) if !(16..=200_000).contains(b.get_ref()) => {
+            return Err(Diagnostic::at(
+                b.span(),
+                "bitrate_kbps must be between 16 and 200000",
+            ));
+        }
+        Some(b) => b.into_inner(),
+        None => 2048,
+    };
+    Ok((preset, bitrate_kbps))
 }
 
 impl SinkFactory for Factory {
@@ -225,7 +234,7 @@ fn tempfile_probe(dir: &std::path::Path) -> Result<(), SinkError> {
     std::fs::remove_file(&probe).map_err(io)
 }
 
-struct VideoFile {
+pub(super) struct VideoFile {
     settings: Settings,
     image: crate::spec::Ref,
     /// One per source, made at its first image.
@@ -250,7 +259,10 @@ impl VideoFile {
     /// BGR bytes laid out as GStreamer expects them for `info` (rows padded to its stride).
     /// The image as a buffer of BGR rows at the stride GStreamer expects for `info`: the
     /// image's own memory when it is laid out that way (no copy), its rows copied otherwise.
-    fn buffer_for(image: &Image, info: &gst_video::VideoInfo) -> Result<gst::Buffer, SinkError> {
+    pub(super) fn buffer_for(
+        image: &Image,
+        info: &gst_video::VideoInfo,
+    ) -> Result<gst::Buffer, SinkError> {
         let other = |e: opencv::Error| SinkError::Other(format!("opencv: {e}"));
         let mat = image
             .mat()
