@@ -470,7 +470,7 @@ impl SourceClips {
         let path = new_clip_path(settings, &self.source, first_captured);
         let err = |m: String| gst_err(&path, m);
         let desc = "appsrc name=src format=time ! h264parse ! \
-                    mp4mux fragment-duration=1000 ! filesink name=file";
+                    mp4mux fragment-duration=1000 ! filesink name=file buffer-mode=unbuffered";
         let pipeline = gst::parse::launch(desc)
             .map_err(|e| err(e.to_string()))?
             .downcast::<gst::Pipeline>()

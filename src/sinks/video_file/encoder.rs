@@ -157,10 +157,20 @@ impl Encoder {
         let keyframes = (u64::from(settings.keyframe_seconds) * fps.0.max(1) as u64
             / fps.1.max(1) as u64)
             .max(1);
+        // The muxer and file sink are given here, not set afterwards: splitmuxsink makes its
+        // (default) muxer when h264parse links to it, during the parse. Each piece the muxer
+        // finishes goes to the disk at once: filesink's default 64 KiB buffer would hold
+        // seconds of a small video back from a crash.
+        let muxer = if settings.mp4 {
+            format!("mp4mux fragment-duration={MP4_FRAGMENT_MS}")
+        } else {
+            "matroskamux".to_owned()
+        };
         let desc = format!(
             "appsrc name=src format=time block=false max-bytes={QUEUE_BYTES} ! videoconvert ! \
              video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} key-int-max={keyframes} ! \
-             h264parse ! splitmuxsink name=split send-keyframe-requests=true max-size-time={}",
+             h264parse ! splitmuxsink name=split send-keyframe-requests=true max-size-time={} \
+             muxer=\"{muxer}\" sink=\"filesink buffer-mode=unbuffered\"",
             settings.preset,
             settings.bitrate_kbps,
             settings.segment.as_nanos()
@@ -169,18 +179,9 @@ impl Encoder {
             .map_err(|e| err(e.to_string()))?
             .downcast::<gst::Pipeline>()
             .map_err(|_| err("not a pipeline".to_owned()))?;
-        let muxer = if settings.mp4 {
-            gst::ElementFactory::make("mp4mux")
-                .property("fragment-duration", MP4_FRAGMENT_MS)
-                .build()
-        } else {
-            gst::ElementFactory::make("matroskamux").build()
-        }
-        .map_err(|e| err(e.to_string()))?;
         let split = pipeline
             .by_name("split")
             .ok_or_else(|| err("no splitmuxsink".to_owned()))?;
-        split.set_property("muxer", &muxer);
         let namer = Mutex::new(Namer {
             template: settings.template.clone(),
             source: settings.source.clone(),
