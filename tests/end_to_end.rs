@@ -147,17 +147,20 @@ include = ["$steps.small.image", "$steps.gray.image", "$steps.always.image"]
     }
 }
 
+/// What `make run` runs: the shipped demo on the street video, with its real detector.
 #[test]
 fn street_video_runs_through_the_demo_pipeline() {
     let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(repo_root().join("assets"), dir.path().join("assets")).unwrap();
     asset("vtest.avi");
+    for linked in ["assets", "models"] {
+        std::os::unix::fs::symlink(repo_root().join(linked), dir.path().join(linked)).unwrap();
+    }
     let out = spawn_run(
         &repo_root().join("pipelines/demo.toml"),
         &["--stats-json", "stats.json"],
         dir.path(),
     )
-    .finish(Duration::from_secs(300));
+    .finish(Duration::from_secs(900));
     assert!(out.status.success(), "{}", out.stderr);
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 795);
@@ -167,20 +170,44 @@ fn street_video_runs_through_the_demo_pipeline() {
             .enumerate()
             .all(|(i, l)| l["frame"] == i as u64)
     );
-    // Pedestrians walk through the whole clip: once the background is learnt, most frames
-    // have moving regions.
-    let with_motion = lines[50..]
+    // Pedestrians walk through the whole clip: most frames have people tracked, with IDs.
+    let tracked = lines
         .iter()
-        .filter(|l| !l["steps.motion.detections"].as_array().unwrap().is_empty())
+        .filter(|l| {
+            l["steps.tracks.tracks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["track_id"].as_u64().is_some_and(|id| id >= 1))
+        })
         .count();
-    assert!(with_motion > 600, "motion in only {with_motion} frames");
+    assert!(tracked > 600, "people tracked on only {tracked} frames");
+    // People cross the line both ways, every crossing an event, the counts their sums.
+    let last = &lines[794]["steps.crossing.counts"];
+    let events: Vec<&serde_json::Value> = lines
+        .iter()
+        .flat_map(|l| l["steps.crossing.events"].as_array().unwrap())
+        .collect();
+    let each_way = |way: &str| events.iter().filter(|e| e["event"] == way).count() as u64;
+    assert!(each_way("in") >= 3 && each_way("out") >= 3, "{last}");
+    assert_eq!(last["in"], each_way("in"));
+    assert_eq!(last["out"], each_way("out"));
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["counts"]["street"]["crossing"], *last, "{stats}");
+    assert!(
+        out.stderr.contains(&format!(
+            "final counts: street: crossing in={} out={}",
+            last["in"], last["out"]
+        )),
+        "{}",
+        out.stderr
+    );
     // 79.5 s of video: a 60 s segment and the rest in the next.
     assert_eq!(segments(&dir.path().join("out/annotated.mp4")).len(), 2);
     assert_eq!(
         count_segment_frames(&dir.path().join("out/annotated.mp4")),
         795
     );
-    let stats = read_json(&dir.path().join("stats.json"));
     assert_eq!(stats["frames_decoded"], 795);
     assert_eq!(stats["frames_processed"], 795);
 }

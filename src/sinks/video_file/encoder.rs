@@ -160,7 +160,8 @@ impl Encoder {
         // The muxer and file sink are given here, not set afterwards: splitmuxsink makes its
         // (default) muxer when h264parse links to it, during the parse. Each piece the muxer
         // finishes goes to the disk at once: filesink's default 64 KiB buffer would hold
-        // seconds of a small video back from a crash.
+        // seconds of a small video back from a crash. No B-frames: with them, fragmented MP4
+        // lost the last two frames before each cut.
         let muxer = if settings.mp4 {
             format!("mp4mux fragment-duration={MP4_FRAGMENT_MS}")
         } else {
@@ -168,7 +169,7 @@ impl Encoder {
         };
         let desc = format!(
             "appsrc name=src format=time block=false max-bytes={QUEUE_BYTES} ! videoconvert ! \
-             video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} key-int-max={keyframes} ! \
+             video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} key-int-max={keyframes} bframes=0 ! \
              h264parse ! splitmuxsink name=split send-keyframe-requests=true max-size-time={} \
              muxer=\"{muxer}\" sink=\"filesink buffer-mode=unbuffered\"",
             settings.preset,
