@@ -116,8 +116,9 @@ fn with_stop_the_daemon_drains_closes_its_sinks_and_exits_70() {
 #[test]
 fn a_filter_that_ends_its_branch_skips_without_failing() {
     let dir = tempfile::tempdir().unwrap();
-    // A still pattern: no motion after the first frame, so the filter ends the branch and the
-    // annotated video gets only the frames with motion.
+    // A still pattern: no motion after the first frame, so the filter ends the branch. The
+    // steps that need its detections are skipped (here a second filter);
+    // `annotate`, whose detections are optional, still draws every frame, without boxes.
     let p = write(
         dir.path(),
         "p.toml",
@@ -139,14 +140,18 @@ kind = "annotate"
 image = "$frame"
 detections = "$steps.moving.detections"
 
+[steps.kept]
+kind = "filter"
+detections = "$steps.moving.detections"
+
 [sinks.events]
 kind = "jsonl"
 path = "events.jsonl"
-include = ["$steps.moving.detections"]
+include = ["$steps.moving.detections", "$steps.kept.detections"]
 
 [sinks.video]
 kind = "video_file"
-path = "moving.mp4"
+path = "annotated.mp4"
 image = "$steps.overlay.image"
 "#,
     );
@@ -162,8 +167,16 @@ image = "$steps.overlay.image"
         .filter(|l| l["steps.moving.detections"].is_null())
         .count() as u64;
     assert!(skipped >= 15, "{skipped} of 20 frames skipped");
-    assert_eq!(stats["sinks"]["video"]["skipped"], skipped);
-    assert_eq!(stats["sinks"]["video"]["written"], 20 - skipped);
+    // The branch's reader is skipped on exactly those frames, none failed.
+    for line in &lines {
+        assert_eq!(
+            line["steps.kept.detections"].is_null(),
+            line["steps.moving.detections"].is_null(),
+            "{line}"
+        );
+        assert!(line.get("error").is_none(), "{line}");
+    }
+    assert_eq!(stats["sinks"]["video"]["written"], 20);
 }
 
 #[test]
