@@ -123,6 +123,9 @@ fn pipeline(dir: &Path, uri: &str, video: &str, extra_sinks: &str) -> PathBuf {
             r#"
 [sources.cam]
 uri = "{uri}"
+# Two seconds of a live source: a loaded machine must not make it drop from its queue, which
+# these tests would take for a loss (a file source waits instead, and ignores this).
+queue = 60
 
 [executor]
 workers = 2
@@ -250,15 +253,16 @@ fn after_sigkill_every_segment_plays_every_line_parses_and_a_second_run_appends(
         let dir = tempfile::tempdir().unwrap();
         let uri = "test://ball?width=320&height=240&fps=30&live=true";
         let p = pipeline(dir.path(), uri, video, "");
-        // Segments of 6 s with a keyframe every second, killed 12.5 to 14 s in: the segment
-        // being written is then more than 5 s old, with whole fragments (or clusters) to play.
+        // Segments of 8 s with a keyframe every second, killed 14 to 15 s in (recording starts
+        // within a second): the second segment is then 5 to 7 s old, with whole fragments (or
+        // clusters) to play.
         let text = std::fs::read_to_string(&p).unwrap().replace(
             "segment_seconds = 1",
-            "segment_seconds = 6\nkeyframe_seconds = 1",
+            "segment_seconds = 8\nkeyframe_seconds = 1",
         );
         std::fs::write(&p, text).unwrap();
         let run = start(dir.path(), &p);
-        let after = random.ms(12500, 14000);
+        let after = random.ms(14000, 15000);
         std::thread::sleep(after);
         let state = format!("trial {trial} ({video}), SIGKILL after {after:?}");
         run.signal("KILL");
@@ -291,11 +295,13 @@ fn after_sigkill_every_segment_plays_every_line_parses_and_a_second_run_appends(
             lines.len()
         );
         assert!(!lines.is_empty(), "{state}");
+        // In order. (A live source may drop from its full queue on a loaded machine: its
+        // frame numbers then have gaps, counted as dropped.)
         assert!(
             lines
-                .iter()
-                .enumerate()
-                .all(|(i, l)| l["frame"] == i as u64)
+                .windows(2)
+                .all(|w| w[0]["frame"].as_u64() < w[1]["frame"].as_u64()),
+            "{state}"
         );
 
         // A crash in the middle of a line, as a SIGKILL during a write leaves it.
@@ -367,11 +373,14 @@ fn failing_video_sink_is_alone(dir: &Path, p: &Path) {
     assert!(out.stderr.contains("sink \"video\" lost"), "{}", out.stderr);
     let stats = read_json(&dir.join("stats.json"));
     let processed = stats["frames_processed"].as_u64().unwrap();
+    // Nothing decoded disappears: a live source may drop from its full queue under load, and
+    // says so.
     assert_eq!(
         stats["frames_decoded"].as_u64().unwrap(),
-        processed,
+        processed + stats["frames_dropped"].as_u64().unwrap(),
         "{stats}"
     );
+    assert_eq!(stats["frames_failed"], 0, "{stats}");
     assert_eq!(stats["sinks"]["events"]["written"], processed, "{stats}");
     assert_eq!(jsonl(&events).len() as u64, processed);
     let video = &stats["sinks"]["video"];
