@@ -33,10 +33,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::video_file::VideoFile;
-use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
-use crate::value::{Value, ValueType};
+use crate::value::Value;
 
 /// Longest wait for a clip's file to be finished, or for an encoder to give its last frames.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,18 +48,7 @@ const INDEX: &str = "clips.jsonl";
 pub(super) static KIND: SinkKind = SinkKind {
     name: "clip",
     summary: "one H.264 clip per event, from pre_roll_s before it to post_roll_s after it",
-    inputs: &[
-        SinkPort {
-            name: "image",
-            ty: Some(ValueType::Image),
-            list: false,
-        },
-        SinkPort {
-            name: "when",
-            ty: None,
-            list: true,
-        },
-    ],
+    inputs: &[super::IMAGE_PORT, super::WHEN_PORT],
     params: &[
         ParamDoc {
             name: "dir",
@@ -619,10 +608,7 @@ impl Sink for ClipSink {
         };
         let frame = result.frame();
         let at = super::source_time(result);
-        let triggered = self
-            .when
-            .iter()
-            .any(|&r| result.value(r).is_some_and(|v| !v.is_empty()));
+        let triggered = super::any_non_empty(result, self.when.iter().copied());
         let settings = &self.settings;
         let (width, height, _) = image.shape();
         if !self.sources.contains_key(&frame.source) {

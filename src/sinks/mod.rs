@@ -103,6 +103,27 @@ pub enum SinkError {
     Other(String),
 }
 
+/// The image a `snapshot` or `clip` records.
+const IMAGE_PORT: SinkPort = SinkPort {
+    name: "image",
+    ty: Some(ValueType::Image),
+    list: false,
+};
+
+/// What triggers a `snapshot` or `clip`: any of these values non-empty.
+const WHEN_PORT: SinkPort = SinkPort {
+    name: "when",
+    ty: None,
+    list: true,
+};
+
+/// Whether any of `refs` has a value on this frame that is not empty (a detection, a track, an
+/// event: [`crate::value::Value::is_empty`]).
+fn any_non_empty(result: &FrameResult, refs: impl IntoIterator<Item = crate::spec::Ref>) -> bool {
+    refs.into_iter()
+        .any(|r| result.value(r).is_some_and(|v| !v.is_empty()))
+}
+
 /// A frame's time in its source's clock: its timestamp when it has one, else its capture time
 /// (so a file processed faster than real time is paced like its scene).
 fn source_time(result: &FrameResult) -> std::time::Duration {

@@ -60,11 +60,7 @@ pub(super) fn message(
     inputs: &[SinkInput],
     mode: Mode,
 ) -> Result<Option<Message>, SinkError> {
-    if mode == Mode::Events
-        && !inputs
-            .iter()
-            .any(|i| result.value(i.from).is_some_and(|v| !v.is_empty()))
-    {
+    if mode == Mode::Events && !super::any_non_empty(result, inputs.iter().map(|i| i.from)) {
         return Ok(None);
     }
     let body = serde_json::to_vec(&frame_json(result, inputs))

@@ -27,16 +27,8 @@ pub(super) static KIND: SinkKind = SinkKind {
     name: "snapshot",
     summary: "a JPEG of an image, or a crop around each detection, when a value is non-empty",
     inputs: &[
-        SinkPort {
-            name: "image",
-            ty: Some(ValueType::Image),
-            list: false,
-        },
-        SinkPort {
-            name: "when",
-            ty: None,
-            list: true,
-        },
+        super::IMAGE_PORT,
+        super::WHEN_PORT,
         SinkPort {
             name: "crops",
             ty: Some(ValueType::Detections),
@@ -230,11 +222,8 @@ impl Snapshot {
 
 impl Sink for Snapshot {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
-        let triggered = self.when.is_empty()
-            || self
-                .when
-                .iter()
-                .any(|&r| result.value(r).is_some_and(|v| !v.is_empty()));
+        let triggered =
+            self.when.is_empty() || super::any_non_empty(result, self.when.iter().copied());
         let now = super::source_time(result);
         let frame = result.frame();
         let cooling = self
