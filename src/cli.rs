@@ -130,7 +130,10 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
             tracing::warn!(error = %e, "cannot install signal handler");
         }
     }
-    let options = RunOptions { max_frames };
+    let options = RunOptions {
+        max_frames,
+        ..RunOptions::default()
+    };
     let (report, code) = match daemon::run(pipeline, &options, &shutdown) {
         Ok(report) => (Some(report), exit::OK),
         Err(failure) => {

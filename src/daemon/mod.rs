@@ -21,6 +21,7 @@
 //! [`DaemonError::StopDeadline`] (exit 70). See `shutdown.rs` for the shares of the deadline.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
@@ -31,11 +32,13 @@ use crate::source::{SourceError, SourceStats};
 use crate::workflow::PoolError;
 
 mod counts;
+pub mod live;
 pub mod notify;
 mod run;
 mod shutdown;
 
 pub use counts::{FinalCounts, lines as count_lines};
+pub use live::Live;
 pub use run::run;
 
 /// Run-time choices that are not part of the pipeline file.
@@ -43,6 +46,8 @@ pub use run::run;
 pub struct RunOptions {
     /// Stop cleanly after this many frames.
     pub max_frames: Option<u64>,
+    /// What the run shows while it runs; the caller may keep a clone to watch it.
+    pub live: Arc<Live>,
 }
 
 /// Asks a running pipeline to stop: the first request drains, the second aborts.

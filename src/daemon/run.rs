@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 
 use super::counts::LastCounts;
+use super::live::{LiveSink, LiveSource, Parts, Phase};
 use super::shutdown::{Delivered, StopDeadline, close_in_order, close_sinks, stop_sources};
-use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
+use super::{DaemonError, Failure, Live, PoolReport, Report, RunOptions, Shutdown, notify};
 use crate::config::Pipeline;
 use crate::sinks::SinkRunner;
 use crate::source::{self, SourceControl, SourceHandle};
@@ -35,6 +36,8 @@ pub fn run(
         ..
     } = pipeline;
     let stop_timeout = daemon_config.stop_timeout;
+    let live = options.live.clone();
+    live.set_phase(Phase::Starting);
     let graph = Arc::new(Graph::new(steps));
     let last_counts = Arc::new(LastCounts::new(&graph));
     let opencv_threads = i32::try_from(executor_config.opencv_threads).unwrap_or(1);
@@ -100,6 +103,23 @@ pub fn run(
         None => Executor::owning(graph, executor_config),
     };
     let host_metrics = host_pool.as_ref().map(|p| p.metrics().clone());
+    live.set_parts(Parts {
+        sources: running
+            .iter()
+            .zip(&sources)
+            .map(|(handle, config)| LiveSource::of(handle, config.uri.is_live()))
+            .collect(),
+        sinks: sinks
+            .iter()
+            .map(|s| LiveSink {
+                name: s.name().into(),
+                sender: s.sender(),
+            })
+            .collect(),
+        executor: Some(executor.metrics().clone()),
+        pool: host_metrics.clone(),
+    });
+    live.set_phase(Phase::Running);
     let delivered = Arc::new(Delivered::default());
     let (abort_tx, abort_rx) = crossbeam_channel::unbounded::<()>();
     let (finished_tx, finished_rx) = crossbeam_channel::bounded::<(RunStats, Executor)>(1);
@@ -108,11 +128,13 @@ pub fn run(
         let senders: Vec<_> = sinks.iter().map(SinkRunner::sender).collect();
         let delivered = delivered.clone();
         let last_counts = last_counts.clone();
+        let live = live.clone();
         std::thread::Builder::new()
             .name("vidflow-executor".to_owned())
             .spawn(move || {
                 let stats = executor.run_sources(&queues, &abort_rx, |result| {
                     if delivered.count(&result) {
+                        live.count_delivered(result.failure().is_some());
                         last_counts.record(&result);
                         for sink in &senders {
                             sink.send(result.clone());
@@ -143,6 +165,7 @@ pub fn run(
         sources: running.iter().map(SourceHandle::done).collect(),
         controls: &controls,
         abort: &abort_tx,
+        live: &live,
         stop_timeout,
     });
     let mut abandoned = Vec::new();
@@ -311,6 +334,7 @@ struct WaitFor<'a> {
     sources: Vec<Receiver<()>>,
     controls: &'a [SourceControl],
     abort: &'a Sender<()>,
+    live: &'a Live,
     stop_timeout: Duration,
 }
 
@@ -350,6 +374,7 @@ fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
                         "stop requested: draining (send again to stop at once)"
                     );
                     notify::notify("STOPPING=1");
+                    w.live.set_phase(Phase::Draining);
                     deadline = Some(StopDeadline::starting_now(w.stop_timeout));
                     w.controls.iter().for_each(SourceControl::stop);
                 } else {
@@ -375,6 +400,7 @@ fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
                 let _ = op.recv(&sources[i - first_source]);
                 sources.remove(i - first_source);
                 if sources.is_empty() && deadline.is_none() {
+                    w.live.set_phase(Phase::Draining);
                     deadline = Some(StopDeadline::starting_now(w.stop_timeout));
                 }
             }

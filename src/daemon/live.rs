@@ -1,0 +1,144 @@
+//! What a running pipeline shows while it runs, for its observers: systemd notify, the HTTP
+//! endpoint, the progress bar. The frame path only bumps atomics here; observers read them on
+//! their own threads and take the `parts` lock, which the frame path never takes (it is written
+//! when the run starts and at a reload).
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
+
+use crate::sinks::SinkSender;
+use crate::source::{SourceCounters, SourceHandle};
+use crate::workflow::{ExecutorMetrics, PoolMetrics};
+
+/// Where the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Sinks, pool and sources are being started.
+    Starting,
+    /// Every source started (each may still be connecting or retrying).
+    Running,
+    /// Swapping steps and sinks after SIGHUP.
+    Reloading,
+    /// A stop was requested or every source ended: the workflow drains.
+    Draining,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Starting,
+            1 => Self::Running,
+            2 => Self::Reloading,
+            _ => Self::Draining,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Reloading => "reloading",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// One running source, as its observers see it.
+#[derive(Debug, Clone)]
+pub struct LiveSource {
+    pub name: Arc<str>,
+    /// A camera or stream (retries forever), not a file or a test pattern.
+    pub live: bool,
+    pub counters: Arc<SourceCounters>,
+}
+
+/// One open sink, as its observers see it.
+#[derive(Debug, Clone)]
+pub struct LiveSink {
+    pub name: Arc<str>,
+    pub sender: SinkSender,
+}
+
+/// The parts of a run; replaced as a whole when a reload swaps steps or sinks.
+#[derive(Debug, Clone, Default)]
+pub struct Parts {
+    pub sources: Vec<LiveSource>,
+    pub sinks: Vec<LiveSink>,
+    pub executor: Option<Arc<ExecutorMetrics>>,
+    pub pool: Option<Arc<PoolMetrics>>,
+}
+
+/// Shared between the run and its observers (`Arc<Live>`).
+#[derive(Debug)]
+pub struct Live {
+    pub started: Instant,
+    parts: RwLock<Arc<Parts>>,
+    phase: AtomicU8,
+    /// Frames delivered to the sinks (processed or failed), over the whole run. Bumped by the
+    /// executor's thread for every result: a workflow that is stuck stops it.
+    delivered: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            parts: RwLock::default(),
+            phase: AtomicU8::new(0),
+            delivered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Live {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn parts(&self) -> Arc<Parts> {
+        self.parts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn set_parts(&self, parts: Parts) {
+        *self.parts.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(parts);
+    }
+
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    pub(super) fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// Frames delivered to the sinks so far, and how many of them failed.
+    pub fn delivered(&self) -> (u64, u64) {
+        (
+            self.delivered.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+
+    pub(super) fn count_delivered(&self, failed: bool) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl LiveSource {
+    pub(super) fn of(handle: &SourceHandle, live: bool) -> Self {
+        Self {
+            name: handle.name().clone(),
+            live,
+            counters: handle.counters().clone(),
+        }
+    }
+}
