@@ -22,7 +22,7 @@ mod routing;
 mod source;
 
 pub use resolve::{
-    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, HttpConfig, OnStepError, Pipeline, SinkConfig,
     StepConfig,
 };
 
