@@ -212,7 +212,10 @@ impl Hub {
             .collect();
         for channel in channels {
             // Taken so that a watcher between its check and its wait cannot miss the wake-up.
-            let _latest = channel.latest.lock().unwrap_or_else(PoisonError::into_inner);
+            let _latest = channel
+                .latest
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             channel.changed.notify_all();
         }
     }

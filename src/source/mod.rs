@@ -192,9 +192,7 @@ impl SourceCounters {
     pub fn since_last_frame(&self) -> Option<Duration> {
         match self.last_frame_ms.load(Ordering::Relaxed) {
             0 => None,
-            at => Some(Duration::from_millis(
-                monotonic_ms().saturating_sub(at - 1),
-            )),
+            at => Some(Duration::from_millis(monotonic_ms().saturating_sub(at - 1))),
         }
     }
 
