@@ -22,8 +22,8 @@ mod routing;
 mod source;
 
 pub use resolve::{
-    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
-    StepConfig,
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, HttpConfig, OnStepError, Pipeline,
+    SinkConfig, StepConfig,
 };
 
 /// A diagnostic placed in its file: `path:line:column: message`.

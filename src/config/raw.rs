@@ -22,6 +22,7 @@ pub(super) struct RawPipeline<'i> {
     pub sources: Vec<(Spanned<String>, RawSource)>,
     pub executor: RawExecutor,
     pub daemon: RawDaemon,
+    pub http: Option<RawHttp>,
     pub steps: Vec<RawComponent<'i>>,
     pub sinks: Vec<RawComponent<'i>>,
 }
@@ -73,6 +74,13 @@ pub(super) struct RawDaemon {
     pub stop_timeout_s: Option<Spanned<i64>>,
 }
 
+/// `[http]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub listen: Spanned<String>,
+}
+
 /// `[steps.NAME]` or `[sinks.NAME]`: a kind and the keys that kind interprets.
 #[derive(Debug)]
 pub(super) struct RawComponent<'i> {
@@ -100,7 +108,7 @@ impl<'i> RawComponent<'i> {
     }
 }
 
-const SECTIONS: &str = "sources, executor, daemon, steps, sinks";
+const SECTIONS: &str = "sources, executor, daemon, http, steps, sinks";
 
 pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<RawPipeline<'i>> {
     let (doc, errors) = DeTable::parse_recoverable(text);
@@ -132,6 +140,7 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
                     raw.daemon = d;
                 }
             }
+            "http" => raw.http = deserialize::<RawHttp>("http", value, diags),
             "steps" => raw.steps = components("steps", key, value, diags),
             "sinks" => raw.sinks = components("sinks", key, value, diags),
             other => diags.push(Diagnostic::at(

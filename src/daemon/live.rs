@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::sinks::SinkSender;
 use crate::source::{SourceCounters, SourceHandle};
@@ -51,6 +51,8 @@ pub struct LiveSource {
     /// A camera or stream (retries forever), not a file or a test pattern.
     pub live: bool,
     pub counters: Arc<SourceCounters>,
+    /// Its `stall_timeout_ms` (the HTTP health check's limit derives from it).
+    pub stall_timeout: Duration,
 }
 
 /// One open sink, as its observers see it.
@@ -139,6 +141,7 @@ impl LiveSource {
             name: handle.name().clone(),
             live,
             counters: handle.counters().clone(),
+            stall_timeout: handle.options().stall_timeout,
         }
     }
 }

@@ -32,6 +32,7 @@ use crate::source::{SourceError, SourceStats};
 use crate::workflow::PoolError;
 
 mod counts;
+pub mod http;
 pub mod live;
 pub mod notify;
 mod run;
@@ -123,6 +124,8 @@ pub enum DaemonError {
     StepStop(StepFailure),
     #[error("stop deadline of {timeout_s} s reached; abandoned: {abandoned}")]
     StopDeadline { timeout_s: u64, abandoned: String },
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
 }
 
 impl DaemonError {
@@ -130,6 +133,7 @@ impl DaemonError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Source(_) => 69,
+            Self::Http(e) => e.exit_code(),
             Self::Sink {
                 source: SinkError::Io { .. },
                 ..

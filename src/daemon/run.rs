@@ -33,8 +33,14 @@ pub fn run(
         daemon: daemon_config,
         steps,
         sinks: sink_configs,
+        http: http_config,
         ..
     } = pipeline;
+    // Bound before anything starts: a port in use fails the run at once.
+    let http = match http_config.as_ref().map(super::http::bind).transpose() {
+        Ok(http) => http,
+        Err(e) => return Err(Failure::before_start(e.into())),
+    };
     let stop_timeout = daemon_config.stop_timeout;
     let live = options.live.clone();
     live.set_phase(Phase::Starting);
@@ -120,6 +126,11 @@ pub fn run(
         pool: host_metrics.clone(),
     });
     live.set_phase(Phase::Running);
+    // Serves until the end of this function (dropped last: it still answers while draining).
+    let _http = http.map(|bound| bound.serve(live.clone())).transpose().unwrap_or_else(|e| {
+        tracing::error!(error = %e, "http endpoint: cannot start its thread; running without it");
+        None
+    });
     let delivered = Arc::new(Delivered::default());
     let (abort_tx, abort_rx) = crossbeam_channel::unbounded::<()>();
     let (finished_tx, finished_rx) = crossbeam_channel::bounded::<(RunStats, Executor)>(1);

@@ -10,6 +10,7 @@ mod clip;
 mod jsonl;
 mod mqtt;
 mod net;
+pub mod preview;
 pub mod runner;
 mod snapshot;
 mod video_file;
@@ -25,6 +26,7 @@ pub static KINDS: &[&SinkKind] = &[
     &clip::KIND,
     &mqtt::KIND,
     &webhook::KIND,
+    &preview::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static SinkKind> {

@@ -23,7 +23,7 @@
 //! is abandoned (its thread detached, never joined).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -84,6 +84,24 @@ pub struct SinkStats {
     pub dropped: u64,
 }
 
+/// A sink's counts as it runs. Written by the sink's thread only, read by observers (relaxed:
+/// statistics). The final [`SinkStats`] are these, plus the overflow of the queue.
+#[derive(Debug, Default)]
+struct SinkCounters {
+    written: AtomicU64,
+    skipped: AtomicU64,
+    /// Failed writes (the queue's overflow is counted apart, by the delivering threads).
+    failed: AtomicU64,
+    /// Whether the last write failed.
+    failing: AtomicBool,
+}
+
+impl SinkCounters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// What a sink thread hands back when it ends: its counts and how closing went.
 type Closed = (SinkStats, Result<(), SinkError>);
 
@@ -109,9 +127,30 @@ pub struct SinkSender {
     /// Results dropped from the full queue. Written by delivering threads, read by the sink's
     /// thread when it ends (relaxed: a plain counter, the channel orders nothing through it).
     overflow: Arc<AtomicU64>,
+    counters: Arc<SinkCounters>,
 }
 
 impl SinkSender {
+    /// The sink's counts so far (what its final [`SinkStats`] will be if nothing else comes).
+    pub fn stats(&self) -> SinkStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SinkStats {
+            written: get(&self.counters.written),
+            skipped: get(&self.counters.skipped),
+            dropped: get(&self.counters.failed) + get(&self.overflow),
+        }
+    }
+
+    /// Results waiting in the sink's queue.
+    pub fn queue_len(&self) -> usize {
+        self.sender.len()
+    }
+
+    /// Whether the sink's last write failed (it keeps taking frames, counting them as dropped).
+    pub fn failing(&self) -> bool {
+        self.counters.failing.load(Ordering::Relaxed)
+    }
+
     /// Whether this sink takes frames of `source`.
     pub fn takes(&self, source: &str) -> bool {
         self.routing
@@ -156,20 +195,27 @@ impl SinkRunner {
         let (close, close_rx) = crossbeam_channel::bounded::<()>(0);
         let (closed_tx, closed) = crossbeam_channel::bounded::<Closed>(1);
         let overflow = Arc::new(AtomicU64::new(0));
+        let counters = Arc::new(SinkCounters::default());
         let sender = SinkSender {
             name: name.into(),
             sender,
             queue: receiver.clone(),
             routing,
             overflow: overflow.clone(),
+            counters: counters.clone(),
         };
         let label = name.to_owned();
         let thread = std::thread::Builder::new()
             .name(format!("vidflow-sink-{name}"))
             .spawn(move || {
                 let mut sink = sink;
-                let mut stats = write_all(&label, sink.as_mut(), &receiver, &close_rx);
-                stats.dropped += overflow.load(Ordering::Relaxed);
+                write_all(&label, sink.as_mut(), &receiver, &close_rx, &counters);
+                let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                let stats = SinkStats {
+                    written: get(&counters.written),
+                    skipped: get(&counters.skipped),
+                    dropped: get(&counters.failed) + get(&overflow),
+                };
                 let _ = closed_tx.send((stats, sink.close()));
             })
             .map_err(|e| SinkError::Other(format!("cannot spawn sink thread: {e}")))?;
@@ -184,14 +230,14 @@ impl SinkRunner {
 }
 
 /// The sink thread's loop: writes every result until the channel disconnects or the close
-/// signal comes, flushing when the queue runs empty.
+/// signal comes, flushing when the queue runs empty; counts into `counters`.
 fn write_all(
     label: &str,
     sink: &mut dyn Sink,
     receiver: &Receiver<FrameResult>,
     close: &Receiver<()>,
-) -> SinkStats {
-    let mut stats = SinkStats::default();
+    counters: &SinkCounters,
+) {
     let mut failing = false;
     // Set by the close signal: what is queued then is still written, then the loop ends.
     let mut closing = false;
@@ -223,20 +269,20 @@ fn write_all(
         };
         match sink.write(&result) {
             Ok(true) => {
-                stats.written += 1;
+                SinkCounters::bump(&counters.written);
                 failing = false;
             }
-            Ok(false) => stats.skipped += 1,
+            Ok(false) => SinkCounters::bump(&counters.skipped),
             Err(e) => {
-                stats.dropped += 1;
+                SinkCounters::bump(&counters.failed);
                 if !failing {
                     tracing::error!(sink = %label, error = %e, "write failed; frames are counted as dropped");
                     failing = true;
                 }
             }
         }
+        counters.failing.store(failing, Ordering::Relaxed);
     }
-    stats
 }
 
 impl SinkRunner {

@@ -108,6 +108,53 @@ pub struct SourceCounters {
     pub attempts: AtomicU64,
     /// Frames discarded by `max_fps` before conversion.
     pub throttled: AtomicU64,
+    /// A [`SourceState`] as `u8`. Written by the supervisor (losses, the end) and the streaming
+    /// thread (a frame after a loss), read by observers.
+    state: AtomicU8,
+    /// When the last frame arrived, in ms after [`monotonic_ms`]'s epoch, plus one (0: none
+    /// yet). Written by the streaming thread, read by observers (health).
+    last_frame_ms: AtomicU64,
+}
+
+/// Where a source is, for observers (metrics, health).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceState {
+    /// Before its first frame.
+    Connecting,
+    /// Frames arrive.
+    Streaming,
+    /// Lost (error or end of a live stream); waiting to reconnect, or reconnecting.
+    Retrying,
+    /// No frame for `stall_timeout`: torn down, waiting to reconnect, or reconnecting.
+    Stalled,
+    /// The supervisor has returned: end of file, a stop, or it gave up.
+    Ended,
+}
+
+impl SourceState {
+    pub const ALL: [Self; 5] = [
+        Self::Connecting,
+        Self::Streaming,
+        Self::Retrying,
+        Self::Stalled,
+        Self::Ended,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Connecting => "connecting",
+            Self::Streaming => "streaming",
+            Self::Retrying => "retrying",
+            Self::Stalled => "stalled",
+            Self::Ended => "ended",
+        }
+    }
+}
+
+/// Milliseconds on a monotonic clock whose epoch is its first use in the process.
+fn monotonic_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A snapshot of [`SourceCounters`] for reports.
@@ -121,6 +168,34 @@ pub struct SourceStats {
 }
 
 impl SourceCounters {
+    pub fn state(&self) -> SourceState {
+        SourceState::ALL
+            .get(usize::from(self.state.load(Ordering::Relaxed)))
+            .copied()
+            .unwrap_or(SourceState::Ended)
+    }
+
+    fn set_state(&self, state: SourceState) {
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// On the streaming thread, for each frame accepted: one store, and one more after a loss.
+    fn frame_arrived(&self) {
+        self.last_frame_ms
+            .store(monotonic_ms().saturating_add(1), Ordering::Relaxed);
+        if self.state.load(Ordering::Relaxed) != SourceState::Streaming as u8 {
+            self.set_state(SourceState::Streaming);
+        }
+    }
+
+    /// How long ago the last frame arrived; `None` before the first.
+    pub fn since_last_frame(&self) -> Option<Duration> {
+        match self.last_frame_ms.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(Duration::from_millis(monotonic_ms().saturating_sub(at - 1))),
+        }
+    }
+
     pub fn snapshot(&self) -> SourceStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         SourceStats {
@@ -283,6 +358,7 @@ pub fn start(
             .name(format!("vidflow-source-{}", config.name))
             .spawn(move || {
                 let result = supervisor::supervise(&shared, &frames, oldest.as_ref());
+                shared.counters.set_state(SourceState::Ended);
                 // The frame sender goes first: the consumer sees the channel close.
                 drop(frames);
                 let _ = ended_tx.send(result);
@@ -315,6 +391,10 @@ impl SourceHandle {
 
     pub fn name(&self) -> &Arc<str> {
         &self.shared.name
+    }
+
+    pub fn options(&self) -> &SourceOptions {
+        &self.shared.options
     }
 
     /// A channel that disconnects once the source has ended (its result is then ready for

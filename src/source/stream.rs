@@ -330,6 +330,7 @@ fn callbacks(
             shared.seq.store(seq + 1, Ordering::Relaxed);
             shared.last_frame.store(shared.now_ns(), Ordering::Relaxed);
             shared.counters.decoded.fetch_add(1, Ordering::Relaxed);
+            shared.counters.frame_arrived();
             if !deliver(&shared, &frames, oldest.as_ref(), frame) {
                 return Err(gst::FlowError::Eos);
             }

@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::options::Backoff;
 use super::stream::{Connection, Ended};
-use super::{RUN, Shared, SourceError, SourceUri};
+use super::{RUN, Shared, SourceError, SourceState, SourceUri};
 use crate::frame::Frame;
 
 pub(super) fn supervise(
@@ -53,6 +53,7 @@ pub(super) fn supervise(
             Err(ended) => ended,
         };
         let streamed = shared.last_frame_at().is_some_and(|t| t >= started);
+        let stalled = matches!(ended, Ended::Stalled);
         let reason = match ended {
             Ended::Stopped => return Ok(()),
             Ended::Fatal(e) => return Err(e),
@@ -77,6 +78,11 @@ pub(super) fn supervise(
             ),
             Ended::Failed(e) => e.to_string(),
         };
+        shared.counters.set_state(if stalled {
+            SourceState::Stalled
+        } else {
+            SourceState::Retrying
+        });
         if looping {
             if reported {
                 tracing::debug!(source = %shared.name, reason = %reason, "a pass without a frame");

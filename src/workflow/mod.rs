@@ -6,7 +6,7 @@ pub mod pool;
 
 use std::sync::Arc;
 
-pub use executor::{Executor, ExecutorMetrics, RunStats};
+pub use executor::{Executor, ExecutorMetrics, LATENCY_BUCKETS_S, RunStats, StepMetrics};
 pub use graph::Graph;
 pub use pool::{Pool, PoolError, PoolHandle, PoolMetrics};
 // What a finished frame carries lives below the workflow (sinks read it); re-exported here for

@@ -104,6 +104,72 @@ pub struct ExecutorMetrics {
     /// Panics caught while running nodes, in a step or around it (each failed its frame).
     /// The pool never sees them.
     pub step_panics: AtomicU64,
+    /// Frames admitted and not yet delivered; stored by the coordinator after each change.
+    pub in_flight: AtomicU64,
+    /// Per node of the graph, in graph order: bumped by the thread that ran the step.
+    pub steps: Box<[StepMetrics]>,
+}
+
+/// Upper bounds (seconds) of the step latency histogram's buckets; the last bucket is +Inf.
+pub const LATENCY_BUCKETS_S: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// One step's counters (relaxed: statistics). A step is counted when it runs, not when it is
+/// skipped (a branch not taken, `every_n_frames`, a failed frame).
+#[derive(Debug)]
+pub struct StepMetrics {
+    pub name: Arc<str>,
+    pub runs: AtomicU64,
+    /// Runs that failed (an error, a panic, the wrong number of outputs).
+    pub failures: AtomicU64,
+    /// Runs per latency bucket (not cumulative): `LATENCY_BUCKETS_S`, then +Inf.
+    pub buckets: [AtomicU64; LATENCY_BUCKETS_S.len() + 1],
+    /// Total time in the step, in microseconds.
+    pub total_us: AtomicU64,
+}
+
+impl StepMetrics {
+    fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            runs: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            buckets: Default::default(),
+            total_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one run that took `took`.
+    fn record(&self, took: std::time::Duration, failed: bool) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        let secs = took.as_secs_f64();
+        let bucket = LATENCY_BUCKETS_S
+            .iter()
+            .position(|&le| secs <= le)
+            .unwrap_or(LATENCY_BUCKETS_S.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.total_us.fetch_add(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl ExecutorMetrics {
+    fn for_graph(graph: &Graph) -> Self {
+        Self {
+            steps: graph
+                .nodes
+                .iter()
+                .map(|n| StepMetrics::new(n.name.clone()))
+                .collect(),
+            ..Self::default()
+        }
+    }
 }
 
 /// What the threads running a frame's nodes share; read-only once the first frame runs.
@@ -135,11 +201,11 @@ impl Executor {
     fn with_pool(graph: Arc<Graph>, pool: PoolSource, config: ExecutorConfig) -> Self {
         Self {
             shared: Arc::new(Shared {
-                graph,
                 pool,
                 inline: true,
                 coordinator_runs_steps: true,
-                metrics: Arc::default(),
+                metrics: Arc::new(ExecutorMetrics::for_graph(&graph)),
+                graph,
             }),
             config,
             lanes: Lanes::default(),
@@ -282,6 +348,10 @@ impl Executor {
                 .coordinator_wakeups
                 .fetch_add(1, Ordering::Relaxed);
             let Some(run) = finished else {
+                self.shared
+                    .metrics
+                    .in_flight
+                    .store(in_flight as u64, Ordering::Relaxed);
                 continue;
             };
             let (lane, index) = (run.lane, run.index);
@@ -302,6 +372,10 @@ impl Executor {
                 }
                 deliver(result);
             });
+            self.shared
+                .metrics
+                .in_flight
+                .store(in_flight as u64, Ordering::Relaxed);
         }
         stats
     }

@@ -14,6 +14,7 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
@@ -133,6 +134,7 @@ fn execute(run: &Run, node: usize) {
                     frame: run.record.frame(),
                     values: &values,
                 };
+                let started = Instant::now();
                 let result = match catch_unwind(AssertUnwindSafe(|| n.step.run(&input))) {
                     Ok(result) => result,
                     Err(payload) => {
@@ -145,6 +147,14 @@ fn execute(run: &Run, node: usize) {
                         Err(StepError::Panic(panic_message(&*payload)))
                     }
                 };
+                let failed = match &result {
+                    Ok(StepOutput::Values(values)) => values.len() != n.kind.outputs.len(),
+                    Ok(StepOutput::EndBranch) => false,
+                    Err(_) => true,
+                };
+                if let Some(m) = run.shared.metrics.steps.get(node) {
+                    m.record(started.elapsed(), failed);
+                }
                 match result {
                     Ok(StepOutput::EndBranch) => Outcome::Skipped,
                     Ok(StepOutput::Values(values)) if values.len() == n.kind.outputs.len() => {

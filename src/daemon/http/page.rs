@@ -1,0 +1,99 @@
+//! `/`: one page, no external asset: every source's live preview (when it has a preview sink)
+//! and its counters, refreshed every second from `/stats.json`.
+
+pub(super) const HTML: &str = r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>vidflow</title>
+<style>
+  body { margin: 0; font: 14px system-ui, sans-serif; background: #f4f4f4; color: #222; }
+  #sources { display: flex; flex-wrap: wrap; gap: 8px; padding: 8px; }
+  .source { background: #fff; border: 1px solid #ccc; padding: 0; width: 320px; }
+  .source img, .source .none { display: block; width: 320px; height: 240px; background: #000; object-fit: contain; }
+  .source .none { color: #ccc; display: flex; align-items: center; justify-content: center; text-align: center; }
+  .source h2 { font-size: 15px; margin: 6px 8px 2px; }
+  table { border-collapse: collapse; margin: 0 8px 8px; }
+  td { padding: 1px 8px 1px 0; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+  #run { padding: 0 8px 8px; }
+  .bad { color: #b00; }
+</style>
+</head>
+<body>
+<div id="sources"></div>
+<div id="run">loading...</div>
+<script>
+"use strict";
+const cards = new Map();
+let previous = null;
+
+function card(source) {
+  let c = cards.get(source.name);
+  if (c) return c;
+  const section = document.createElement("section");
+  section.className = "source";
+  section.id = "source-" + source.name;
+  let view;
+  if (source.preview) {
+    view = document.createElement("img");
+    view.id = "preview-" + source.name;
+    view.alt = "preview of " + source.name;
+    view.src = "/preview/" + encodeURIComponent(source.name);
+  } else {
+    view = document.createElement("div");
+    view.className = "none";
+    view.textContent = "no preview sink for this source";
+  }
+  const title = document.createElement("h2");
+  title.textContent = source.name;
+  const table = document.createElement("table");
+  section.append(view, title, table);
+  document.getElementById("sources").append(section);
+  c = { table };
+  cards.set(source.name, c);
+  return c;
+}
+
+function row(table, key, value) {
+  const tr = document.createElement("tr");
+  const k = document.createElement("td");
+  const v = document.createElement("td");
+  k.textContent = key;
+  v.textContent = value;
+  v.className = "n";
+  v.dataset.counter = key;
+  tr.append(k, v);
+  table.append(tr);
+}
+
+async function refresh() {
+  try {
+    const stats = await (await fetch("/stats.json", { cache: "no-store" })).json();
+    for (const s of stats.sources) {
+      const c = card(s);
+      c.table.replaceChildren();
+      const before = previous && previous.sources.find((p) => p.name === s.name);
+      const fps = before ? (s.decoded - before.decoded) / Math.max(stats.uptime_s - previous.uptime_s, 0.001) : 0;
+      row(c.table, "state", s.state);
+      row(c.table, "decoded", s.decoded);
+      row(c.table, "frames/s", fps.toFixed(1));
+      row(c.table, "dropped", s.dropped);
+      row(c.table, "throttled", s.throttled);
+      row(c.table, "reconnects", s.reconnects);
+    }
+    const sinks = stats.sinks.map((k) => `${k.name}: ${k.written} written, ${k.skipped} skipped, ${k.dropped} dropped, queue ${k.queue}`);
+    const run = document.getElementById("run");
+    run.className = stats.healthy ? "" : "bad";
+    run.textContent = `${stats.phase}, ${stats.healthy ? "healthy" : "unhealthy"}; delivered ${stats.delivered} (${stats.failed} failed); ${sinks.join("; ")}`;
+    previous = stats;
+  } catch (e) {
+    document.getElementById("run").textContent = "vidflow is not answering: " + e;
+  }
+}
+
+refresh();
+setInterval(refresh, 1000);
+</script>
+</body>
+</html>
+"#;

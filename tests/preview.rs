@@ -1,0 +1,214 @@
+//! The live preview on a real `vidflow` process: `/preview/SOURCE` streams JPEGs that decode
+//! and change, none is encoded before somebody watches, a source without a preview sink is a
+//! clear 404, and the page shows the moving preview and the counters in headless Chromium
+//! (Debian's `chromium`, installed by scripts/install-deps).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/http.rs"]
+mod http_client;
+#[path = "common/rtsp.rs"]
+mod rtsp;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Running, spawn_run, write};
+use http_client::{get, open, scrape, value, wait_until};
+use opencv::core::{Mat, MatTraitConst, Rect, Vector};
+use opencv::imgcodecs;
+use rtsp::free_port;
+
+/// Guards against a hang only.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// `cam` (a moving ball) has a preview sink; `still` has none.
+fn start(dir: &Path) -> (Running, u16) {
+    let port = free_port().unwrap();
+    let p = write(
+        dir,
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"test://ball?width=320&height=240&fps=15\"\n\
+             [sources.still]\nuri = \"test://smpte?width=160&height=120&fps=5\"\n\
+             [http]\nlisten = \"127.0.0.1:{port}\"\n\
+             [sinks.watch]\nkind = \"preview\"\nimage = \"$frame\"\nsources = [\"cam\"]\nmax_fps = 10\n"
+        ),
+    );
+    (spawn_run(&p, &[], dir), port)
+}
+
+/// Reads one part of a multipart stream: its JPEG bytes.
+fn read_part(reader: &mut impl BufRead) -> Vec<u8> {
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "stream ended");
+        let line = line.trim_end();
+        if let Some(n) = line.strip_prefix("Content-Length: ") {
+            length = Some(n.parse::<usize>().unwrap());
+        }
+        if line.is_empty() && length.is_some() {
+            break;
+        }
+    }
+    let mut jpeg = vec![0; length.unwrap()];
+    reader.read_exact(&mut jpeg).unwrap();
+    jpeg
+}
+
+fn decode(bytes: &[u8]) -> Mat {
+    let mat =
+        imgcodecs::imdecode(&Vector::<u8>::from_slice(bytes), imgcodecs::IMREAD_COLOR).unwrap();
+    assert!(!mat.empty(), "not a decodable image");
+    mat
+}
+
+/// Pixels that differ between two images of one size.
+fn differing(a: &Mat, b: &Mat) -> i32 {
+    let mut diff = Mat::default();
+    opencv::core::absdiff(a, b, &mut diff).unwrap();
+    let mut grey = Mat::default();
+    opencv::imgproc::cvt_color_def(&diff, &mut grey, opencv::imgproc::COLOR_BGR2GRAY).unwrap();
+    opencv::core::count_non_zero(&grey).unwrap()
+}
+
+#[test]
+fn mjpeg_parts_decode_and_change_and_nothing_is_encoded_before_a_client_watches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    // The sink has seen frames (each skipped: nobody watches) and encoded none.
+    let before = wait_until("the preview sink took 20 frames", DEADLINE, || {
+        let s = scrape(port)?;
+        (value(&s, "vidflow_sink_skipped_total", &[("sink", "watch")])? >= 20.0).then_some(s)
+    });
+    assert_eq!(
+        value(&before, "vidflow_preview_jpegs_total", &[("source", "cam")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&before, "vidflow_sink_written_total", &[("sink", "watch")]),
+        Some(0.0)
+    );
+
+    let (status, headers, mut reader) = open(port, "/preview/cam").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        headers
+            .iter()
+            .any(|h| h.starts_with("Content-Type: multipart/x-mixed-replace; boundary=")),
+        "{headers:?}"
+    );
+    let first = decode(&read_part(&mut reader));
+    let second = decode(&read_part(&mut reader));
+    assert_eq!((first.cols(), first.rows()), (320, 240));
+    assert!(
+        differing(&first, &second) > 0,
+        "two parts of a moving ball are the same image"
+    );
+    let after = scrape(port).unwrap();
+    assert!(value(&after, "vidflow_preview_jpegs_total", &[("source", "cam")]).unwrap() >= 2.0);
+    drop(reader);
+
+    let (status, body) = get(port, "/preview/still").unwrap();
+    assert_eq!(status, 404);
+    assert!(
+        body.contains("source \"still\" has no preview sink"),
+        "{body}"
+    );
+    let (status, body) = get(port, "/preview/nope").unwrap();
+    assert_eq!(status, 404);
+    assert!(body.contains("no source \"nope\""), "{body}");
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// Runs headless Chromium on `url` with `args`; its stdout.
+fn chromium(url: &str, args: &[&str]) -> String {
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .args(["--window-size=800,600", "--virtual-time-budget=3000"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium (Debian package chromium, installed by scripts/install-deps)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Where the page puts the first source's preview: 8 px margin, 1 px border, 320 x 240.
+const PREVIEW_AREA: Rect = Rect {
+    x: 9,
+    y: 9,
+    width: 320,
+    height: 240,
+};
+
+/// A screenshot of the page whose preview area shows an image (not the black of an image not
+/// loaded yet); a few tries, since the first JPEG may come after the screenshot.
+fn screenshot(url: &str, path: &Path) -> Mat {
+    for _ in 0..5 {
+        chromium(url, &[&format!("--screenshot={}", path.display())]);
+        let page = imgcodecs::imread(path.to_str().unwrap(), imgcodecs::IMREAD_COLOR).unwrap();
+        assert!(!page.empty(), "{} is not an image", path.display());
+        let area = Mat::roi(&page, PREVIEW_AREA).unwrap().try_clone().unwrap();
+        let mut grey = Mat::default();
+        opencv::imgproc::cvt_color_def(&area, &mut grey, opencv::imgproc::COLOR_BGR2GRAY).unwrap();
+        if opencv::core::count_non_zero(&grey).unwrap() > 0 {
+            return area;
+        }
+    }
+    panic!("the preview area of {} stayed black", path.display());
+}
+
+#[test]
+fn the_page_in_headless_chromium_shows_a_moving_preview_and_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    let url = format!("http://127.0.0.1:{port}/");
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let first_path = shots.join("preview-page-1.png");
+    let second_path = shots.join("preview-page-2.png");
+    let first = screenshot(&url, &first_path);
+    std::thread::sleep(Duration::from_secs(1));
+    let second = screenshot(&url, &second_path);
+    println!(
+        "screenshots: {} {}",
+        first_path.display(),
+        second_path.display()
+    );
+    assert!(
+        differing(&first, &second) > 0,
+        "the preview did not change in a second"
+    );
+
+    let dom = chromium(&url, &["--dump-dom"]);
+    let decoded = dom
+        .split("data-counter=\"decoded\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no decoded counter in the page:\n{dom}"));
+    assert!(decoded > 0, "{dom}");
+    assert!(dom.contains("id=\"preview-cam\""), "{dom}");
+    assert!(dom.contains("no preview sink for this source"), "{dom}");
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
