@@ -73,10 +73,11 @@ async function refresh() {
       const c = card(s);
       c.table.replaceChildren();
       const before = previous && previous.sources.find((p) => p.name === s.name);
-      const fps = before ? (s.decoded - before.decoded) / Math.max(stats.uptime_s - previous.uptime_s, 0.001) : 0;
+      // Measured between two refreshes: "..." until the second one.
+      const fps = before ? ((s.decoded - before.decoded) / Math.max(stats.uptime_s - previous.uptime_s, 0.001)).toFixed(1) : "...";
       row(c.table, "state", s.state);
       row(c.table, "decoded", s.decoded);
-      row(c.table, "frames/s", fps.toFixed(1));
+      row(c.table, "frames/s", fps);
       row(c.table, "dropped", s.dropped);
       row(c.table, "throttled", s.throttled);
       row(c.table, "reconnects", s.reconnects);
