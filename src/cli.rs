@@ -44,6 +44,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a pipeline until its source ends or SIGINT/SIGTERM (a second signal stops at once).
     ///
+    /// SIGHUP reads the pipeline file again: if it is valid, changed steps and sinks are swapped
+    /// in while unchanged sources keep running; if not, every problem is logged and the running
+    /// pipeline goes on.
+    ///
     /// Exit codes: 0 clean end, 78 invalid pipeline, 69 source unavailable, 73 output cannot
     /// be created, 70 internal error or a step error with on_step_error = "stop".
     Run {
@@ -124,17 +128,16 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
         Err(e) => return config_error(&e),
     };
     let shutdown = Shutdown::new();
-    {
-        let shutdown = shutdown.clone();
-        if let Err(e) = ctrlc::set_handler(move || shutdown.request()) {
-            tracing::warn!(error = %e, "cannot install signal handler");
-        }
-    }
+    let signals = Signals::start(&shutdown);
     let options = RunOptions {
         max_frames,
         ..RunOptions::default()
     };
-    let (report, code) = match daemon::run(pipeline, &options, &shutdown) {
+    let outcome = daemon::run(pipeline, &options, &shutdown);
+    if let Some(signals) = signals {
+        signals.stop();
+    }
+    let (report, code) = match outcome {
         Ok(report) => (Some(report), exit::OK),
         Err(failure) => {
             for e in &failure.errors {
@@ -156,6 +159,52 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
         }
     }
     code
+}
+
+/// The signal-handling thread (`vidflow-signals`): SIGINT and SIGTERM ask for a stop (a
+/// second one aborts), SIGHUP for a reload. It blocks in signal-hook's iterator until
+/// [`Signals::stop`] closes it.
+struct Signals {
+    handle: signal_hook::iterator::Handle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Signals {
+    fn start(shutdown: &Shutdown) -> Option<Self> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot install signal handlers");
+                return None;
+            }
+        };
+        let handle = signals.handle();
+        let shutdown = shutdown.clone();
+        let thread = std::thread::Builder::new()
+            .name("vidflow-signals".to_owned())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    if signal == SIGHUP {
+                        shutdown.reload();
+                    } else {
+                        shutdown.request();
+                    }
+                }
+            });
+        match thread {
+            Ok(thread) => Some(Self { handle, thread }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the signal thread");
+                None
+            }
+        }
+    }
+
+    fn stop(self) {
+        self.handle.close();
+        let _ = self.thread.join();
+    }
 }
 
 fn validate(paths: &[PathBuf]) -> u8 {

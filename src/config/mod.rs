@@ -20,11 +20,13 @@ mod raw;
 mod resolve;
 mod routing;
 mod source;
+mod written;
 
 pub use resolve::{
     DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, HttpConfig, OnStepError, Pipeline,
     SinkConfig, StepConfig,
 };
+pub use written::Written;
 
 /// A diagnostic placed in its file: `path:line:column: message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +139,7 @@ pub fn load_text(source: &SourceText) -> Result<Pipeline, ConfigError> {
     let raw = raw::parse(&source.text, &mut diagnostics);
     let pipeline = raw.map(|raw| resolve::resolve(raw, &mut diagnostics));
     match pipeline {
-        Some(p) if diagnostics.is_empty() => Ok(p.with_path(&source.path)),
+        Some(p) if diagnostics.is_empty() => Ok(p.with_source(source)),
         _ => {
             diagnostics.sort_by_key(|d| d.span.as_ref().map_or(0, |s| s.start));
             Err(ConfigError::Invalid {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use toml::de::DeValue;
 
 use super::Name;
 use super::raw::{RawComponent, RawDaemon, RawExecutor, RawHttp, RawPipeline};
+use super::written::Written;
 use crate::sinks::{self, Routing, SinkFactory, SinkKind};
 use crate::source::SourceConfig;
 use crate::spec::{Diagnostic, Params, Ref, SinkInput};
@@ -29,11 +30,14 @@ pub struct Pipeline {
     /// In an order where every step comes after the steps it reads from.
     pub steps: Vec<StepConfig>,
     pub sinks: Vec<SinkConfig>,
+    /// Each step's and sink's table as written, to tell at a reload what changed.
+    pub written: Written,
 }
 
 impl Pipeline {
-    pub(super) fn with_path(mut self, path: &Path) -> Self {
-        self.path = path.to_owned();
+    pub(super) fn with_source(mut self, source: &super::SourceText) -> Self {
+        self.path = source.path.clone();
+        self.written = Written::of(&source.text);
         self
     }
 }
@@ -292,6 +296,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         http,
         steps,
         sinks,
+        written: Written::default(),
     }
 }
 

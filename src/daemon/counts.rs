@@ -68,6 +68,14 @@ impl LastCounts {
         }
     }
 
+    /// The same for `graph`, a reload's, carrying over what was seen so far: counts of a step
+    /// the reload kept go on from their last value.
+    pub(super) fn carried_to(&self, graph: &Graph) -> Self {
+        let next = Self::new(graph);
+        *next.seen.lock().unwrap_or_else(PoisonError::into_inner) = self.take();
+        next
+    }
+
     pub(super) fn take(&self) -> FinalCounts {
         std::mem::take(&mut *self.seen.lock().unwrap_or_else(PoisonError::into_inner))
     }

@@ -35,8 +35,10 @@ mod counts;
 pub mod http;
 pub mod live;
 pub mod notify;
+mod reload;
 mod run;
 mod shutdown;
+mod supervise;
 
 pub use counts::{FinalCounts, lines as count_lines};
 pub use live::Live;
@@ -51,17 +53,26 @@ pub struct RunOptions {
     pub live: Arc<Live>,
 }
 
-/// Asks a running pipeline to stop: the first request drains, the second aborts.
+/// Asks a running pipeline to stop (the first request drains, the second aborts) or to reload
+/// its file.
 #[derive(Debug, Clone)]
 pub struct Shutdown {
     tx: Sender<()>,
     rx: Receiver<()>,
+    reload_tx: Sender<()>,
+    reload_rx: Receiver<()>,
 }
 
 impl Default for Shutdown {
     fn default() -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
-        Self { tx, rx }
+        let (reload_tx, reload_rx) = crossbeam_channel::unbounded();
+        Self {
+            tx,
+            rx,
+            reload_tx,
+            reload_rx,
+        }
     }
 }
 
@@ -70,9 +81,14 @@ impl Shutdown {
         Self::default()
     }
 
-    /// Safe to call from a signal handler thread.
+    /// Asks for a stop; safe to call from a signal-handling thread.
     pub fn request(&self) {
         let _ = self.tx.send(());
+    }
+
+    /// Asks for the pipeline file to be read again and, if valid, swapped in (SIGHUP).
+    pub fn reload(&self) {
+        let _ = self.reload_tx.send(());
     }
 }
 

@@ -10,6 +10,18 @@ pub fn notify(state: &str) {
     }
 }
 
+/// `RELOADING=1` with the `MONOTONIC_USEC=` systemd asks to come with it.
+pub fn reloading() -> String {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
+    let usec = i128::from(now.tv_sec) * 1_000_000 + i128::from(now.tv_nsec) / 1_000;
+    format!("RELOADING=1\nMONOTONIC_USEC={usec}")
+}
+
 fn send(path: &std::ffi::OsStr, state: &str) {
     let Ok(socket) = UnixDatagram::unbound() else {
         return;

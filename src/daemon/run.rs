@@ -1,24 +1,27 @@
 //! One run: source -> executor -> sinks, and the shutdown order (see the module above).
 //!
-//! Threads here: the caller's thread starts everything, then waits for stop requests and for
-//! the executor, which coordinates on a `vidflow-executor` thread of its own so that the caller
-//! can give up on it at the stop deadline (see [`super::shutdown`]).
+//! Threads here: the caller's thread starts everything, then waits for stop requests, reloads
+//! and the executor (see [`super::supervise`]), which coordinates on a `vidflow-executor`
+//! thread of its own so that the caller can give up on it at the stop deadline (see
+//! [`super::shutdown`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-use crossbeam_channel::{Receiver, Select, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use super::counts::LastCounts;
-use super::live::{LiveSink, LiveSource, Parts, Phase};
+use super::live::Phase;
 use super::shutdown::{Delivered, StopDeadline, close_in_order, close_sinks, stop_sources};
-use super::{DaemonError, Failure, Live, PoolReport, Report, RunOptions, Shutdown, notify};
+use super::supervise::{
+    Channels, FromExecutor, OpenSink, Parts0, RunningSource, Segment, Supervisor, Waited,
+    add_source_stats, executor_thread,
+};
+use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
 use crate::config::Pipeline;
 use crate::sinks::SinkRunner;
-use crate::source::{self, SourceControl, SourceHandle};
-use crate::workflow::{Executor, Graph, Pool, PoolError, RunStats};
+use crate::source;
+use crate::workflow::{Executor, Graph, Pool, PoolError};
 
 /// Runs a pipeline until its source ends or `shutdown` is requested.
 pub fn run(
@@ -28,13 +31,14 @@ pub fn run(
 ) -> Result<Report, Failure> {
     let started = Instant::now();
     let Pipeline {
+        path,
         sources,
         executor: executor_config,
         daemon: daemon_config,
         steps,
         sinks: sink_configs,
         http: http_config,
-        ..
+        written,
     } = pipeline;
     // Bound before anything starts: a port in use fails the run at once.
     let http = match http_config.as_ref().map(super::http::bind).transpose() {
@@ -51,16 +55,19 @@ pub fn run(
         tracing::warn!(error = %e, "cannot limit OpenCV's threads");
     }
 
-    let mut sinks = Vec::new();
-    for config in &sink_configs {
+    let mut sinks: Vec<OpenSink> = Vec::new();
+    for config in sink_configs {
         let opened = config
             .factory
             .open(&config.name, &config.inputs)
             .and_then(|sink| SinkRunner::spawn(&config.name, sink, config.routing.clone()));
         match opened {
-            Ok(runner) => sinks.push(runner),
+            Ok(runner) => sinks.push(OpenSink {
+                runner,
+                inputs: config.inputs,
+            }),
             Err(source) => {
-                close_sinks(sinks, None);
+                close_sinks(sinks.into_iter().map(|s| s.runner).collect(), None);
                 return Err(Failure::before_start(DaemonError::Sink {
                     name: config.name.to_string(),
                     source,
@@ -78,107 +85,116 @@ pub fn run(
         match Pool::new(executor_config.workers) {
             Ok(pool) => Some(pool),
             Err(e) => {
-                close_sinks(sinks, None);
+                close_sinks(sinks.into_iter().map(|s| s.runner).collect(), None);
                 return Err(Failure::before_start(e.into()));
             }
         }
     };
 
     // Each source has its own queue, so that one cannot crowd out another.
-    let mut running = Vec::new();
+    let mut running: Vec<RunningSource> = Vec::new();
     let mut queues = Vec::new();
-    for config in &sources {
+    for config in sources {
         let (tx, rx) = crossbeam_channel::bounded(config.options.queue);
-        match source::start(config, tx, &rx, options.max_frames) {
-            Ok(source) => {
-                running.push(source);
+        match source::start(&config, tx, &rx, options.max_frames) {
+            Ok(handle) => {
+                running.push(RunningSource {
+                    handle,
+                    config,
+                    ended: false,
+                });
                 queues.push(rx);
             }
             Err(e) => {
                 let deadline = StopDeadline::starting_now(stop_timeout);
-                stop_sources(running, queues, deadline.joins());
-                let _ = close_in_order(host_pool, sinks, &deadline);
+                let handles = running.into_iter().map(|s| s.handle).collect();
+                stop_sources(handles, queues, deadline.joins());
+                let runners = sinks.into_iter().map(|s| s.runner).collect();
+                let _ = close_in_order(host_pool, runners, &deadline);
                 return Err(Failure::before_start(e.into()));
             }
         }
     }
     notify::notify("READY=1");
 
-    let mut executor = match &host_pool {
-        Some(pool) => Executor::new(graph, pool.handle(), executor_config),
-        None => Executor::owning(graph, executor_config),
+    let executor = match &host_pool {
+        Some(pool) => Executor::new(graph.clone(), pool.handle(), executor_config),
+        None => Executor::owning(graph.clone(), executor_config),
     };
     let host_metrics = host_pool.as_ref().map(|p| p.metrics().clone());
-    live.set_parts(Parts {
-        sources: running
-            .iter()
-            .zip(&sources)
-            .map(|(handle, config)| LiveSource::of(handle, config.uri.is_live()))
-            .collect(),
-        sinks: sinks
-            .iter()
-            .map(|s| LiveSink {
-                name: s.name().into(),
-                sender: s.sender(),
-            })
-            .collect(),
-        executor: Some(executor.metrics().clone()),
-        pool: host_metrics.clone(),
-    });
+    let delivered = Arc::new(Delivered::default());
+    let (pause_tx, pause_rx) = crossbeam_channel::unbounded::<()>();
+    let (from_tx, from_rx) = crossbeam_channel::unbounded::<FromExecutor>();
+    let (to_tx, to_rx) = crossbeam_channel::bounded::<Segment>(1);
+    let handing_over = Arc::new(AtomicBool::new(false));
+    let first = Segment {
+        queues: queues.clone(),
+        sinks: sinks.iter().map(|s| s.runner.sender()).collect(),
+        last_counts: last_counts.clone(),
+        pause: pause_rx,
+        executor,
+    };
+    let executor_metrics = first.executor.metrics().clone();
+    let mut sup = Supervisor::new(
+        Parts0 {
+            path,
+            live: live.clone(),
+            stop_timeout,
+            max_frames: options.max_frames,
+            sources: running,
+            queues,
+            sinks,
+            graph,
+            written,
+            executor_config,
+            http: http_config.map(|h| h.listen),
+            last_counts,
+            pool: host_pool.as_ref().map(Pool::handle),
+            executor_metrics,
+        },
+        Channels {
+            requests: shutdown.rx.clone(),
+            reloads: shutdown.reload_rx.clone(),
+            from_executor: from_rx,
+            to_executor: to_tx,
+            handing_over: handing_over.clone(),
+            pause: pause_tx,
+        },
+    );
+    sup.publish();
     live.set_phase(Phase::Running);
     // Serves until the end of this function (dropped last: it still answers while draining).
     let _http = http.map(|bound| bound.serve(live.clone())).transpose().unwrap_or_else(|e| {
         tracing::error!(error = %e, "http endpoint: cannot start its thread; running without it");
         None
     });
-    let delivered = Arc::new(Delivered::default());
-    let (abort_tx, abort_rx) = crossbeam_channel::unbounded::<()>();
-    let (finished_tx, finished_rx) = crossbeam_channel::bounded::<(RunStats, Executor)>(1);
     let spawned = {
-        let queues = queues.clone();
-        let senders: Vec<_> = sinks.iter().map(SinkRunner::sender).collect();
         let delivered = delivered.clone();
-        let last_counts = last_counts.clone();
         let live = live.clone();
         std::thread::Builder::new()
             .name("vidflow-executor".to_owned())
             .spawn(move || {
-                let stats = executor.run_sources(&queues, &abort_rx, |result| {
-                    if delivered.count(&result) {
-                        live.count_delivered(result.failure().is_some());
-                        last_counts.record(&result);
-                        for sink in &senders {
-                            sink.send(result.clone());
-                        }
-                    }
-                });
-                let _ = finished_tx.send((stats, executor));
+                executor_thread(first, &to_rx, &handing_over, &from_tx, &delivered, &live);
             })
     };
     let executor_thread = match spawned {
         Ok(thread) => thread,
         Err(e) => {
             let deadline = StopDeadline::starting_now(stop_timeout);
-            stop_sources(running, queues, deadline.joins());
-            let _ = close_in_order(host_pool, sinks, &deadline);
+            let handles = sup.sources.drain(..).map(|s| s.handle).collect();
+            stop_sources(handles, std::mem::take(&mut sup.queues), deadline.joins());
+            let runners = sup.sinks.drain(..).map(|s| s.runner).collect();
+            let _ = close_in_order(host_pool, runners, &deadline);
             return Err(Failure::before_start(DaemonError::Pool(PoolError::Spawn(
                 e,
             ))));
         }
     };
 
-    // Wait for the executor, taking stop requests: the first stops the sources gracefully and
-    // starts the stop deadline, the second aborts.
-    let controls: Vec<_> = running.iter().map(SourceHandle::control).collect();
-    let (finished, deadline) = wait(&WaitFor {
-        requests: &shutdown.rx,
-        finished: &finished_rx,
-        sources: running.iter().map(SourceHandle::done).collect(),
-        controls: &controls,
-        abort: &abort_tx,
-        live: &live,
-        stop_timeout,
-    });
+    // Wait for the executor, taking stop requests (the first stops the sources gracefully and
+    // starts the stop deadline, the second aborts) and reloads.
+    let Waited { finished, deadline } = sup.wait();
+    let stop_timeout = sup.stop_timeout;
     let mut abandoned = Vec::new();
     if finished.is_some() {
         // It has sent its last message: the join is immediate.
@@ -187,27 +203,34 @@ pub fn run(
         // The drain did not end in time: stop admitting and delivering; what is queued or in
         // flight is counted below as dropped, and the executor's thread is abandoned.
         tracing::error!("frames still in the workflow at the stop deadline; abandoning the drain");
-        controls.iter().for_each(SourceControl::abort);
-        let _ = abort_tx.send(());
+        sup.abort();
         abandoned.push("the workflow's drain".to_owned());
     }
     let counts = delivered.close();
 
-    // 1. The sources: stopped hard if still running (abort, or stop on step error).
-    let stopped = stop_sources(running, queues, deadline.joins());
+    // 1. The sources: stopped hard if still running (abort, or stop on step error), with those
+    // a reload stopped that have not ended yet.
+    let mut handles: Vec<_> = sup.sources.drain(..).map(|s| s.handle).collect();
+    handles.extend(sup.take_retired());
+    let mut stopped = stop_sources(handles, std::mem::take(&mut sup.queues), deadline.joins());
     abandoned.extend(stopped.abandoned.iter().cloned());
+    for (name, stats) in std::mem::take(&mut sup.retired_stats) {
+        add_source_stats(stopped.stats.entry(name).or_default(), &stats);
+    }
+    stopped.errors.append(&mut sup.retired_errors);
     // 2. Drained already, or abandoned above.
     let pool_metrics = host_metrics.or_else(|| {
         finished
             .as_ref()
             .and_then(|(_, executor)| executor.pool_metrics())
     });
-    let coordinator_wakeups = finished.as_ref().map_or(0, |(_, executor)| {
-        executor
-            .metrics()
-            .coordinator_wakeups
-            .load(Ordering::Relaxed)
-    });
+    let coordinator_wakeups = sup.retired_metrics.0
+        + finished.as_ref().map_or(0, |(_, executor)| {
+            executor
+                .metrics()
+                .coordinator_wakeups
+                .load(Ordering::Relaxed)
+        });
     // Pools really started for this run: the daemon's (if `Pool::new` gave one) and any the
     // executor built for itself (it counts its own).
     let pools_built = u64::from(host_pool.is_some())
@@ -219,6 +242,7 @@ pub fn run(
     let panics = pool_metrics
         .as_ref()
         .map_or(0, |m| m.panics.load(Ordering::Relaxed))
+        + sup.retired_metrics.1
         + finished.as_ref().map_or(0, |(_, executor)| {
             executor.metrics().step_panics.load(Ordering::Relaxed)
         });
@@ -227,7 +251,9 @@ pub fn run(
         Some((stats, executor)) => (Some(stats), executor.close()),
         None => (None, Ok(())),
     };
-    let (host_result, sink_results) = close_in_order(host_pool, sinks, &deadline);
+    let runners = sup.sinks.drain(..).map(|s| s.runner).collect();
+    let (host_result, mut sink_results) = close_in_order(host_pool, runners, &deadline);
+    sink_results.append(&mut sup.closed_sinks);
     let pool_result = own_pool.and(host_result);
     if let Err(PoolError::Abandoned(n)) = &pool_result {
         abandoned.push(format!("{n} pool worker(s)"));
@@ -275,7 +301,7 @@ pub fn run(
             coordinator_wakeups,
             panics,
         },
-        counts: last_counts.take(),
+        counts: sup.last_counts.take(),
     };
     let mut errors: Vec<DaemonError> = stopped
         .errors
@@ -290,7 +316,11 @@ pub fn run(
         Err(e) => errors.push(DaemonError::Pool(e)),
     }
     for (name, stats, result) in sink_results {
-        report.sinks.insert(name.clone(), stats);
+        // A sink closed at a reload and opened again under its name is counted once, whole.
+        let total = report.sinks.entry(name.clone()).or_default();
+        total.written += stats.written;
+        total.skipped += stats.skipped;
+        total.dropped += stats.dropped;
         match result {
             Some(Ok(())) => {}
             Some(Err(source)) => errors.push(DaemonError::Sink {
@@ -334,87 +364,5 @@ pub fn run(
             report: Some(Box::new(report)),
             errors,
         })
-    }
-}
-
-/// What [`wait`] listens to.
-struct WaitFor<'a> {
-    requests: &'a Receiver<()>,
-    finished: &'a Receiver<(RunStats, Executor)>,
-    /// Disconnects when its source has ended (see `SourceHandle::done`).
-    sources: Vec<Receiver<()>>,
-    controls: &'a [SourceControl],
-    abort: &'a Sender<()>,
-    live: &'a Live,
-    stop_timeout: Duration,
-}
-
-/// Blocks until the executor has drained, or the drain's share of the stop deadline is over
-/// (`None`). Returns the deadline of the rest of the shutdown. It starts at the first stop
-/// request, or when every source has ended by itself (end of stream, error), or when the
-/// executor finished (a step error with `on_step_error = "stop"`): whatever ends the run.
-fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
-    let mut requests = w.requests.clone();
-    let mut sources = w.sources.clone();
-    let mut count = 0;
-    let mut deadline: Option<StopDeadline> = None;
-    loop {
-        let timer = deadline.map_or_else(crossbeam_channel::never, |d| {
-            crossbeam_channel::at(d.drain())
-        });
-        let mut select = Select::new();
-        let requests_at = select.recv(&requests);
-        let finished_at = select.recv(w.finished);
-        let timer_at = select.recv(&timer);
-        // Each source still running; its channel disconnects when it ends.
-        let first_source = timer_at + 1;
-        for done in &sources {
-            select.recv(done);
-        }
-        let op = select.select();
-        match op.index() {
-            i if i == requests_at => {
-                if op.recv(&requests).is_err() {
-                    requests = crossbeam_channel::never();
-                    continue;
-                }
-                count += 1;
-                if count == 1 {
-                    tracing::info!(
-                        stop_timeout_s = w.stop_timeout.as_secs(),
-                        "stop requested: draining (send again to stop at once)"
-                    );
-                    notify::notify("STOPPING=1");
-                    w.live.set_phase(Phase::Draining);
-                    deadline = Some(StopDeadline::starting_now(w.stop_timeout));
-                    w.controls.iter().for_each(SourceControl::stop);
-                } else {
-                    tracing::warn!("second stop request: aborting");
-                    w.controls.iter().for_each(SourceControl::abort);
-                    let _ = w.abort.send(());
-                }
-            }
-            i if i == finished_at => {
-                let r = op.recv(w.finished);
-                let deadline =
-                    deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
-                // Disconnected: the executor's thread panicked; nothing is left to wait for.
-                return (r.ok(), deadline);
-            }
-            i if i == timer_at => {
-                let _ = op.recv(&timer);
-                let deadline =
-                    deadline.unwrap_or_else(|| StopDeadline::starting_now(w.stop_timeout));
-                return (None, deadline);
-            }
-            i => {
-                let _ = op.recv(&sources[i - first_source]);
-                sources.remove(i - first_source);
-                if sources.is_empty() && deadline.is_none() {
-                    w.live.set_phase(Phase::Draining);
-                    deadline = Some(StopDeadline::starting_now(w.stop_timeout));
-                }
-            }
-        }
     }
 }

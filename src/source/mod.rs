@@ -43,7 +43,7 @@ pub use pipeline::describe;
 pub use uri::{CameraFormat, SourceUri, TestPattern, UriError, redact};
 
 /// One `[sources.NAME]` table, checked: what [`start`] needs to run the source.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SourceConfig {
     pub name: Arc<str>,
     pub uri: SourceUri,
@@ -318,6 +318,15 @@ impl SourceControl {
     }
 }
 
+/// Where a source started again under the same name (a reload changed its settings) carries on
+/// from: its predecessor's next frame number and the end of its last timestamp, so that frame
+/// numbers and time keep going up for everything downstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resume {
+    pub seq: u64,
+    pub pts_end_ns: u64,
+}
+
 /// Starts a source. Frames go into `frames`; at most `max_frames` are accepted. Fails at once
 /// if the source cannot be opened at all (missing file or camera); a live source that cannot
 /// connect yet is retried in the background.
@@ -326,6 +335,22 @@ pub fn start(
     frames: Sender<Frame>,
     frames_rx: &Receiver<Frame>,
     max_frames: Option<u64>,
+) -> Result<SourceHandle, SourceError> {
+    start_from(config, frames, frames_rx, max_frames, Resume::default())
+}
+
+/// Checks what [`start`] checks before it starts anything (the file or camera device exists).
+pub fn check(config: &SourceConfig) -> Result<(), SourceError> {
+    stream::preflight_uri(&config.name, &config.uri)
+}
+
+/// Like [`start`], numbering frames from `resume.seq` and timing them from `resume.pts_end_ns`.
+pub fn start_from(
+    config: &SourceConfig,
+    frames: Sender<Frame>,
+    frames_rx: &Receiver<Frame>,
+    max_frames: Option<u64>,
+    resume: Resume,
 ) -> Result<SourceHandle, SourceError> {
     crate::gst_setup::init().map_err(|message| SourceError::Gstreamer {
         name: config.name.to_string(),
@@ -340,11 +365,11 @@ pub fn start(
         request: AtomicU8::new(RUN),
         wake: crossbeam_channel::bounded(1),
         bus: Mutex::new(None),
-        seq: AtomicU64::new(0),
+        seq: AtomicU64::new(resume.seq),
         last_frame: AtomicU64::new(0),
         epoch: Instant::now(),
-        pts_offset: AtomicU64::new(0),
-        pts_end: AtomicU64::new(0),
+        pts_offset: AtomicU64::new(resume.pts_end_ns),
+        pts_end: AtomicU64::new(resume.pts_end_ns),
         reconnecting: AtomicBool::new(false),
     });
     stream::preflight(&shared)?;
@@ -395,6 +420,15 @@ impl SourceHandle {
 
     pub fn options(&self) -> &SourceOptions {
         &self.shared.options
+    }
+
+    /// Where a successor of this source would carry on from (see [`Resume`]); final once the
+    /// source has ended.
+    pub fn resume_point(&self) -> Resume {
+        Resume {
+            seq: self.shared.seq.load(Ordering::Relaxed),
+            pts_end_ns: self.shared.pts_end.load(Ordering::Acquire),
+        }
     }
 
     /// A channel that disconnects once the source has ended (its result is then ready for

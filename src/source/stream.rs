@@ -34,18 +34,29 @@ pub(super) enum Ended {
 
 /// Checks what can be checked before GStreamer runs, for errors that say what is wrong.
 pub(super) fn preflight(shared: &Shared) -> Result<(), SourceError> {
-    match &shared.uri {
+    preflight_uri(&shared.name, &shared.uri)
+}
+
+/// [`preflight`] before there is a [`Shared`].
+pub(super) fn preflight_uri(name: &str, uri: &SourceUri) -> Result<(), SourceError> {
+    let unavailable = |reason: String| SourceError::Unavailable {
+        name: name.to_owned(),
+        uri: uri.to_string(),
+        reason,
+    };
+    match uri {
         SourceUri::File { path } => match std::fs::metadata(path) {
             Ok(m) if m.is_file() => Ok(()),
-            Ok(_) => Err(shared.unavailable("not a regular file")),
-            Err(e) => Err(shared.unavailable(format!("cannot open: {e}"))),
+            Ok(_) => Err(unavailable("not a regular file".to_owned())),
+            Err(e) => Err(unavailable(format!("cannot open: {e}"))),
         },
         SourceUri::V4l2 { device, .. } => match std::fs::metadata(device) {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(shared.unavailable(
-                "no such camera device (is it plugged in, and is the user in group \"video\"?)",
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unavailable(
+                "no such camera device (is it plugged in, and is the user in group \"video\"?)"
+                    .to_owned(),
             )),
-            Err(e) => Err(shared.unavailable(format!("cannot open camera device: {e}"))),
+            Err(e) => Err(unavailable(format!("cannot open camera device: {e}"))),
         },
         SourceUri::Rtsp { .. } | SourceUri::Test(_) => Ok(()),
     }

@@ -1,0 +1,180 @@
+//! What a reload (SIGHUP) changes: the running pipeline compared with the file as it is now.
+//!
+//! Pure: [`plan`] only compares and decides; `run.rs` carries the plan out. The rules:
+//! - A source whose URI and settings are equal keeps running (its frame numbers go on); a
+//!   changed one is stopped (what it decoded still goes through the workflow) and started again
+//!   from its predecessor's frame number and time; a removed one is stopped; a new one starts.
+//! - A step whose table is equal to the running one's, and whose every input comes from a kept
+//!   step, is kept: its instance, and so its state (track IDs, counts, a background model),
+//!   carries over. Any other step is the new file's, built fresh.
+//! - A sink whose table is equal, which reads only kept steps at the same places, is kept open
+//!   (its files go on); any other is opened anew and the running one closed at the swap.
+//! - What only a restart can change (the pool's size, the HTTP address) is reported and kept.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::{Pipeline, Written};
+use crate::source::SourceConfig;
+use crate::spec::{Ref, SinkInput};
+use crate::workflow::Graph;
+
+/// The running pipeline's parts that a reload compares against.
+#[derive(Debug)]
+pub(super) struct Current<'a> {
+    pub sources: &'a [SourceConfig],
+    pub graph: &'a Graph,
+    pub sinks: &'a [(Arc<str>, Vec<SinkInput>)],
+    pub written: &'a Written,
+    pub workers: usize,
+    pub http: Option<std::net::SocketAddr>,
+}
+
+/// What to do with each source, by index.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct SourcePlan {
+    /// Running sources to keep, by index in the running list.
+    pub keep: Vec<usize>,
+    /// Running sources to stop for good.
+    pub remove: Vec<usize>,
+    /// (running, new): a running source to stop, then start again with its new settings.
+    pub restart: Vec<(usize, usize)>,
+    /// New sources, by index in the new pipeline.
+    pub add: Vec<usize>,
+}
+
+/// A reload worked out.
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub sources: SourcePlan,
+    /// Per step of the new pipeline (in its order): the running node whose instance it keeps.
+    pub kept_steps: Vec<Option<usize>>,
+    /// Per sink of the new pipeline: the running sink it keeps open.
+    pub kept_sinks: Vec<Option<usize>>,
+    /// Running sinks that the new pipeline does not keep: closed at the swap.
+    pub closed_sinks: Vec<usize>,
+    /// Changes that need a restart, kept as they run now (one line each, for the log).
+    pub ignored: Vec<String>,
+}
+
+impl Plan {
+    /// True if the reload changes nothing that runs.
+    pub(super) fn is_empty(&self, new: &Pipeline) -> bool {
+        self.sources.restart.is_empty()
+            && self.sources.remove.is_empty()
+            && self.sources.add.is_empty()
+            && self.kept_steps.iter().all(Option::is_some)
+            && self.kept_sinks.iter().all(Option::is_some)
+            && self.closed_sinks.is_empty()
+            && new.steps.len() == self.kept_steps.len()
+    }
+}
+
+pub(super) fn plan(current: &Current<'_>, new: &Pipeline) -> Plan {
+    Plan {
+        sources: plan_sources(current.sources, &new.sources),
+        kept_steps: kept_steps(current, new),
+        kept_sinks: Vec::new(),
+        closed_sinks: Vec::new(),
+        ignored: ignored(current, new),
+    }
+    .with_sinks(current, new)
+}
+
+fn plan_sources(running: &[SourceConfig], new: &[SourceConfig]) -> SourcePlan {
+    let mut out = SourcePlan::default();
+    for (i, old) in running.iter().enumerate() {
+        match new.iter().position(|s| s.name == old.name) {
+            Some(j) if new[j].uri == old.uri && new[j].options == old.options => out.keep.push(i),
+            Some(j) => out.restart.push((i, j)),
+            None => out.remove.push(i),
+        }
+    }
+    out.add = (0..new.len())
+        .filter(|&j| !running.iter().any(|s| s.name == new[j].name))
+        .collect();
+    out
+}
+
+/// Steps come in an order where each follows those it reads, so one pass decides.
+fn kept_steps(current: &Current<'_>, new: &Pipeline) -> Vec<Option<usize>> {
+    let running: HashMap<&str, usize> = current
+        .graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (&*n.name, i))
+        .collect();
+    let mut kept: Vec<Option<usize>> = Vec::with_capacity(new.steps.len());
+    for step in &new.steps {
+        let name = &*step.name;
+        let same_table = current.written.steps.contains_key(name)
+            && current.written.steps.get(name) == new.written.steps.get(name);
+        let inputs_kept = step.inputs.iter().flatten().all(|r| match r {
+            Ref::Frame => true,
+            Ref::Step { step, .. } => kept[*step].is_some(),
+        });
+        kept.push(running.get(name).copied().filter(|&i| {
+            same_table && inputs_kept && std::ptr::eq(current.graph.nodes[i].kind, step.kind)
+        }));
+    }
+    kept
+}
+
+impl Plan {
+    fn with_sinks(mut self, current: &Current<'_>, new: &Pipeline) -> Self {
+        let same_place = |r: &Ref, running: &Ref| match (r, running) {
+            (Ref::Frame, Ref::Frame) => true,
+            (
+                Ref::Step { step, output },
+                Ref::Step {
+                    step: was,
+                    output: was_output,
+                },
+            ) => self.kept_steps[*step] == Some(*was) && output == was_output,
+            _ => false,
+        };
+        self.kept_sinks = new
+            .sinks
+            .iter()
+            .map(|sink| {
+                let name = &*sink.name;
+                let i = current.sinks.iter().position(|(n, _)| &**n == name)?;
+                let running_inputs = &current.sinks[i].1;
+                let same_table = current.written.sinks.contains_key(name)
+                    && current.written.sinks.get(name) == new.written.sinks.get(name);
+                let same_inputs = sink.inputs.len() == running_inputs.len()
+                    && sink
+                        .inputs
+                        .iter()
+                        .zip(running_inputs)
+                        .all(|(a, b)| a.port == b.port && same_place(&a.from, &b.from));
+                (same_table && same_inputs).then_some(i)
+            })
+            .collect();
+        self.closed_sinks = (0..current.sinks.len())
+            .filter(|i| !self.kept_sinks.contains(&Some(*i)))
+            .collect();
+        self
+    }
+}
+
+fn ignored(current: &Current<'_>, new: &Pipeline) -> Vec<String> {
+    let mut out = Vec::new();
+    if new.executor.workers != current.workers {
+        out.push(format!(
+            "[executor] workers = {} (the pool keeps its {} worker(s) until a restart)",
+            new.executor.workers, current.workers
+        ));
+    }
+    let listen = new.http.map(|h| h.listen);
+    if listen != current.http {
+        out.push(format!(
+            "[http] listen (stays {} until a restart)",
+            current
+                .http
+                .map_or_else(|| "off".to_owned(), |a| a.to_string())
+        ));
+    }
+    out
+}
