@@ -123,12 +123,18 @@ fn config_error(e: &ConfigError) -> u8 {
 }
 
 fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
-    let pipeline = match config::load(path) {
-        Ok(p) => p,
-        Err(e) => return config_error(&e),
-    };
+    // Before anything else: a SIGHUP while the file loads must not end the process.
     let shutdown = Shutdown::new();
     let signals = Signals::start(&shutdown);
+    let pipeline = match config::load(path) {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(signals) = signals {
+                signals.stop();
+            }
+            return config_error(&e);
+        }
+    };
     let options = RunOptions {
         max_frames,
         ..RunOptions::default()

@@ -123,6 +123,8 @@ fn kept_steps(current: &Current<'_>, new: &Pipeline) -> Vec<Option<usize>> {
 
 impl Plan {
     fn with_sinks(mut self, current: &Current<'_>, new: &Pipeline) -> Self {
+        // A sink's references are fixed when it opens: it can be kept only if each still names
+        // the same place, an output of the same (kept) step at the same index.
         let same_place = |r: &Ref, running: &Ref| match (r, running) {
             (Ref::Frame, Ref::Frame) => true,
             (
@@ -131,7 +133,7 @@ impl Plan {
                     step: was,
                     output: was_output,
                 },
-            ) => self.kept_steps[*step] == Some(*was) && output == was_output,
+            ) => step == was && self.kept_steps[*step] == Some(*was) && output == was_output,
             _ => false,
         };
         self.kept_sinks = new
@@ -177,4 +179,182 @@ fn ignored(current: &Current<'_>, new: &Pipeline) -> Vec<String> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{SourceText, load_text};
+
+    const BASE: &str = r#"
+[sources.a]
+uri = "test://ball"
+[sources.b]
+uri = "test://smpte"
+
+[executor]
+workers = 2
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.motion.detections"
+[steps.gray]
+kind = "grayscale"
+image = "$frame"
+
+[sinks.events]
+kind = "jsonl"
+path = "events.jsonl"
+include = ["$steps.tracks.tracks"]
+[sinks.gray]
+kind = "jsonl"
+path = "gray.jsonl"
+include = ["$steps.gray.image"]
+"#;
+
+    fn load(text: &str) -> Pipeline {
+        load_text(&SourceText::new("p.toml", text.to_owned())).unwrap()
+    }
+
+    /// The plan from `BASE` running to `text`.
+    fn plan_to(text: &str) -> (Plan, Pipeline) {
+        let mut running = load(BASE);
+        let sinks: Vec<(Arc<str>, Vec<SinkInput>)> = running
+            .sinks
+            .iter()
+            .map(|s| (s.name.clone(), s.inputs.clone()))
+            .collect();
+        let graph = Graph::new(std::mem::take(&mut running.steps));
+        let new = load(text);
+        let plan = plan(
+            &Current {
+                sources: &running.sources,
+                graph: &graph,
+                sinks: &sinks,
+                written: &running.written,
+                workers: running.executor.workers,
+                http: None,
+            },
+            &new,
+        );
+        (plan, new)
+    }
+
+    #[test]
+    fn the_same_file_keeps_everything() {
+        let (plan, new) = plan_to(&format!("# a comment changes nothing\n{BASE}"));
+        assert!(plan.is_empty(&new), "{plan:?}");
+        assert_eq!(plan.sources.keep, [0, 1]);
+        assert!(plan.ignored.is_empty());
+    }
+
+    /// Kept steps by name: new step -> the running step it keeps.
+    fn kept_by_name(plan: &Plan, new: &Pipeline) -> Vec<(String, Option<String>)> {
+        let running = load(BASE);
+        let order = Graph::new(running.steps);
+        let mut out: Vec<_> = new
+            .steps
+            .iter()
+            .zip(&plan.kept_steps)
+            .map(|(s, k)| {
+                (
+                    s.name.to_string(),
+                    k.map(|i| order.nodes[i].name.to_string()),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn kept(name: &str) -> (String, Option<String>) {
+        (name.to_owned(), Some(name.to_owned()))
+    }
+
+    fn fresh(name: &str) -> (String, Option<String>) {
+        (name.to_owned(), None)
+    }
+
+    #[test]
+    fn a_changed_step_is_rebuilt_with_the_steps_and_sinks_that_read_it() {
+        let (plan, new) = plan_to(&BASE.replace(
+            "kind = \"motion\"\nimage = \"$frame\"",
+            "kind = \"motion\"\nimage = \"$frame\"\nmin_area = 50",
+        ));
+        // motion changed, tracks reads it; gray stands apart.
+        assert_eq!(
+            kept_by_name(&plan, &new),
+            [kept("gray"), fresh("motion"), fresh("tracks")]
+        );
+        assert_eq!(plan.kept_sinks, [None, Some(1)]);
+        assert_eq!(plan.closed_sinks, [0]);
+        assert_eq!(plan.sources.keep, [0, 1]);
+    }
+
+    #[test]
+    fn a_step_added_before_others_keeps_them_and_reopens_sinks_whose_references_moved() {
+        // A new first step: every running step moves one place down the graph.
+        let text = BASE.replace(
+            "[steps.motion]",
+            "[steps.blurred]\nkind = \"blur\"\nimage = \"$frame\"\n[steps.motion]",
+        );
+        let (plan, new) = plan_to(&text);
+        assert_eq!(
+            kept_by_name(&plan, &new),
+            [
+                fresh("blurred"),
+                kept("gray"),
+                kept("motion"),
+                kept("tracks")
+            ]
+        );
+        // Both sinks read kept steps, but at other places now: they are opened anew.
+        assert_eq!(plan.kept_sinks, [None, None]);
+        assert_eq!(plan.closed_sinks, [0, 1]);
+    }
+
+    #[test]
+    fn sources_are_kept_restarted_removed_and_added_by_their_settings() {
+        let text = BASE
+            .replace(
+                "[sources.a]\nuri = \"test://ball\"",
+                "[sources.a]\nuri = \"test://ball\"\nqueue = 9",
+            )
+            .replace(
+                "[sources.b]\nuri = \"test://smpte\"",
+                "[sources.c]\nuri = \"test://smpte\"",
+            );
+        let (plan, _) = plan_to(&text);
+        assert_eq!(
+            plan.sources,
+            SourcePlan {
+                keep: vec![],
+                remove: vec![1],
+                restart: vec![(0, 0)],
+                add: vec![1],
+            }
+        );
+        // Steps and sinks are untouched by source changes.
+        assert!(
+            plan.kept_steps
+                .iter()
+                .enumerate()
+                .all(|(i, k)| *k == Some(i))
+        );
+        assert_eq!(plan.kept_sinks, [Some(0), Some(1)]);
+    }
+
+    #[test]
+    fn what_needs_a_restart_is_reported_and_left_as_it_runs() {
+        let text =
+            BASE.replace("workers = 2", "workers = 3") + "\n[http]\nlisten = \"127.0.0.1:9464\"\n";
+        let (plan, new) = plan_to(&text);
+        assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);
+        assert!(plan.ignored[0].contains("workers"));
+        assert!(plan.ignored[1].contains("[http]"));
+        assert!(plan.is_empty(&new));
+    }
 }

@@ -1,0 +1,350 @@
+//! SIGHUP to a real `vidflow run` on a live source: a valid change is swapped in while the
+//! source keeps running (frame numbers continuous, nothing dropped, the source not restarted);
+//! an invalid file keeps the running pipeline and logs each problem at its line:column; a
+//! changed source starts again from its predecessor's frame number; a stop that comes in the
+//! middle of a reload still drains everything. The daemon never exits on SIGHUP.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+/// Only turns a hang into a failure.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// A live 30 fps source with room for two seconds of frames (a loaded machine must not make it
+/// drop), motion, and every frame to JSONL.
+fn pipeline(source_uri: &str, steps: &str, include: &str) -> String {
+    format!(
+        r#"[sources.cam]
+uri = "{source_uri}"
+queue = 60
+
+[executor]
+workers = 2
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.motion.detections"
+
+# The ball crosses the middle about every 100 frames.
+[steps.crossing]
+kind = "line_counter"
+tracks = "$steps.tracks.tracks"
+line = [[160, 0], [160, 240]]
+{steps}
+[sinks.events]
+kind = "jsonl"
+path = "out/events.jsonl"
+include = [{include}]
+
+[sinks.video]
+kind = "video_file"
+path = "out/{{source}}.mp4"
+image = "$frame"
+"#
+    )
+}
+
+const BALL: &str = "test://ball?width=320&height=240&fps=30";
+const GRAY: &str = "\n[steps.gray]\nkind = \"grayscale\"\nimage = \"$frame\"\n";
+
+fn lines_of(dir: &Path) -> Vec<serde_json::Value> {
+    jsonl(&dir.join("out/events.jsonl"))
+}
+
+/// Crossings counted so far, both ways, on a line that includes the counts.
+fn crossings(line: &serde_json::Value) -> u64 {
+    let c = &line["steps.crossing.counts"];
+    c["in"].as_u64().unwrap() + c["out"].as_u64().unwrap()
+}
+
+/// Waits until a JSONL line satisfies `done`.
+fn wait_for_line(dir: &Path, done: impl Fn(&serde_json::Value) -> bool) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < DEADLINE {
+        let path = dir.join("out/events.jsonl");
+        if std::fs::read_to_string(&path).is_ok_and(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .any(|l| done(&l))
+        }) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no line as expected within {DEADLINE:?}");
+}
+
+/// Frame numbers of `source` in the JSONL, checked to be 0, 1, 2, ... with no gap.
+fn continuous(lines: &[serde_json::Value], source: &str) -> u64 {
+    let frames: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["source"] == source)
+        .map(|l| l["frame"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (0..frames.len() as u64).collect();
+    assert_eq!(frames, expected, "frame numbers of {source}");
+    frames.len() as u64
+}
+
+/// Stops the run with SIGTERM and checks the clean end: exit 0, every decoded frame processed
+/// and written once, the video playing every frame. Returns the stats and the log.
+fn stop_cleanly(running: Running, dir: &Path) -> (serde_json::Value, String) {
+    running.signal("TERM");
+    let out = running.finish(DEADLINE);
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        out.stderr
+    );
+    let stats = read_json(&dir.join("stats.json"));
+    assert_eq!(stats["frames_dropped"], 0, "{stats}");
+    assert_eq!(stats["frames_failed"], 0, "{stats}");
+    let processed = stats["frames_processed"].as_u64().unwrap();
+    assert_eq!(stats["frames_decoded"], processed, "{stats}");
+    assert_eq!(lines_of(dir).len() as u64, processed);
+    assert_eq!(stats["sinks"]["events"]["written"], processed, "{stats}");
+    assert_eq!(stats["sinks"]["video"]["written"], processed, "{stats}");
+    assert_eq!(
+        count_segment_frames(&dir.join("out/cam.mp4")),
+        processed,
+        "frames in the video"
+    );
+    (stats, out.stderr)
+}
+
+#[test]
+fn a_valid_change_swaps_steps_and_sinks_while_the_source_keeps_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "p.toml",
+        &pipeline(BALL, "", r#""$steps.crossing.counts""#),
+    );
+    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    // Until the ball has crossed the line once: the counter has state to keep.
+    wait_for_line(dir.path(), |l| crossings(l) > 0);
+
+    // A new step, and the JSONL sink told to include it: the sink is replaced, the video sink
+    // and the three steps are kept.
+    write(
+        dir.path(),
+        "p.toml",
+        &pipeline(
+            BALL,
+            GRAY,
+            r#""$steps.crossing.counts", "$steps.gray.image""#,
+        ),
+    );
+    running.signal("HUP");
+    running.wait_for_stderr("reload applied", DEADLINE);
+    let at_reload = lines_of(dir.path()).len();
+    wait_for_lines(
+        &dir.path().join("out/events.jsonl"),
+        at_reload + 30,
+        DEADLINE,
+    );
+    assert!(
+        running.stderr().contains("steps_kept=3"),
+        "{}",
+        running.stderr()
+    );
+    assert!(
+        running.stderr().contains("sinks_kept=1"),
+        "{}",
+        running.stderr()
+    );
+
+    let (stats, _) = stop_cleanly(running, dir.path());
+    let lines = lines_of(dir.path());
+    continuous(&lines, "cam");
+    // The source ran through the reload: one connection, no restart.
+    assert_eq!(stats["sources"]["cam"]["attempts"], 1, "{stats}");
+    // Before the swap no line has the new step; after it, every line does.
+    let first_new = lines
+        .iter()
+        .position(|l| l.get("steps.gray.image").is_some())
+        .expect("no line has the new step");
+    assert!(first_new >= 30, "the new step showed before the reload");
+    assert!(
+        lines[first_new..]
+            .iter()
+            .all(|l| l.get("steps.gray.image").is_some())
+    );
+    // The counter was kept with its state: what it counted before the reload still counts
+    // after it, and the total never goes back.
+    let counted: Vec<u64> = lines.iter().map(crossings).collect();
+    assert!(counted[first_new - 1] > 0);
+    assert!(
+        counted.windows(2).all(|w| w[0] <= w[1]),
+        "crossings went back at the reload: {counted:?}"
+    );
+    assert_eq!(
+        stats["counts"]["cam"]["crossing"]["in"],
+        lines.last().unwrap()["steps.crossing.counts"]["in"]
+    );
+}
+
+#[test]
+fn an_invalid_file_keeps_the_running_pipeline_and_logs_each_problem_at_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = pipeline(BALL, "", r#""$steps.tracks.tracks""#);
+    assert!(good.contains("kind = \"tracker\""));
+    let file = write(dir.path(), "p.toml", &good);
+    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    wait_for_lines(&dir.path().join("out/events.jsonl"), 20, DEADLINE);
+
+    // Two problems: an unknown step kind and a reference to a step that does not exist.
+    let bad = good
+        .replace("kind = \"tracker\"", "kind = \"trackr\"")
+        .replace(
+            "\"$steps.tracks.tracks\"]",
+            "\"$steps.tracks.tracks\", \"$steps.nothing.image\"]",
+        );
+    write(dir.path(), "p.toml", &bad);
+    let kind_line = bad.lines().position(|l| l.contains("trackr")).unwrap() + 1;
+    let include_line = bad.lines().position(|l| l.contains("nothing")).unwrap() + 1;
+    running.signal("HUP");
+    running.wait_for_stderr("reload refused", DEADLINE);
+    let log = running.stderr();
+    assert!(log.contains(&format!("p.toml:{kind_line}:8: ")), "{log}");
+    assert!(log.contains(&format!("p.toml:{include_line}:")), "{log}");
+    assert!(log.contains("nothing"), "{log}");
+
+    // It keeps running the old pipeline: frames keep coming, with the old outputs only.
+    let at_refusal = lines_of(dir.path()).len();
+    wait_for_lines(
+        &dir.path().join("out/events.jsonl"),
+        at_refusal + 30,
+        DEADLINE,
+    );
+    // A file that cannot be read is refused likewise.
+    std::fs::remove_file(&file).unwrap();
+    running.signal("HUP");
+    running.wait_for_stderr_times("reload refused", 2, DEADLINE);
+    assert!(
+        running.stderr().contains("cannot read"),
+        "{}",
+        running.stderr()
+    );
+    write(dir.path(), "p.toml", &good);
+
+    let (stats, log) = stop_cleanly(running, dir.path());
+    assert!(!log.contains("reload applied"), "{log}");
+    assert_eq!(stats["sources"]["cam"]["attempts"], 1);
+    let lines = lines_of(dir.path());
+    continuous(&lines, "cam");
+    assert!(lines.iter().all(|l| l.get("steps.nothing.image").is_none()));
+}
+
+#[test]
+fn a_changed_source_starts_again_from_its_frame_number_and_a_new_one_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "p.toml",
+        &pipeline(BALL, "", r#""$steps.tracks.tracks""#),
+    );
+    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    wait_for_lines(&dir.path().join("out/events.jsonl"), 30, DEADLINE);
+
+    let changed = pipeline(
+        "test://ball?width=320&height=240&fps=25",
+        "",
+        r#""$steps.tracks.tracks""#,
+    ) + "\n[sources.door]\nuri = \"test://smpte?width=320&height=240&fps=10\"\nqueue = 20\n";
+    write(dir.path(), "p.toml", &changed);
+    running.signal("HUP");
+    running.wait_for_stderr("reload applied", DEADLINE);
+    let at_reload = lines_of(dir.path()).len();
+    wait_for_lines(
+        &dir.path().join("out/events.jsonl"),
+        at_reload + 30,
+        DEADLINE,
+    );
+
+    running.signal("TERM");
+    let out = running.finish(DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_dropped"], 0, "{stats}");
+    let lines = lines_of(dir.path());
+    assert_eq!(stats["frames_processed"], lines.len() as u64, "{stats}");
+    // The changed source was stopped and started again (two connections), its numbers going
+    // on where they were; the new source numbers from 0.
+    assert_eq!(stats["sources"]["cam"]["attempts"], 2, "{stats}");
+    let cam = continuous(&lines, "cam");
+    assert_eq!(stats["sources"]["cam"]["decoded"], cam, "{stats}");
+    assert!(continuous(&lines, "door") > 0);
+    // Its video went on in the same file, playing every frame of both.
+    assert_eq!(count_segment_frames(&dir.path().join("out/cam.mp4")), cam);
+}
+
+#[test]
+fn a_stop_in_the_middle_of_a_reload_still_drains_every_frame() {
+    // SIGTERM right after SIGHUP, at moments from "still loading" to "swapped": the stop wins,
+    // whatever the reload had done, and nothing decoded is lost.
+    for (trial, pause_ms) in [0u64, 2, 5, 10, 25, 60].into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "p.toml",
+            &pipeline(BALL, "", r#""$steps.tracks.tracks""#),
+        );
+        let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+        wait_for_lines(&dir.path().join("out/events.jsonl"), 10, DEADLINE);
+        // Half the trials also change the source, so the reload waits for it to end.
+        let uri = if trial % 2 == 0 {
+            BALL
+        } else {
+            "test://ball?width=320&height=240&fps=20"
+        };
+        write(
+            dir.path(),
+            "p.toml",
+            &pipeline(uri, GRAY, r#""$steps.tracks.tracks", "$steps.gray.image""#),
+        );
+        running.signal("HUP");
+        std::thread::sleep(Duration::from_millis(pause_ms));
+        let (stats, log) = stop_cleanly(running, dir.path());
+        let lines = lines_of(dir.path());
+        continuous(&lines, "cam");
+        assert!(
+            log.contains("reload applied") || log.contains("reload cancelled"),
+            "trial {trial}: {log}"
+        );
+        assert!(stats["frames_processed"].as_u64().unwrap() >= 10);
+    }
+}
+
+#[test]
+fn sighup_never_stops_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "p.toml",
+        &pipeline(BALL, "", r#""$steps.tracks.tracks""#),
+    );
+    let mut running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    wait_for_lines(&dir.path().join("out/events.jsonl"), 5, DEADLINE);
+    // A burst of reloads of an unchanged file, one on top of another.
+    for _ in 0..5 {
+        running.signal("HUP");
+    }
+    running.wait_for_stderr("reload: nothing changed", DEADLINE);
+    let now = lines_of(dir.path()).len();
+    wait_for_lines(&dir.path().join("out/events.jsonl"), now + 30, DEADLINE);
+    assert!(running.is_running());
+    let (stats, _) = stop_cleanly(running, dir.path());
+    assert_eq!(stats["sources"]["cam"]["attempts"], 1);
+    continuous(&lines_of(dir.path()), "cam");
+}
