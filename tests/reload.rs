@@ -300,7 +300,7 @@ fn a_stop_in_the_middle_of_a_reload_still_drains_every_frame() {
     let (mut applied, mut cancelled) = (0, 0);
     for (trial, pause_ms) in [0u64, 2, 5, 10, 25, 60, 120, 250].into_iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
-        let file = write(
+        write(
             dir.path(),
             "p.toml",
             &pipeline(BALL, "", r#""$steps.tracks.tracks""#),

@@ -114,6 +114,9 @@ pub struct SourceCounters {
     /// When the last frame arrived, in ms after [`monotonic_ms`]'s epoch, plus one (0: none
     /// yet). Written by the streaming thread, read by observers (health).
     last_frame_ms: AtomicU64,
+    /// When the source started, in ms after [`monotonic_ms`]'s epoch. Written once by
+    /// [`start_from`] before any thread reads it.
+    started_ms: AtomicU64,
 }
 
 /// Where a source is, for observers (metrics, health).
@@ -194,6 +197,14 @@ impl SourceCounters {
             0 => None,
             at => Some(Duration::from_millis(monotonic_ms().saturating_sub(at - 1))),
         }
+    }
+
+    /// How long the source has given no frame: since its last one, or since it started.
+    pub fn quiet_for(&self) -> Duration {
+        self.since_last_frame().unwrap_or_else(|| {
+            let started = self.started_ms.load(Ordering::Relaxed);
+            Duration::from_millis(monotonic_ms().saturating_sub(started))
+        })
     }
 
     pub fn snapshot(&self) -> SourceStats {
@@ -361,7 +372,10 @@ pub fn start_from(
         uri: config.uri.clone(),
         options: config.options.clone(),
         max_frames,
-        counters: Arc::new(SourceCounters::default()),
+        counters: Arc::new(SourceCounters {
+            started_ms: AtomicU64::new(monotonic_ms()),
+            ..SourceCounters::default()
+        }),
         request: AtomicU8::new(RUN),
         wake: crossbeam_channel::bounded(1),
         bus: Mutex::new(None),

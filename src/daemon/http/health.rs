@@ -3,9 +3,9 @@
 //! - the run is draining (a stop was requested, or every source ended);
 //! - a live source (a camera, a stream) has given no frame for longer than its limit,
 //!   [`STALL_LIMIT_FACTOR`] times its `stall_timeout_ms`, counted from its last frame (or from
-//!   the start of the run if it never gave one): one `stall_timeout_ms` for the source to notice
+//!   its start if it never gave one): one `stall_timeout_ms` for the source to notice
 //!   the stall and tear the connection down, one more for its reconnection to bring a frame
-//!   back. A file or a test pattern has no such limit;
+//!   back (a source that never gave one: from its start). A file or a test pattern has no such limit;
 //! - a sink's last write failed.
 
 use crate::daemon::Live;
@@ -23,10 +23,8 @@ pub(super) fn check(live: &Live) -> Result<(), String> {
     let parts = live.parts();
     for source in parts.sources.iter().filter(|s| s.live) {
         let limit = source.stall_timeout * STALL_LIMIT_FACTOR;
-        let quiet = source
-            .counters
-            .since_last_frame()
-            .unwrap_or_else(|| live.started.elapsed());
+        // A source started by a reload is judged from its own start.
+        let quiet = source.counters.quiet_for();
         if quiet > limit {
             reasons.push(format!(
                 "source \"{}\": no frame for {:.1} s (limit {:.1} s: {STALL_LIMIT_FACTOR} x stall_timeout_ms), {}",
