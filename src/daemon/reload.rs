@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{Pipeline, Written};
+use crate::config::{ExecutorConfig, Pipeline, Written};
 use crate::source::SourceConfig;
 use crate::spec::{Ref, SinkInput};
 use crate::workflow::Graph;
@@ -26,7 +26,7 @@ pub(super) struct Current<'a> {
     pub graph: &'a Graph,
     pub sinks: &'a [(Arc<str>, Vec<SinkInput>)],
     pub written: &'a Written,
-    pub workers: usize,
+    pub executor: ExecutorConfig,
     pub http: Option<std::net::SocketAddr>,
 }
 
@@ -55,6 +55,8 @@ pub(super) struct Plan {
     pub closed_sinks: Vec<usize>,
     /// Changes that need a restart, kept as they run now (one line each, for the log).
     pub ignored: Vec<String>,
+    /// `max_in_flight` or `on_step_error` changed: a new executor is needed.
+    pub executor_changed: bool,
 }
 
 impl Plan {
@@ -67,6 +69,7 @@ impl Plan {
             && self.kept_sinks.iter().all(Option::is_some)
             && self.closed_sinks.is_empty()
             && new.steps.len() == self.kept_steps.len()
+            && !self.executor_changed
     }
 }
 
@@ -77,6 +80,8 @@ pub(super) fn plan(current: &Current<'_>, new: &Pipeline) -> Plan {
         kept_sinks: Vec::new(),
         closed_sinks: Vec::new(),
         ignored: ignored(current, new),
+        executor_changed: new.executor.max_in_flight != current.executor.max_in_flight
+            || new.executor.on_step_error != current.executor.on_step_error,
     }
     .with_sinks(current, new)
 }
@@ -163,10 +168,10 @@ impl Plan {
 
 fn ignored(current: &Current<'_>, new: &Pipeline) -> Vec<String> {
     let mut out = Vec::new();
-    if new.executor.workers != current.workers {
+    if new.executor.workers != current.executor.workers {
         out.push(format!(
             "[executor] workers = {} (the pool keeps its {} worker(s) until a restart)",
-            new.executor.workers, current.workers
+            new.executor.workers, current.executor.workers
         ));
     }
     let listen = new.http.map(|h| h.listen);
@@ -235,7 +240,7 @@ include = ["$steps.gray.image"]
                 graph: &graph,
                 sinks: &sinks,
                 written: &running.written,
-                workers: running.executor.workers,
+                executor: running.executor,
                 http: None,
             },
             &new,
@@ -349,12 +354,19 @@ include = ["$steps.gray.image"]
 
     #[test]
     fn what_needs_a_restart_is_reported_and_left_as_it_runs() {
-        let text =
-            BASE.replace("workers = 2", "workers = 3") + "\n[http]\nlisten = \"127.0.0.1:9464\"\n";
+        let text = BASE.replace("workers = 2", "workers = 3\nmax_in_flight = 2")
+            + "\n[http]\nlisten = \"127.0.0.1:9464\"\n";
         let (plan, new) = plan_to(&text);
         assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);
         assert!(plan.ignored[0].contains("workers"));
         assert!(plan.ignored[1].contains("[http]"));
         assert!(plan.is_empty(&new));
+    }
+
+    #[test]
+    fn a_new_in_flight_limit_needs_a_new_executor() {
+        let (plan, new) = plan_to(&BASE.replace("workers = 2", "workers = 2\nmax_in_flight = 1"));
+        assert!(plan.executor_changed);
+        assert!(!plan.is_empty(&new));
     }
 }

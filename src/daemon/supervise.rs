@@ -528,7 +528,7 @@ impl Supervisor {
                 graph: &self.graph,
                 sinks: &sink_inputs,
                 written: &self.written,
-                workers: self.executor_config.workers,
+                executor: self.executor_config,
                 http: self.http,
             },
             &new,
