@@ -40,6 +40,7 @@ mod shutdown;
 
 pub use counts::{FinalCounts, lines as count_lines};
 pub use live::Live;
+pub use notify::{Notifier, NotifyConfig, NotifySocket};
 pub use run::run;
 
 /// Run-time choices that are not part of the pipeline file.
@@ -49,6 +50,9 @@ pub struct RunOptions {
     pub max_frames: Option<u64>,
     /// What the run shows while it runs; the caller may keep a clone to watch it.
     pub live: Arc<Live>,
+    /// Where to tell systemd how the run is (`NotifyConfig::from_env`); the default sends
+    /// nothing.
+    pub notify: NotifyConfig,
 }
 
 /// Asks a running pipeline to stop: the first request drains, the second aborts.

@@ -102,8 +102,6 @@ pub fn run(
             }
         }
     }
-    notify::notify("READY=1");
-
     let mut executor = match &host_pool {
         Some(pool) => Executor::new(graph, pool.handle(), executor_config),
         None => Executor::owning(graph, executor_config),
@@ -126,6 +124,7 @@ pub fn run(
         pool: host_metrics.clone(),
     });
     live.set_phase(Phase::Running);
+    let notifier = notify::Notifier::start(&options.notify, live.clone());
     // Serves until the end of this function (dropped last: it still answers while draining).
     let _http = http.map(|bound| bound.serve(live.clone())).transpose().unwrap_or_else(|e| {
         tracing::error!(error = %e, "http endpoint: cannot start its thread; running without it");
@@ -177,6 +176,7 @@ pub fn run(
         controls: &controls,
         abort: &abort_tx,
         live: &live,
+        notifier: &notifier,
         stop_timeout,
     });
     let mut abandoned = Vec::new();
@@ -327,6 +327,7 @@ pub fn run(
             abandoned: what,
         });
     }
+    notifier.stop();
     if errors.is_empty() {
         Ok(report)
     } else {
@@ -346,6 +347,7 @@ struct WaitFor<'a> {
     controls: &'a [SourceControl],
     abort: &'a Sender<()>,
     live: &'a Live,
+    notifier: &'a notify::Notifier,
     stop_timeout: Duration,
 }
 
@@ -384,7 +386,7 @@ fn wait(w: &WaitFor<'_>) -> (Option<(RunStats, Executor)>, StopDeadline) {
                         stop_timeout_s = w.stop_timeout.as_secs(),
                         "stop requested: draining (send again to stop at once)"
                     );
-                    notify::notify("STOPPING=1");
+                    w.notifier.stopping();
                     w.live.set_phase(Phase::Draining);
                     deadline = Some(StopDeadline::starting_now(w.stop_timeout));
                     w.controls.iter().for_each(SourceControl::stop);
