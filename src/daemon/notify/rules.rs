@@ -42,9 +42,7 @@ impl SourceView {
             live: source.live,
             state,
             has_frame,
-            decoded: counters
-                .decoded
-                .load(std::sync::atomic::Ordering::Relaxed),
+            decoded: counters.decoded.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -200,19 +198,31 @@ mod tests {
     fn a_file_that_is_not_delivering_is_not_retrying() {
         // A file, even one not giving a frame, has no reconnect policy to wait for.
         assert!(!ready(&[source("clip", false, Stalled, false)]));
-        assert!(!earned_ping(false, &[source("clip", false, Connecting, false)]));
+        assert!(!earned_ping(
+            false,
+            &[source("clip", false, Connecting, false)]
+        ));
     }
 
     #[test]
     fn frames_completing_the_workflow_earn_a_ping() {
-        assert!(earned_ping(true, &[source("street", true, Streaming, true)]));
+        assert!(earned_ping(
+            true,
+            &[source("street", true, Streaming, true)]
+        ));
         assert!(earned_ping(true, &[source("clip", false, Ended, true)]));
     }
 
     #[test]
     fn a_stuck_workflow_earns_no_ping() {
-        assert!(!earned_ping(false, &[source("street", true, Streaming, true)]));
-        assert!(!earned_ping(false, &[source("clip", false, Streaming, true)]));
+        assert!(!earned_ping(
+            false,
+            &[source("street", true, Streaming, true)]
+        ));
+        assert!(!earned_ping(
+            false,
+            &[source("clip", false, Streaming, true)]
+        ));
         // A camera retrying does not cover for another source's frames not completing.
         assert!(!earned_ping(
             false,
@@ -226,7 +236,10 @@ mod tests {
     #[test]
     fn a_camera_retrying_within_its_policy_earns_a_ping() {
         for state in [Connecting, Retrying, Stalled] {
-            assert!(earned_ping(false, &[source("cam", true, state, false)]), "{state:?}");
+            assert!(
+                earned_ping(false, &[source("cam", true, state, false)]),
+                "{state:?}"
+            );
         }
         assert!(earned_ping(
             false,
