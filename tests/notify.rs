@@ -18,8 +18,9 @@
 
 mod common;
 
+use std::net::TcpListener;
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -88,6 +89,20 @@ impl Systemd {
         }
     }
 
+    /// `vidflow run PIPELINE` in `dir`, told of this socket and of a [`WATCHDOG`] as systemd
+    /// tells a service (no `WATCHDOG_PID`: meant for whoever reads it).
+    fn run(&self, dir: &Path, pipeline: &Path) -> Running {
+        let usec = WATCHDOG.as_micros().to_string();
+        spawn(
+            dir,
+            &["run", pipeline.to_str().unwrap()],
+            &[
+                ("NOTIFY_SOCKET", self.path.to_str().unwrap()),
+                ("WATCHDOG_USEC", &usec),
+            ],
+        )
+    }
+
     /// Messages until `n` more `STATUS=` have come (the run's own clock).
     fn statuses(&self, n: usize) -> Vec<String> {
         let mut left = n;
@@ -123,15 +138,7 @@ fn a_run_tells_systemd_it_is_ready_alive_and_stopping() {
     let dir = tempfile::tempdir().unwrap();
     let systemd = Systemd::new();
     let pipeline = write(dir.path(), "live.toml", LIVE);
-    let usec = WATCHDOG.as_micros().to_string();
-    let running = spawn(
-        dir.path(),
-        &["run", pipeline.to_str().unwrap()],
-        &[
-            ("NOTIFY_SOCKET", systemd.path.to_str().unwrap()),
-            ("WATCHDOG_USEC", &usec),
-        ],
-    );
+    let running = systemd.run(dir.path(), &pipeline);
 
     let first = systemd.next(GUARD).expect("no message at all");
     assert_eq!(first, "READY=1", "{}", running.stderr());
@@ -182,6 +189,45 @@ fn a_run_tells_systemd_it_is_ready_alive_and_stopping() {
         "notify sequence: {first:?} {status:?} {flowing:?} {before_stop:?} {after_stop:?} \
          (rated: {rated:?})"
     );
+}
+
+/// A camera that cannot be reached is not waited for: READY=1 once it retries under its
+/// policy (its first attempt had to end first), and pings while it retries.
+#[test]
+fn a_camera_that_does_not_answer_is_ready_once_it_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let systemd = Systemd::new();
+    // A server that never answers: a listener that accepts nothing (the kernel completes the
+    // connection, nobody reads the request). Each attempt ends at the stall timeout.
+    let mute = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mute.local_addr().unwrap().port();
+    let pipeline = write(
+        dir.path(),
+        "cam.toml",
+        &format!(
+            "[sources.cam]\nuri = \"rtsp://127.0.0.1:{port}/x\"\nstall_timeout_ms = 1000\n\
+             [sinks.events]\nkind = \"jsonl\"\npath = \"out/events.jsonl\"\n"
+        ),
+    );
+    let running = systemd.run(dir.path(), &pipeline);
+    assert_eq!(systemd.next(GUARD).as_deref(), Some("READY=1"));
+    let status = systemd.next(GUARD).unwrap();
+    assert!(
+        ["STATUS=cam stalled", "STATUS=cam retrying"].contains(&status.as_str()),
+        "{status}\n{}",
+        running.stderr()
+    );
+    let mut pings = 0;
+    let retrying = systemd.until("pings while it retries", |m| {
+        pings += usize::from(m == "WATCHDOG=1");
+        pings == 2
+    });
+    running.signal("TERM");
+    systemd.until("STOPPING=1", |m| m == "STOPPING=1");
+    let out = running.finish(GUARD);
+    assert!(out.status.success(), "{}", out.stderr);
+    drop(mute);
+    eprintln!("notify sequence: READY=1 {status:?} {retrying:?} STOPPING=1");
 }
 
 /// Whether steps block now, and how many are blocked.

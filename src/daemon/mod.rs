@@ -3,7 +3,8 @@
 //! Threads: the caller's thread starts everything, then waits for stop requests and for the
 //! executor, whose coordinator runs on a `vidflow-executor` thread; each source has its
 //! supervisor (and GStreamer's streaming threads), the pool its workers, each sink its own
-//! thread.
+//! thread; under systemd, `vidflow-notify` reports to it (`notify/`), from the moment the
+//! run's parts are shown until the sinks are closed.
 //!
 //! Shutdown order, whatever ends the run (end of stream, a stop request, a source error, a
 //! step error with `on_step_error = "stop"`):

@@ -12,6 +12,9 @@
 //!   source streams and a live one is retrying within its policy ([`rules::earned_ping`]). A
 //!   workflow that is stuck stops the pings, whatever the clock does, and systemd aborts and
 //!   restarts the service. No ping before `READY=1` (systemd's start timeout covers that).
+//!   So a frame must complete at least every half of `WatchdogSec=`, and a camera whose frames
+//!   stop still counts as streaming until its `stall_timeout_ms` ends the connection: both must
+//!   stay well under it.
 //! - `STOPPING=1` at the first stop request ([`Notifier::stopping`]), or once the run drains by
 //!   itself (every source ended), or at the end of the run at the latest; once.
 //! - `RELOADING=1` with `MONOTONIC_USEC=` ([`Notifier::reloading`]) when a reload starts, and
@@ -31,6 +34,9 @@
 //! and end. A handful per run, each handled at once, and the caller's thread (which also takes
 //! stop requests) never waits on it.
 //!
+//! Files: `rules.rs` decides (readiness, pings, the status text, the watchdog variables),
+//! `reporter.rs` is the thread's loop, `socket.rs` sends the datagrams.
+//!
 //! Stop protocol: [`Notifier::stop`] (or dropping the [`Notifier`]) drops the sender; the thread
 //! sees the channel disconnect, sends `STOPPING=1` if it has not yet, and returns; the caller
 //! joins it. Sending never blocks (a non-blocking socket), so the join is prompt.
@@ -38,17 +44,17 @@
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 
 use super::Live;
-use super::live::Phase;
 
+mod reporter;
 mod rules;
 mod socket;
 
-use rules::{Rates, SourceView};
+use reporter::Reporter;
 use socket::Datagrams;
 pub use socket::NotifySocket;
 
@@ -254,120 +260,6 @@ fn monotonic_usec() -> u64 {
     let seconds = u64::try_from(now.tv_sec).unwrap_or(0);
     let micros = u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000;
     seconds.saturating_mul(1_000_000).saturating_add(micros)
-}
-
-/// The notify thread's state.
-#[derive(Debug)]
-struct Reporter {
-    datagrams: Datagrams,
-    live: Arc<Live>,
-    /// Half of the watchdog timeout (at least [`MIN_CHECK_PERIOD`]); `None`: no watchdog.
-    check_every: Option<Duration>,
-    status_every: Duration,
-    ready_sent: bool,
-    stopping_sent: bool,
-    /// Frames delivered when the last ping was sent.
-    delivered_at_ping: u64,
-    next_check: Instant,
-    next_status: Instant,
-    rates: Rates,
-}
-
-impl Reporter {
-    fn new(datagrams: Datagrams, live: Arc<Live>, config: &NotifyConfig) -> Self {
-        let now = Instant::now();
-        Self {
-            datagrams,
-            live,
-            check_every: config.watchdog.map(|t| (t / 2).max(MIN_CHECK_PERIOD)),
-            status_every: config.status_every.max(MIN_CHECK_PERIOD),
-            ready_sent: false,
-            stopping_sent: false,
-            delivered_at_ping: 0,
-            next_check: now,
-            next_status: now,
-            rates: Rates::default(),
-        }
-    }
-
-    fn run(mut self, events: &Receiver<Event>) {
-        loop {
-            match events.recv_deadline(self.next_wake(Instant::now())) {
-                Ok(Event::Stopping) => self.stopping(),
-                Ok(Event::Reloading { monotonic_usec }) => self
-                    .datagrams
-                    .send(&format!("RELOADING=1\nMONOTONIC_USEC={monotonic_usec}")),
-                Ok(Event::Ready) if self.ready_sent && !self.stopping_sent => {
-                    self.datagrams.send("READY=1");
-                }
-                Ok(Event::Ready) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.stopping();
-                    return;
-                }
-            }
-            self.tick(Instant::now());
-        }
-    }
-
-    /// When something is due: the readiness poll before `READY=1`, then the next status and
-    /// (until `STOPPING=1`) the next watchdog check.
-    fn next_wake(&self, now: Instant) -> Instant {
-        if !self.ready_sent && !self.stopping_sent {
-            return now + READY_POLL;
-        }
-        match self.check_every {
-            Some(_) if !self.stopping_sent => self.next_check.min(self.next_status),
-            _ => self.next_status,
-        }
-    }
-
-    fn stopping(&mut self) {
-        if !self.stopping_sent {
-            self.stopping_sent = true;
-            self.datagrams.send("STOPPING=1");
-        }
-    }
-
-    /// Looks at the run once: readiness, the watchdog, the status, whichever is due.
-    fn tick(&mut self, now: Instant) {
-        let phase = self.live.phase();
-        if phase == Phase::Draining {
-            self.stopping();
-        }
-        let parts = self.live.parts();
-        let sources: Vec<SourceView> = parts.sources.iter().map(SourceView::of).collect();
-        if !self.ready_sent {
-            if self.stopping_sent || phase != Phase::Running || !rules::ready(&sources) {
-                return;
-            }
-            self.ready_sent = true;
-            self.datagrams.send("READY=1");
-            self.next_check = now + self.check_every.unwrap_or_default();
-            self.next_status = now;
-        }
-        if let Some(every) = self.check_every {
-            if !self.stopping_sent && now >= self.next_check {
-                let delivered = self.live.delivered().0;
-                if rules::earned_ping(delivered > self.delivered_at_ping, &sources) {
-                    self.datagrams.send("WATCHDOG=1");
-                    self.delivered_at_ping = delivered;
-                }
-                self.next_check = now + every;
-            }
-        }
-        if now >= self.next_status {
-            let fps = self.rates.sample(now, &sources);
-            let phase = if self.stopping_sent {
-                Phase::Draining
-            } else {
-                phase
-            };
-            let text = rules::status(phase, &sources, &fps);
-            self.datagrams.send(&format!("STATUS={text}"));
-            self.next_status = now + self.status_every;
-        }
-    }
 }
 
 #[cfg(test)]
