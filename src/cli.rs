@@ -137,6 +137,7 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
     };
     let options = RunOptions {
         max_frames,
+        notify: daemon::NotifyConfig::from_env(),
         ..RunOptions::default()
     };
     let outcome = daemon::run(pipeline, &options, &shutdown);

@@ -32,6 +32,14 @@ fn unit_for(dir: &Path, binary: &str) -> PathBuf {
     path
 }
 
+/// The unit's `KEY=VALUE` lines, comments left out, in order.
+fn settings(text: &str) -> Vec<(&str, &str)> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .collect()
+}
+
 fn analyze(args: &[&str]) -> std::process::Output {
     Command::new("systemd-analyze")
         .args(args)
@@ -75,11 +83,7 @@ fn the_unit_is_rated_2_0_or_better_by_systemd_analyze_security() {
 #[test]
 fn the_unit_keeps_restarts_for_failures_restarting_can_fix() {
     let text = std::fs::read_to_string(unit()).unwrap();
-    let keys: Vec<(&str, &str)> = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| l.split_once('='))
-        .collect();
+    let keys = settings(&text);
     let has = |k: &str, v: &str| keys.iter().any(|&(key, value)| key == k && value == v);
     // Validation happens in the main process: its exit 78 is what stops the restarts. An
     // ExecStartPre's exit code is not, so a bad file would restart forever.
@@ -96,6 +100,30 @@ fn the_unit_keeps_restarts_for_failures_restarting_can_fix() {
     assert!(
         stop > vidflow::config::DEFAULT_STOP_TIMEOUT.as_secs() + 10,
         "{stop}"
+    );
+}
+
+#[test]
+fn the_unit_has_a_watchdog_and_reloads_with_sighup() {
+    let text = std::fs::read_to_string(unit()).unwrap();
+    let keys = settings(&text);
+    let value = |k: &str| keys.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    assert_eq!(value("Type"), Some("notify"), "{text}");
+    assert_eq!(value("NotifyAccess"), Some("main"), "{text}");
+    assert_eq!(
+        value("ExecReload"),
+        Some("/bin/kill -HUP $MAINPID"),
+        "{text}"
+    );
+    // A camera whose frames stop still streams until its stall timeout ends the connection;
+    // a ping needs a frame through the workflow every half of WatchdogSec.
+    let watchdog: u64 = value("WatchdogSec")
+        .and_then(|v| v.parse().ok())
+        .expect("WatchdogSec in seconds");
+    let stall = vidflow::source::SourceOptions::default().stall_timeout;
+    assert!(
+        std::time::Duration::from_secs(watchdog / 2) > 2 * stall,
+        "{watchdog}"
     );
 }
 

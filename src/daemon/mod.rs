@@ -3,7 +3,8 @@
 //! Threads: the caller's thread starts everything, then waits for stop requests and for the
 //! executor, whose coordinator runs on a `vidflow-executor` thread; each source has its
 //! supervisor (and GStreamer's streaming threads), the pool its workers, each sink its own
-//! thread.
+//! thread; under systemd, `vidflow-notify` reports to it (`notify/`), from the moment the
+//! run's parts are shown until the sinks are closed.
 //!
 //! Shutdown order, whatever ends the run (end of stream, a stop request, a source error, a
 //! step error with `on_step_error = "stop"`):
@@ -42,6 +43,7 @@ mod supervise;
 
 pub use counts::{FinalCounts, lines as count_lines};
 pub use live::Live;
+pub use notify::{Notifier, NotifyConfig, NotifySocket};
 pub use run::run;
 
 /// Run-time choices that are not part of the pipeline file.
@@ -51,6 +53,9 @@ pub struct RunOptions {
     pub max_frames: Option<u64>,
     /// What the run shows while it runs; the caller may keep a clone to watch it.
     pub live: Arc<Live>,
+    /// Where to tell systemd how the run is (`NotifyConfig::from_env`); the default sends
+    /// nothing.
+    pub notify: NotifyConfig,
 }
 
 /// Asks a running pipeline to stop (the first request drains, the second aborts) or to reload

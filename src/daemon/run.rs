@@ -115,8 +115,6 @@ pub fn run(
             }
         }
     }
-    notify::notify("READY=1");
-
     let executor = match &host_pool {
         Some(pool) => Executor::new(graph.clone(), pool.handle(), executor_config),
         None => Executor::owning(graph.clone(), executor_config),
@@ -163,6 +161,7 @@ pub fn run(
     );
     sup.publish();
     live.set_phase(Phase::Running);
+    sup.notifier = notify::Notifier::start(&options.notify, live.clone());
     // Serves until the end of this function (dropped last: it still answers while draining).
     let _http = http.map(|bound| bound.serve(live.clone())).transpose().unwrap_or_else(|e| {
         tracing::error!(error = %e, "http endpoint: cannot start its thread; running without it");
@@ -357,6 +356,7 @@ pub fn run(
             abandoned: what,
         });
     }
+    std::mem::take(&mut sup.notifier).stop();
     if errors.is_empty() {
         Ok(report)
     } else {

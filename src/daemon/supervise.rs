@@ -38,11 +38,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 
+use super::Live;
 use super::counts::LastCounts;
 use super::live::{LiveSink, LiveSource, Parts, Phase};
+use super::notify::Notifier;
 use super::reload::{self, Current, Plan};
 use super::shutdown::{Delivered, SinkClosed, StopDeadline, close_sinks};
-use super::{Live, notify};
 use crate::config::{self, ConfigError, ExecutorConfig, Pipeline, SinkConfig, Written};
 use crate::frame::Frame;
 use crate::sinks::{SinkRunner, SinkSender};
@@ -207,6 +208,9 @@ pub(super) struct Supervisor {
     pub handing_over: Arc<AtomicBool>,
     /// Pauses (or at a stop, aborts) the running segment.
     pub pause: Sender<()>,
+    /// Tells systemd (set once the run is up): `STOPPING=1`, and `RELOADING=1` then
+    /// `READY=1` around a reload.
+    pub notifier: Notifier,
     stops: u32,
     deadline: Option<StopDeadline>,
     reload: Reload,
@@ -271,6 +275,7 @@ impl Supervisor {
             to_executor: c.to_executor,
             handing_over: c.handing_over,
             pause: c.pause,
+            notifier: Notifier::default(),
             stops: 0,
             deadline: None,
             reload: Reload::Idle,
@@ -437,7 +442,7 @@ impl Supervisor {
                 stop_timeout_s = self.stop_timeout.as_secs(),
                 "stop requested: draining (send again to stop at once)"
             );
-            notify::notify("STOPPING=1");
+            self.notifier.stopping();
             self.cancel_reload("a stop was requested");
             self.live.set_phase(Phase::Draining);
             self.deadline = Some(StopDeadline::starting_now(self.stop_timeout));
@@ -480,7 +485,7 @@ impl Supervisor {
             return;
         }
         tracing::info!(path = %self.path.display(), "reload requested: loading the pipeline file");
-        notify::notify(&notify::reloading());
+        self.notifier.reloading();
         self.live.set_phase(Phase::Reloading);
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.reload = Reload::Loading(rx);
@@ -813,7 +818,7 @@ impl Supervisor {
         self.reload = Reload::Idle;
         if self.stops == 0 && self.deadline.is_none() {
             self.live.set_phase(Phase::Running);
-            notify::notify("READY=1");
+            self.notifier.ready();
         }
         self.maybe_drain();
         if std::mem::take(&mut self.again) {
