@@ -191,6 +191,47 @@ fn a_run_tells_systemd_it_is_ready_alive_and_stopping() {
     );
 }
 
+/// SIGHUP: `RELOADING=1` with the monotonic time systemd matches it by, then `READY=1` once the
+/// new file is swapped in, or refused: either way the service is ready again and running.
+#[test]
+fn a_reload_says_reloading_then_ready_whether_applied_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let systemd = Systemd::new();
+    let pipeline = write(dir.path(), "live.toml", LIVE);
+    let running = systemd.run(dir.path(), &pipeline);
+    systemd.until("READY=1", |m| m == "READY=1");
+
+    for (file, outcome) in [
+        (
+            LIVE.replace("kind = \"motion\"", "kind = \"motion\"\nmin_area = 50"),
+            "reload applied",
+        ),
+        (
+            LIVE.replace("kind = \"motion\"", "kind = \"motoin\""),
+            "reload refused",
+        ),
+    ] {
+        write(dir.path(), "live.toml", &file);
+        running.signal("HUP");
+        let reloading = systemd.until("RELOADING=1", |m| m.starts_with("RELOADING=1"));
+        let message = reloading.last().unwrap();
+        let usec: u64 = message
+            .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+            .unwrap_or_else(|| panic!("{message:?}"))
+            .parse()
+            .unwrap();
+        assert!(usec > 0);
+        systemd.until("READY=1 after the reload", |m| m == "READY=1");
+        running.wait_for_stderr(outcome, GUARD);
+        // Still alive: pings follow.
+        systemd.until("a ping after the reload", |m| m == "WATCHDOG=1");
+    }
+    running.signal("TERM");
+    systemd.until("STOPPING=1", |m| m == "STOPPING=1");
+    let out = running.finish(GUARD);
+    assert!(out.status.success(), "{}", out.stderr);
+}
+
 /// A camera that cannot be reached is not waited for: READY=1 once it retries under its
 /// policy (its first attempt had to end first), and pings while it retries.
 #[test]
