@@ -364,3 +364,51 @@ fn sighup_never_stops_the_daemon() {
     assert_eq!(stats["sources"]["cam"]["attempts"], 1);
     continuous(&lines_of(dir.path()), "cam");
 }
+
+#[test]
+fn a_stop_while_a_changed_source_winds_down_cancels_the_reload_and_loses_nothing() {
+    // A file through a detector: the changed source takes a while to deliver what it decoded
+    // before it ends, and the stop comes then (the log names the stage the reload was in).
+    let models = repo_root().join("models");
+    let street = asset("vtest.avi");
+    let text = |queue: u32| {
+        format!(
+            "[sources.street]\nuri = \"{}\"\nqueue = {queue}\n\n[executor]\nworkers = 2\n\n\
+             [steps.people]\nkind = \"object_detection\"\nimage = \"$frame\"\ninput_size = 416\n\n\
+             [sinks.events]\nkind = \"jsonl\"\npath = \"out/events.jsonl\"\n\
+             include = [\"$steps.people.detections\"]\n",
+            street.display()
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "p.toml", &text(2));
+    let running = spawn(
+        dir.path(),
+        &["run", "p.toml", "--stats-json", "stats.json"],
+        &[("VIDFLOW_MODELS_DIR", models.to_str().unwrap())],
+    );
+    wait_for_lines(&dir.path().join("out/events.jsonl"), 5, DEADLINE);
+    write(dir.path(), "p.toml", &text(3));
+    running.signal("HUP");
+    running.wait_for_stderr("reload: stopping source", DEADLINE);
+    running.signal("TERM");
+    let out = running.finish(DEADLINE);
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        out.stderr
+    );
+    let stats = read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["frames_dropped"], 0, "{stats}");
+    let lines = lines_of(dir.path());
+    assert_eq!(stats["frames_processed"], lines.len() as u64, "{stats}");
+    assert_eq!(stats["frames_decoded"], lines.len() as u64, "{stats}");
+    continuous(&lines, "street");
+    let stage = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("reload cancelled") || l.contains("reload applied"))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    println!("stop while a changed source winds down: {stage}");
+}

@@ -795,22 +795,22 @@ impl Supervisor {
 
     /// A stop or the end of the workflow during a reload: undo what it opened.
     fn cancel_reload(&mut self, why: &str) {
-        let prepared = match std::mem::replace(&mut self.reload, Reload::Idle) {
+        self.again = false;
+        let (stage, prepared) = match std::mem::replace(&mut self.reload, Reload::Idle) {
             Reload::Idle => return,
-            Reload::Loading(_) => {
-                tracing::info!("reload cancelled: {why}");
-                return;
-            }
-            Reload::Stopping(p) | Reload::Pausing(p) => p,
+            Reload::Loading(_) => ("loading", None),
+            Reload::Stopping(p) => ("stopping sources", Some(p)),
+            Reload::Pausing(p) => ("pausing", Some(p)),
             Reload::Drained(p, executor) => {
                 self.resume(executor);
-                p
+                ("drained", Some(p))
             }
         };
-        tracing::info!("reload cancelled: {why}");
-        let opened: Vec<SinkRunner> = prepared.opened.into_iter().flatten().collect();
-        let _ = close_sinks(opened, Some(Instant::now() + RELOAD_CLOSE_TIMEOUT));
-        self.again = false;
+        tracing::info!(stage, "reload cancelled: {why}");
+        if let Some(prepared) = prepared {
+            let opened: Vec<SinkRunner> = prepared.opened.into_iter().flatten().collect();
+            let _ = close_sinks(opened, Some(Instant::now() + RELOAD_CLOSE_TIMEOUT));
+        }
     }
 
     /// The reload under way is over (applied, refused or cancelled).
