@@ -149,6 +149,8 @@ struct Prepared {
     resume: Vec<Option<source::Resume>>,
     /// Changed sources not ended yet.
     waiting: usize,
+    /// When the pause was sent: from then until the swap no frame is admitted.
+    paused_at: Option<Instant>,
 }
 
 enum Reload {
@@ -558,6 +560,7 @@ impl Supervisor {
             opened,
             resume,
             waiting: 0,
+            paused_at: None,
             new,
         });
         // Changed and removed sources stop; what they decoded is still processed.
@@ -591,7 +594,8 @@ impl Supervisor {
         }
     }
 
-    fn pause_for(&mut self, prepared: Box<Prepared>) {
+    fn pause_for(&mut self, mut prepared: Box<Prepared>) {
+        prepared.paused_at = Some(Instant::now());
         self.handing_over.store(true, Ordering::Release);
         let _ = self.pause.send(());
         self.reload = Reload::Pausing(prepared);
@@ -674,6 +678,7 @@ impl Supervisor {
             plan,
             opened,
             resume,
+            paused_at,
             ..
         } = prepared;
         let metrics = old.metrics();
@@ -776,6 +781,10 @@ impl Supervisor {
             sinks_kept = plan.kept_sinks.iter().flatten().count(),
             sources_started = started,
             sources_stopped = plan.sources.remove.len() + plan.sources.restart.len(),
+            held_ms = format!(
+                "{:.1}",
+                paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3)
+            ),
             "reload applied"
         );
         executor
