@@ -7,7 +7,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{make_h264_mp4, vidflow, write};
@@ -32,8 +32,88 @@ fn device_inode(path: &Path) -> String {
     format!("{}:{}", m.dev(), m.ino())
 }
 
-/// Runs `vidflow run PIPELINE ARGS...` in `dir` with stderr to a file; returns the exit code
-/// and stderr.
+/// A `vidflow run` whose stderr goes to a file.
+struct Run {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Run {
+    /// Starts `vidflow run PIPELINE ARGS...` in `dir`, with `env` added to its environment
+    /// (GStreamer's own `GST_DEBUG` removed unless given).
+    fn start(
+        dir: &Path,
+        pipeline: &Path,
+        journal: Journal,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Self {
+        let stderr_path = dir.join("stderr.txt");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut command: Command = vidflow();
+        command
+            .current_dir(dir)
+            .arg("run")
+            .arg(pipeline)
+            .args(args)
+            .env_remove("GST_DEBUG")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        match journal {
+            Journal::Stderr => command.env("JOURNAL_STREAM", device_inode(&stderr_path)),
+            Journal::Elsewhere => command.env("JOURNAL_STREAM", device_inode(pipeline)),
+            Journal::Unset => command.env_remove("JOURNAL_STREAM"),
+        };
+        Self {
+            child: command.spawn().unwrap(),
+            stderr: stderr_path,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap()
+    }
+
+    /// Waits until stderr shows `text` `times` times.
+    fn wait_for(&self, text: &str, times: usize) {
+        let start = Instant::now();
+        while self.stderr().matches(text).count() < times {
+            assert!(
+                start.elapsed() < RUN_DEADLINE,
+                "stderr never showed {text:?} {times} times:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGINT: the run stops as on Ctrl-C.
+    fn interrupt(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) has no memory effects; `pid` is our child, not yet waited for.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    }
+
+    /// Waits for the exit; returns the exit code and stderr.
+    fn finish(mut self) -> (i32, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > RUN_DEADLINE {
+                let _ = self.child.kill();
+                panic!("vidflow did not exit within {RUN_DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (status.code().unwrap(), self.stderr())
+    }
+}
+
+/// Runs `vidflow run PIPELINE ARGS...` to its end (see [`Run::start`]).
 fn run(
     dir: &Path,
     pipeline: &Path,
@@ -41,37 +121,7 @@ fn run(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> (i32, String) {
-    let stderr_path = dir.join("stderr.txt");
-    let stderr = std::fs::File::create(&stderr_path).unwrap();
-    let mut command: Command = vidflow();
-    command
-        .current_dir(dir)
-        .arg("run")
-        .arg(pipeline)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr);
-    match journal {
-        Journal::Stderr => command.env("JOURNAL_STREAM", device_inode(&stderr_path)),
-        Journal::Elsewhere => command.env("JOURNAL_STREAM", device_inode(pipeline)),
-        Journal::Unset => command.env_remove("JOURNAL_STREAM"),
-    };
-    let mut child = command.spawn().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > RUN_DEADLINE {
-            let _ = child.kill();
-            panic!("vidflow did not exit within {RUN_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = std::fs::read_to_string(&stderr_path).unwrap();
-    (status.code().unwrap(), text)
+    Run::start(dir, pipeline, journal, env, args).finish()
 }
 
 /// A pipeline with one source (its table's further lines in `options`) and a JSONL sink.
@@ -97,9 +147,11 @@ fn priority_and_level(line: &str) -> Option<(&str, &str)> {
     Some((priority, rest.split_whitespace().next()?))
 }
 
-/// Every line carries the priority of its level; returns the priorities seen.
+/// Every line carries the priority of its level (a continuation line, that of the line it
+/// continues); returns the priorities seen.
 fn assert_prioritized(stderr: &str) -> Vec<String> {
     assert!(!stderr.trim().is_empty(), "nothing logged");
+    let mut last: Option<&str> = None;
     stderr
         .lines()
         .map(|line| {
@@ -110,9 +162,10 @@ fn assert_prioritized(stderr: &str) -> Vec<String> {
                 "WARN" => "4",
                 "INFO" => "6",
                 "DEBUG" | "TRACE" => "7",
-                other => panic!("unknown level {other:?} in {line:?}"),
+                _ => last.unwrap_or_else(|| panic!("no level in {line:?}")),
             };
-            assert_eq!(priority, expected, "{line:?}");
+            assert_eq!(priority, expected, "{line:?}\n{stderr}");
+            last = Some(expected);
             priority.to_owned()
         })
         .collect()
@@ -173,4 +226,112 @@ fn away_from_the_journal_no_line_has_a_priority() {
             );
         }
     }
+}
+
+/// A pipeline whose RTSP camera refuses connections (nothing listens on its port), retried
+/// every 100 to 200 ms.
+fn refused_camera(dir: &Path) -> PathBuf {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    pipeline_with(
+        dir,
+        &format!("rtsp://127.0.0.1:{port}/cam"),
+        "[sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 200\n",
+    )
+}
+
+/// GStreamer's own format: `0:00:00.012738740  PID  THREAD LEVEL ...`.
+fn in_gstreamer_format(line: &str) -> bool {
+    line.split_whitespace().next().is_some_and(|first| {
+        let parts: Vec<_> = first.split(':').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| p.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    })
+}
+
+/// What rtspsrc's connection says when nothing listens: the cause of the failure.
+const REFUSED: &str = "failed to connect: Could not connect to 127.0.0.1: Connection refused";
+
+#[test]
+fn gstreamer_warnings_are_vidflow_log_lines_once_then_debug_while_they_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = refused_camera(dir.path());
+    let run = Run::start(
+        dir.path(),
+        &p,
+        Journal::Stderr,
+        &[("VIDFLOW_LOG", "debug")],
+        &[],
+    );
+    // The first attempt, then three retries that fail the same way.
+    run.wait_for("retry failed", 3);
+    run.interrupt();
+    let (code, stderr) = run.finish();
+    assert_eq!(code, 0, "{stderr}");
+    // Every line is vidflow's, with its priority: the continuation lines of the bus error's
+    // debug text too; none in GStreamer's format.
+    assert_prioritized(&stderr);
+    let refused: Vec<_> = stderr.lines().filter(|l| l.contains(REFUSED)).collect();
+    assert!(
+        refused[0].starts_with(&format!("<4>WARN {REFUSED}"))
+            && refused[0].contains("gst_category=\"default\""),
+        "{stderr}"
+    );
+    // Each retry gave the same again: at debug level.
+    assert!(refused.len() >= 4, "{stderr}");
+    for line in &refused[1..] {
+        assert!(
+            line.starts_with(&format!("<7>DEBUG {REFUSED}")),
+            "{line}\n{stderr}"
+        );
+    }
+    // What only restates the bus error is debug from the first: one warning of GStreamer's.
+    let warnings: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.starts_with("<4>") && l.contains("gst_category="))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+
+    // Away from the journal: the same lines in vidflow's format, none in GStreamer's.
+    let run = Run::start(dir.path(), &p, Journal::Unset, &[], &[]);
+    run.wait_for("cannot connect; retrying", 1);
+    run.wait_for(REFUSED, 1);
+    run.interrupt();
+    let (code, stderr) = run.finish();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains(&format!(" WARN {REFUSED}")), "{stderr}");
+    assert!(!stderr.lines().any(in_gstreamer_format), "{stderr}");
+}
+
+#[test]
+fn gst_debug_chooses_what_gstreamer_logs_and_all_of_it_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = refused_camera(dir.path());
+    // Only rtspsrc, up to its debug level; vidflow's own lines stay at info.
+    let run = Run::start(
+        dir.path(),
+        &p,
+        Journal::Unset,
+        &[("GST_DEBUG", "rtspsrc:5"), ("VIDFLOW_LOG", "info")],
+        &[],
+    );
+    run.wait_for("cannot connect; retrying", 1);
+    run.interrupt();
+    let (code, stderr) = run.finish();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(" DEBUG ") && l.contains("gst_category=\"rtspsrc\"")),
+        "{stderr}"
+    );
+    // The warning of category `default` is not asked for any more.
+    assert!(!stderr.contains(REFUSED), "{stderr}");
+    assert!(!stderr.contains("next attempt after backoff"), "{stderr}");
+    assert!(!stderr.lines().any(in_gstreamer_format), "{stderr}");
 }

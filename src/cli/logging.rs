@@ -8,6 +8,9 @@
 //! names the file that fd 2 is; the variable alone says nothing, as children inherit it whatever
 //! their stderr is (systemd.exec(5)).
 //!
+//! GStreamer's own messages come as events of target `gstreamer` (see `gst_setup/log.rs`); when
+//! `GST_DEBUG` is set they all pass, at any level.
+//!
 //! No thread of its own: an event is formatted and written on the thread that logs it, in one
 //! write, through the progress bars when they are drawn (see `progress.rs`).
 
@@ -19,10 +22,14 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::gst_setup::LOG_TARGET;
+
 /// Installs the global subscriber; call once, first thing.
 pub(super) fn init() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIDFLOW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = with_gst_debug(
+        tracing_subscriber::EnvFilter::try_from_env("VIDFLOW_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    );
     let journal = stderr_is_journal();
     let terminal = !journal && std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
@@ -36,6 +43,17 @@ pub(super) fn init() {
             .init();
     } else {
         builder.event_format(format).init();
+    }
+}
+
+/// With `GST_DEBUG` set, GStreamer logs what it asks for, at whatever level: let it all through,
+/// unless `VIDFLOW_LOG` says what to do with GStreamer's lines itself.
+fn with_gst_debug(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    let asked = std::env::var_os("GST_DEBUG").is_some_and(|v| !v.is_empty());
+    let decided = std::env::var("VIDFLOW_LOG").is_ok_and(|v| v.contains(LOG_TARGET));
+    match format!("{LOG_TARGET}=trace").parse() {
+        Ok(directive) if asked && !decided => filter.add_directive(directive),
+        _ => filter,
     }
 }
 
