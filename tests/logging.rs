@@ -229,8 +229,8 @@ fn away_from_the_journal_no_line_has_a_priority() {
 }
 
 /// A pipeline whose RTSP camera refuses connections (nothing listens on its port), retried
-/// every 100 to 200 ms.
-fn refused_camera(dir: &Path) -> PathBuf {
+/// every 100 to 200 ms; `userinfo` (`user:password@`) goes into its URL.
+fn refused_camera(dir: &Path, userinfo: &str) -> PathBuf {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -238,7 +238,7 @@ fn refused_camera(dir: &Path) -> PathBuf {
         .port();
     pipeline_with(
         dir,
-        &format!("rtsp://127.0.0.1:{port}/cam"),
+        &format!("rtsp://{userinfo}127.0.0.1:{port}/cam"),
         "[sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 200\n",
     )
 }
@@ -260,7 +260,7 @@ const REFUSED: &str = "failed to connect: Could not connect to 127.0.0.1: Connec
 #[test]
 fn gstreamer_warnings_are_vidflow_log_lines_once_then_debug_while_they_repeat() {
     let dir = tempfile::tempdir().unwrap();
-    let p = refused_camera(dir.path());
+    let p = refused_camera(dir.path(), "");
     let run = Run::start(
         dir.path(),
         &p,
@@ -309,9 +309,10 @@ fn gstreamer_warnings_are_vidflow_log_lines_once_then_debug_while_they_repeat() 
 }
 
 #[test]
-fn gst_debug_chooses_what_gstreamer_logs_and_all_of_it_is_shown() {
+fn gst_debug_chooses_what_gstreamer_logs_all_of_it_shown_without_passwords() {
     let dir = tempfile::tempdir().unwrap();
-    let p = refused_camera(dir.path());
+    // rtspsrc quotes its URL at debug level: the password goes.
+    let p = refused_camera(dir.path(), "user:s3cret-pw@");
     // Only rtspsrc, up to its debug level; vidflow's own lines stay at info.
     let run = Run::start(
         dir.path(),
@@ -328,6 +329,13 @@ fn gst_debug_chooses_what_gstreamer_logs_and_all_of_it_is_shown() {
         stderr
             .lines()
             .any(|l| l.contains(" DEBUG ") && l.contains("gst_category=\"rtspsrc\"")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("gst_category") && l.contains("user:***@127.0.0.1")),
         "{stderr}"
     );
     // The warning of category `default` is not asked for any more.

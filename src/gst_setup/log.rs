@@ -1,7 +1,8 @@
 //! GStreamer's debug log, routed into vidflow's: each message GStreamer logs becomes a tracing
 //! event of target [`TARGET`] with the fields `gst_category`, `gst_object` (the element or pad,
 //! when there is one) and `gst_at` (its C file and line), so that it has vidflow's format and,
-//! under the journal, its priority. GStreamer's own printer to stderr is removed.
+//! under the journal, its priority; a password in a URL it quotes is redacted. GStreamer's own
+//! printer to stderr is removed.
 //!
 //! What GStreamer logs: WARNING and ERROR, unless `GST_DEBUG` is set; then what it asks for, as
 //! GStreamer reads it in `gst::init` (`cli/logging.rs` lets target `gstreamer` through at every
@@ -108,7 +109,8 @@ fn log(
             Admit::Quiet => level = Level::DEBUG,
         }
     }
-    let text = text.strip_prefix("warning: ").unwrap_or(&text);
+    // A URL GStreamer quotes may carry a password.
+    let text = crate::spec::redact_all(text.strip_prefix("warning: ").unwrap_or(&text));
     let object = object.map(ToString::to_string);
     let at = format!("{file}:{line}");
     macro_rules! at_level {
