@@ -9,6 +9,7 @@ use crate::daemon::{self, RunOptions, Shutdown};
 use crate::{sinks, steps};
 
 mod logging;
+mod progress;
 
 /// sysexits codes used by the command line.
 pub mod exit {
@@ -124,6 +125,7 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
         max_frames,
         ..RunOptions::default()
     };
+    let progress = progress::Progress::start(&options.live);
     let (report, code) = match daemon::run(pipeline, &options, &shutdown) {
         Ok(report) => (Some(report), exit::OK),
         Err(failure) => {
@@ -136,6 +138,7 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
             }
         }
     };
+    drop(progress);
     if let (Some(path), Some(report)) = (stats_json, report) {
         let written = serde_json::to_vec_pretty(&report)
             .map_err(std::io::Error::other)

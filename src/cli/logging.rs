@@ -34,7 +34,7 @@ pub(super) fn init() {
     let terminal = !journal && std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(super::progress::LogWriter)
         .with_ansi(terminal);
     let format = tracing_subscriber::fmt::format().with_target(false);
     if journal {

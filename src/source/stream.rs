@@ -291,6 +291,9 @@ fn callbacks(
             if info.as_ref().is_none_or(|(c, _)| *c != caps) {
                 let parsed = gst_video::VideoInfo::from_caps(&caps)
                     .map_err(|_| gst::FlowError::NotNegotiated)?;
+                if info.is_none() {
+                    count_frames_ahead(&shared, sink, &parsed);
+                }
                 info = Some((caps, parsed));
             }
             let Some((_, video_info)) = info.as_ref() else {
@@ -340,6 +343,31 @@ fn callbacks(
             Ok(gst::FlowSuccess::Ok)
         })
         .build()
+}
+
+/// On the first frame of a file that does not loop: how many frames it will give, from its
+/// duration (asked upstream, where the demuxer knows it) and the frame rate reaching vidflow
+/// (after `max_fps`), at most `max_frames`. Unknown (left at 0) without either.
+fn count_frames_ahead(shared: &Shared, sink: &gst_app::AppSink, info: &gst_video::VideoInfo) {
+    if !matches!(shared.uri, SourceUri::File { .. }) || shared.options.looping {
+        return;
+    }
+    let fps = info.fps();
+    let (Ok(numer @ 1..), Ok(denom @ 1..)) =
+        (u128::try_from(fps.numer()), u128::try_from(fps.denom()))
+    else {
+        return;
+    };
+    let Some(duration) = sink.query_duration::<gst::ClockTime>() else {
+        return;
+    };
+    // Rounded to the nearest frame: duration * numer / denom frames per second.
+    let second = u128::from(gst::ClockTime::SECOND.nseconds());
+    let frames = (u128::from(duration.nseconds()) * numer + denom * second / 2) / (denom * second);
+    let frames = u64::try_from(frames)
+        .unwrap_or(u64::MAX)
+        .min(shared.max_frames.unwrap_or(u64::MAX));
+    shared.counters.total.store(frames, Ordering::Relaxed);
 }
 
 /// Queues a frame: a file waits for room; a live source makes room by dropping its oldest
