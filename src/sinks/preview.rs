@@ -181,10 +181,7 @@ impl Hub {
     /// The channel of `source`, made if needed.
     pub fn channel(&self, source: &str) -> Arc<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        channels
-            .entry(source.into())
-            .or_insert_with(Arc::default)
-            .clone()
+        channels.entry(source.into()).or_default().clone()
     }
 
     /// Whether a preview sink of this name is open.
