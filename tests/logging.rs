@@ -7,10 +7,9 @@ mod common;
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{make_h264_mp4, vidflow, write};
+use common::{Running, make_h264_mp4, spawn_command_to, vidflow, write};
 
 /// Only a guard against a hang: a few test frames, or a source that is not there.
 const RUN_DEADLINE: Duration = Duration::from_secs(60);
@@ -32,88 +31,39 @@ fn device_inode(path: &Path) -> String {
     format!("{}:{}", m.dev(), m.ino())
 }
 
-/// A `vidflow run` whose stderr goes to a file.
-struct Run {
-    child: Child,
-    stderr: PathBuf,
+/// Starts `vidflow run PIPELINE ARGS...` in `dir` with stderr to a file, `env` added to its
+/// environment (GStreamer's own `GST_DEBUG` removed unless given).
+fn start(
+    dir: &Path,
+    pipeline: &Path,
+    journal: Journal,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Running {
+    let stderr = dir.join("stderr.txt");
+    std::fs::File::create(&stderr).unwrap();
+    let mut command = vidflow();
+    command
+        .arg("run")
+        .arg(pipeline)
+        .args(args)
+        .env_remove("GST_DEBUG")
+        .envs(env.iter().copied());
+    match journal {
+        Journal::Stderr => command.env("JOURNAL_STREAM", device_inode(&stderr)),
+        Journal::Elsewhere => command.env("JOURNAL_STREAM", device_inode(pipeline)),
+        Journal::Unset => command.env_remove("JOURNAL_STREAM"),
+    };
+    spawn_command_to(dir, command, &dir.join("stdout.txt"), &stderr)
 }
 
-impl Run {
-    /// Starts `vidflow run PIPELINE ARGS...` in `dir`, with `env` added to its environment
-    /// (GStreamer's own `GST_DEBUG` removed unless given).
-    fn start(
-        dir: &Path,
-        pipeline: &Path,
-        journal: Journal,
-        env: &[(&str, &str)],
-        args: &[&str],
-    ) -> Self {
-        let stderr_path = dir.join("stderr.txt");
-        let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let mut command: Command = vidflow();
-        command
-            .current_dir(dir)
-            .arg("run")
-            .arg(pipeline)
-            .args(args)
-            .env_remove("GST_DEBUG")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        match journal {
-            Journal::Stderr => command.env("JOURNAL_STREAM", device_inode(&stderr_path)),
-            Journal::Elsewhere => command.env("JOURNAL_STREAM", device_inode(pipeline)),
-            Journal::Unset => command.env_remove("JOURNAL_STREAM"),
-        };
-        Self {
-            child: command.spawn().unwrap(),
-            stderr: stderr_path,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap()
-    }
-
-    /// Waits until stderr shows `text` `times` times.
-    fn wait_for(&self, text: &str, times: usize) {
-        let start = Instant::now();
-        while self.stderr().matches(text).count() < times {
-            assert!(
-                start.elapsed() < RUN_DEADLINE,
-                "stderr never showed {text:?} {times} times:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGINT: the run stops as on Ctrl-C.
-    fn interrupt(&self) {
-        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
-        // SAFETY: kill(2) has no memory effects; `pid` is our child, not yet waited for.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    }
-
-    /// Waits for the exit; returns the exit code and stderr.
-    fn finish(mut self) -> (i32, String) {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > RUN_DEADLINE {
-                let _ = self.child.kill();
-                panic!("vidflow did not exit within {RUN_DEADLINE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        (status.code().unwrap(), self.stderr())
-    }
+/// Waits for the end of a run; returns its exit code and stderr.
+fn finish(run: Running) -> (i32, String) {
+    let out = run.finish(RUN_DEADLINE);
+    (out.status.code().unwrap(), out.stderr)
 }
 
-/// Runs `vidflow run PIPELINE ARGS...` to its end (see [`Run::start`]).
+/// Runs `vidflow run PIPELINE ARGS...` to its end (see [`start`]).
 fn run(
     dir: &Path,
     pipeline: &Path,
@@ -121,7 +71,7 @@ fn run(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> (i32, String) {
-    Run::start(dir, pipeline, journal, env, args).finish()
+    finish(start(dir, pipeline, journal, env, args))
 }
 
 /// A pipeline with one source (its table's further lines in `options`) and a JSONL sink.
@@ -261,7 +211,7 @@ const REFUSED: &str = "failed to connect: Could not connect to 127.0.0.1: Connec
 fn gstreamer_warnings_are_vidflow_log_lines_once_then_debug_while_they_repeat() {
     let dir = tempfile::tempdir().unwrap();
     let p = refused_camera(dir.path(), "");
-    let run = Run::start(
+    let run = start(
         dir.path(),
         &p,
         Journal::Stderr,
@@ -269,9 +219,9 @@ fn gstreamer_warnings_are_vidflow_log_lines_once_then_debug_while_they_repeat() 
         &[],
     );
     // The first attempt, then three retries that fail the same way.
-    run.wait_for("retry failed", 3);
-    run.interrupt();
-    let (code, stderr) = run.finish();
+    run.wait_for_stderr_times("retry failed", 3, RUN_DEADLINE);
+    run.signal("INT");
+    let (code, stderr) = finish(run);
     assert_eq!(code, 0, "{stderr}");
     // Every line is vidflow's, with its priority: the continuation lines of the bus error's
     // debug text too; none in GStreamer's format.
@@ -298,11 +248,11 @@ fn gstreamer_warnings_are_vidflow_log_lines_once_then_debug_while_they_repeat() 
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
 
     // Away from the journal: the same lines in vidflow's format, none in GStreamer's.
-    let run = Run::start(dir.path(), &p, Journal::Unset, &[], &[]);
-    run.wait_for("cannot connect; retrying", 1);
-    run.wait_for(REFUSED, 1);
-    run.interrupt();
-    let (code, stderr) = run.finish();
+    let run = start(dir.path(), &p, Journal::Unset, &[], &[]);
+    run.wait_for_stderr("cannot connect; retrying", RUN_DEADLINE);
+    run.wait_for_stderr(REFUSED, RUN_DEADLINE);
+    run.signal("INT");
+    let (code, stderr) = finish(run);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains(&format!(" WARN {REFUSED}")), "{stderr}");
     assert!(!stderr.lines().any(in_gstreamer_format), "{stderr}");
@@ -314,16 +264,16 @@ fn gst_debug_chooses_what_gstreamer_logs_all_of_it_shown_without_passwords() {
     // rtspsrc quotes its URL at debug level: the password goes.
     let p = refused_camera(dir.path(), "user:s3cret-pw@");
     // Only rtspsrc, up to its debug level; vidflow's own lines stay at info.
-    let run = Run::start(
+    let run = start(
         dir.path(),
         &p,
         Journal::Unset,
         &[("GST_DEBUG", "rtspsrc:5"), ("VIDFLOW_LOG", "info")],
         &[],
     );
-    run.wait_for("cannot connect; retrying", 1);
-    run.interrupt();
-    let (code, stderr) = run.finish();
+    run.wait_for_stderr("cannot connect; retrying", RUN_DEADLINE);
+    run.signal("INT");
+    let (code, stderr) = finish(run);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr
