@@ -136,7 +136,10 @@ impl Bars {
         if !self.started && !parts.sources.is_empty() {
             self.started = true;
             for source in parts.sources.iter().filter(|s| s.file) {
-                let bar = self.screen.add(ProgressBar::no_length());
+                // Its clock starts with the run's, not at the first refresh: a short file may
+                // be done by then.
+                let bar = ProgressBar::no_length().with_elapsed(live.started.elapsed());
+                let bar = self.screen.add(bar);
                 bar.set_style(self.without_total.clone());
                 bar.set_prefix(source.name.to_string());
                 self.shown.push(Bar {
@@ -192,7 +195,7 @@ impl Bar {
     }
 }
 
-/// Frames per second since the bar started: steadier than the rate of the last moments, which
+/// Frames per second since the run started: steadier than the rate of the last moments, which
 /// is wild in the first of them.
 fn fps(state: &ProgressState, w: &mut dyn std::fmt::Write) {
     let seconds = state.elapsed().as_secs_f64();
