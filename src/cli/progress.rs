@@ -9,8 +9,8 @@
 //! channel for [`REFRESH`] at a time (it never spins), then reads the run's [`Live`] (the
 //! sources' counters) and moves the bars; indicatif draws them on that thread, at most 20 times
 //! a second. It ends at once if the run has sources and none is a file. Stop protocol: dropping
-//! the [`Progress`] sends on the stop channel (capacity 1) and joins the thread, which first
-//! draws the last counts and leaves the bars on the screen.
+//! the [`Progress`] sends on the stop channel (capacity 1) and joins the thread, which draws the
+//! last counts and leaves them on the screen as plain text, the cursor on the line below.
 //!
 //! Log lines: the tracing writer ([`LogWriter`]) writes each line inside the bars'
 //! `suspend` while they are on the screen: they are cleared, the line is written, and they are
