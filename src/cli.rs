@@ -1,6 +1,5 @@
 //! Subcommands: `run`, `validate`, `graph`, `steps`.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
@@ -8,6 +7,9 @@ use clap::{Parser, Subcommand};
 use crate::config::{self, ConfigError};
 use crate::daemon::{self, RunOptions, Shutdown};
 use crate::{sinks, steps};
+
+mod logging;
+mod progress;
 
 /// sysexits codes used by the command line.
 pub mod exit {
@@ -71,21 +73,10 @@ pub enum Command {
     Steps,
 }
 
-/// Logging to stderr, filtered by VIDFLOW_LOG (default `info`); plain under systemd.
+/// Logging to stderr, filtered by VIDFLOW_LOG (default `info`); plain, with journald priorities,
+/// when stderr is the journal (see `cli/logging.rs`).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIDFLOW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(!journal && std::io::stderr().is_terminal());
-    if journal {
-        builder.without_time().init();
-    } else {
-        builder.init();
-    }
+    logging::init();
 }
 
 /// Runs a parsed command line; returns the exit code.
@@ -140,6 +131,7 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
         notify: daemon::NotifyConfig::from_env(),
         ..RunOptions::default()
     };
+    let progress = progress::Progress::start(&options.live);
     let outcome = daemon::run(pipeline, &options, &shutdown);
     if let Some(signals) = signals {
         signals.stop();
@@ -156,6 +148,7 @@ fn run(path: &Path, max_frames: Option<u64>, stats_json: Option<&Path>) -> u8 {
             }
         }
     };
+    drop(progress);
     if let (Some(path), Some(report)) = (stats_json, report) {
         let written = serde_json::to_vec_pretty(&report)
             .map_err(std::io::Error::other)

@@ -8,7 +8,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::sinks::SinkSender;
-use crate::source::{SourceCounters, SourceHandle};
+use crate::source::{SourceCounters, SourceHandle, SourceUri};
 use crate::workflow::{ExecutorMetrics, PoolMetrics};
 
 /// Where the run is.
@@ -50,6 +50,8 @@ pub struct LiveSource {
     pub name: Arc<str>,
     /// A camera or stream (retries forever), not a file or a test pattern.
     pub live: bool,
+    /// A video file (the progress bar shows those).
+    pub file: bool,
     pub counters: Arc<SourceCounters>,
     /// Its `stall_timeout_ms` (the HTTP health check's limit derives from it).
     pub stall_timeout: Duration,
@@ -140,6 +142,7 @@ impl LiveSource {
         Self {
             name: handle.name().clone(),
             live,
+            file: matches!(handle.uri(), SourceUri::File { .. }),
             counters: handle.counters().clone(),
             stall_timeout: handle.options().stall_timeout,
         }

@@ -117,6 +117,10 @@ pub struct SourceCounters {
     /// When the source started, in ms after [`monotonic_ms`]'s epoch. Written once by
     /// [`start_from`] before any thread reads it.
     started_ms: AtomicU64,
+    /// Frames a file will give (its duration times its frame rate, at most `max_frames`); 0
+    /// while unknown, and for what is not a file or loops. Written by the streaming thread once
+    /// the stream is up (first frame), read by observers (the progress bar).
+    total: AtomicU64,
 }
 
 /// Where a source is, for observers (metrics, health).
@@ -188,6 +192,14 @@ impl SourceCounters {
             .store(monotonic_ms().saturating_add(1), Ordering::Relaxed);
         if self.state.load(Ordering::Relaxed) != SourceState::Streaming as u8 {
             self.set_state(SourceState::Streaming);
+        }
+    }
+
+    /// Frames the source will give, when known (see `total`).
+    pub fn total(&self) -> Option<u64> {
+        match self.total.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
         }
     }
 
@@ -443,6 +455,10 @@ impl SourceHandle {
             seq: self.shared.seq.load(Ordering::Relaxed),
             pts_end_ns: self.shared.pts_end.load(Ordering::Acquire),
         }
+    }
+
+    pub fn uri(&self) -> &SourceUri {
+        &self.shared.uri
     }
 
     /// A channel that disconnects once the source has ended (its result is then ready for

@@ -302,6 +302,9 @@ fn callbacks(
             if info.as_ref().is_none_or(|(c, _)| *c != caps) {
                 let parsed = gst_video::VideoInfo::from_caps(&caps)
                     .map_err(|_| gst::FlowError::NotNegotiated)?;
+                if info.is_none() {
+                    count_frames_ahead(&shared, sink, &parsed);
+                }
                 info = Some((caps, parsed));
             }
             let Some((_, video_info)) = info.as_ref() else {
@@ -353,6 +356,31 @@ fn callbacks(
         .build()
 }
 
+/// On the first frame of a file that does not loop: how many frames it will give, from its
+/// duration (asked upstream, where the demuxer knows it) and the frame rate reaching vidflow
+/// (after `max_fps`), at most `max_frames`. Unknown (left at 0) without either.
+fn count_frames_ahead(shared: &Shared, sink: &gst_app::AppSink, info: &gst_video::VideoInfo) {
+    if !matches!(shared.uri, SourceUri::File { .. }) || shared.options.looping {
+        return;
+    }
+    let fps = info.fps();
+    let (Ok(numer @ 1..), Ok(denom @ 1..)) =
+        (u128::try_from(fps.numer()), u128::try_from(fps.denom()))
+    else {
+        return;
+    };
+    let Some(duration) = sink.query_duration::<gst::ClockTime>() else {
+        return;
+    };
+    // Rounded to the nearest frame: duration * numer / denom frames per second.
+    let second = u128::from(gst::ClockTime::SECOND.nseconds());
+    let frames = (u128::from(duration.nseconds()) * numer + denom * second / 2) / (denom * second);
+    let frames = u64::try_from(frames)
+        .unwrap_or(u64::MAX)
+        .min(shared.max_frames.unwrap_or(u64::MAX));
+    shared.counters.total.store(frames, Ordering::Relaxed);
+}
+
 /// Queues a frame: a file waits for room; a live source makes room by dropping its oldest
 /// queued frame. Returns false when the consumer is gone.
 fn deliver(
@@ -402,7 +430,71 @@ fn push_dropping_oldest<T>(tx: &Sender<T>, rx: &Receiver<T>, item: T) -> Result<
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use gstreamer as gst;
+    use gstreamer::prelude::*;
+
     use super::push_dropping_oldest;
+    use crate::source::{SourceConfig, SourceOptions, SourceUri};
+
+    /// Encodes `frames` frames at `fps` as H.264 in MP4 (a file as a camera would record it).
+    fn clip(path: &std::path::Path, frames: u32, fps: u32) {
+        crate::gst_setup::init().unwrap();
+        let pipeline = gst::parse::launch(&format!(
+            "videotestsrc num-buffers={frames} ! video/x-raw,width=64,height=48,framerate={fps}/1 \
+             ! x264enc speed-preset=ultrafast ! h264parse ! mp4mux ! filesink location={}",
+            path.display()
+        ))
+        .unwrap();
+        pipeline.set_state(gst::State::Playing).unwrap();
+        let bus = pipeline.bus().unwrap();
+        let msg = bus.timed_pop_filtered(
+            gst::ClockTime::from_seconds(60),
+            &[gst::MessageType::Eos, gst::MessageType::Error],
+        );
+        pipeline.set_state(gst::State::Null).unwrap();
+        assert!(matches!(msg.unwrap().view(), gst::MessageView::Eos(_)));
+    }
+
+    /// The total a file source knows once its first frame is out.
+    fn total_after_the_first_frame(
+        path: &std::path::Path,
+        looping: bool,
+        max: Option<u64>,
+    ) -> Option<u64> {
+        let config = SourceConfig {
+            name: "clip".into(),
+            uri: SourceUri::parse(&path.to_string_lossy()).unwrap(),
+            options: SourceOptions {
+                looping,
+                ..SourceOptions::default()
+            },
+            uri_span: 0..0,
+        };
+        let (tx, rx) = crossbeam_channel::bounded(100);
+        let handle = crate::source::start(&config, tx, &rx, max).unwrap();
+        rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let total = handle.counters().total();
+        handle.control().abort();
+        drop(rx);
+        handle.join().unwrap();
+        total
+    }
+
+    #[test]
+    fn a_file_knows_how_many_frames_it_will_give_once_its_stream_is_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clip.mp4");
+        clip(&path, 45, 15);
+        assert_eq!(total_after_the_first_frame(&path, false, None), Some(45));
+        assert_eq!(
+            total_after_the_first_frame(&path, false, Some(10)),
+            Some(10)
+        );
+        // A looping file never ends: no total.
+        assert_eq!(total_after_the_first_frame(&path, true, None), None);
+    }
 
     #[test]
     fn a_full_live_queue_drops_its_oldest_item_and_keeps_the_newest() {

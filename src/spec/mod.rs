@@ -14,4 +14,4 @@ pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
 pub use params::{ParamDoc, Params};
 pub use reference::{Ref, SinkInput};
-pub use secret::{Secret, percent_decode, read_password_file, redact, url_credentials};
+pub use secret::{Secret, percent_decode, read_password_file, redact, redact_all, url_credentials};

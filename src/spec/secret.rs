@@ -58,6 +58,23 @@ pub fn redact(uri: &str) -> String {
     }
 }
 
+/// `text` with the password of every `scheme://user:password@host/...` in it replaced by `***`:
+/// for text that may quote URLs among other words (GStreamer's messages).
+pub fn redact_all(text: &str) -> String {
+    let delimiter = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '(' | ')');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at].rfind(delimiter).map_or(0, |d| d + 1);
+        let end = rest[at..].find(delimiter).map_or(rest.len(), |e| at + e);
+        out.push_str(&rest[..start]);
+        out.push_str(&redact(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The user and password of `scheme://user:password@host`, as written (%-escaped), if any.
 pub fn url_credentials(uri: &str) -> Option<(&str, Option<&str>)> {
     let rest = uri.split_once("://")?.1;
@@ -113,6 +130,16 @@ mod tests {
         );
         assert_eq!(url_credentials("mqtt://u@h"), Some(("u", None)));
         assert_eq!(url_credentials("mqtt://h"), None);
+    }
+
+    #[test]
+    fn every_url_in_a_text_loses_its_password() {
+        assert_eq!(
+            redact_all("failed: <rtsp://u:pw@cam/x> and (mqtt://v:pw2@h:1) rtsp://w@c/y"),
+            "failed: <rtsp://u:***@cam/x> and (mqtt://v:***@h:1) rtsp://w@c/y"
+        );
+        assert_eq!(redact_all("no url here"), "no url here");
+        assert_eq!(redact_all("a://b://c"), "a://b://c");
     }
 
     #[test]

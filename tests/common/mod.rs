@@ -137,7 +137,7 @@ pub fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Running {
 }
 
 /// Starts `command` (made by [`vidflow`], then given its arguments) in `dir`.
-pub fn spawn_command(dir: &Path, mut command: Command) -> Running {
+pub fn spawn_command(dir: &Path, command: Command) -> Running {
     // Numbered after what the directory holds, so that several runs in one directory keep
     // their own output.
     let first = std::fs::read_dir(dir).unwrap().count();
@@ -146,17 +146,31 @@ pub fn spawn_command(dir: &Path, mut command: Command) -> Running {
         .unwrap();
     let stdout = dir.join(format!("stdout-{n}.txt"));
     let stderr = dir.join(format!("stderr-{n}.txt"));
+    spawn_command_to(dir, command, &stdout, &stderr)
+}
+
+/// Starts `command` in `dir` with stdout and stderr to these files, emptied first (not made
+/// anew: a test may have named the stderr file to the process already, as `JOURNAL_STREAM`).
+pub fn spawn_command_to(dir: &Path, mut command: Command, stdout: &Path, stderr: &Path) -> Running {
+    let open = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap()
+    };
     let child = command
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout).unwrap())
-        .stderr(std::fs::File::create(&stderr).unwrap())
+        .stdout(open(stdout))
+        .stderr(open(stderr))
         .spawn()
         .unwrap();
     Running {
         child,
-        stdout,
-        stderr,
+        stdout: stdout.to_owned(),
+        stderr: stderr.to_owned(),
     }
 }
 

@@ -161,6 +161,7 @@ mod tests {
                 .map(|i| LiveSource {
                     name: format!("clip{i}").into(),
                     live: false,
+                    file: true,
                     counters: Arc::new(SourceCounters::default()),
                     stall_timeout: SECOND,
                 })
