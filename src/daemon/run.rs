@@ -14,7 +14,7 @@ use super::counts::LastCounts;
 use super::live::Phase;
 use super::shutdown::{Delivered, StopDeadline, close_in_order, close_sinks, stop_sources};
 use super::supervise::{
-    Channels, FromExecutor, OpenSink, Parts0, RunningSource, Segment, Supervisor, Waited,
+    Channels, FromExecutor, OpenSink, RunParts, RunningSource, Segment, Supervisor, Waited,
     add_source_stats, executor_thread,
 };
 use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
@@ -134,7 +134,7 @@ pub fn run(
     };
     let executor_metrics = first.executor.metrics().clone();
     let mut sup = Supervisor::new(
-        Parts0 {
+        RunParts {
             path,
             live: live.clone(),
             stop_timeout,
@@ -180,9 +180,13 @@ pub fn run(
         Ok(thread) => thread,
         Err(e) => {
             let deadline = StopDeadline::starting_now(stop_timeout);
-            let handles = sup.sources.drain(..).map(|s| s.handle).collect();
-            stop_sources(handles, std::mem::take(&mut sup.queues), deadline.joins());
-            let runners = sup.sinks.drain(..).map(|s| s.runner).collect();
+            let handles = sup.parts.sources.drain(..).map(|s| s.handle).collect();
+            stop_sources(
+                handles,
+                std::mem::take(&mut sup.parts.queues),
+                deadline.joins(),
+            );
+            let runners = sup.parts.sinks.drain(..).map(|s| s.runner).collect();
             let _ = close_in_order(host_pool, runners, &deadline);
             return Err(Failure::before_start(DaemonError::Pool(PoolError::Spawn(
                 e,
@@ -193,7 +197,7 @@ pub fn run(
     // Wait for the executor, taking stop requests (the first stops the sources gracefully and
     // starts the stop deadline, the second aborts) and reloads.
     let Waited { finished, deadline } = sup.wait();
-    let stop_timeout = sup.stop_timeout;
+    let stop_timeout = sup.parts.stop_timeout;
     let mut abandoned = Vec::new();
     if finished.is_some() {
         // It has sent its last message: the join is immediate.
@@ -209,9 +213,13 @@ pub fn run(
 
     // 1. The sources: stopped hard if still running (abort, or stop on step error), with those
     // a reload stopped that have not ended yet.
-    let mut handles: Vec<_> = sup.sources.drain(..).map(|s| s.handle).collect();
+    let mut handles: Vec<_> = sup.parts.sources.drain(..).map(|s| s.handle).collect();
     handles.extend(sup.take_retired());
-    let mut stopped = stop_sources(handles, std::mem::take(&mut sup.queues), deadline.joins());
+    let mut stopped = stop_sources(
+        handles,
+        std::mem::take(&mut sup.parts.queues),
+        deadline.joins(),
+    );
     abandoned.extend(stopped.abandoned.iter().cloned());
     for (name, stats) in std::mem::take(&mut sup.retired_stats) {
         add_source_stats(stopped.stats.entry(name).or_default(), &stats);
@@ -250,7 +258,7 @@ pub fn run(
         Some((stats, executor)) => (Some(stats), executor.close()),
         None => (None, Ok(())),
     };
-    let runners = sup.sinks.drain(..).map(|s| s.runner).collect();
+    let runners = sup.parts.sinks.drain(..).map(|s| s.runner).collect();
     let (host_result, mut sink_results) = close_in_order(host_pool, runners, &deadline);
     sink_results.append(&mut sup.closed_sinks);
     let pool_result = own_pool.and(host_result);
@@ -300,7 +308,7 @@ pub fn run(
             coordinator_wakeups,
             panics,
         },
-        counts: sup.last_counts.take(),
+        counts: sup.parts.last_counts.take(),
     };
     let mut errors: Vec<DaemonError> = stopped
         .errors

@@ -115,17 +115,8 @@ pub(super) struct Waited {
 
 /// The running pipeline: its parts, and what is needed to change them.
 pub(super) struct Supervisor {
-    pub requests: Receiver<()>,
-    pub reloads: Receiver<()>,
-    pub path: PathBuf,
-    pub live: Arc<Live>,
-    pub stop_timeout: Duration,
-    pub max_frames: Option<u64>,
-    pub sources: Vec<RunningSource>,
-    /// Every queue the executor takes frames from: the running sources', and those of sources
-    /// that ended or were stopped by a reload (the executor drains what they hold).
-    pub queues: Vec<Receiver<Frame>>,
-    pub sinks: Vec<OpenSink>,
+    pub parts: RunParts,
+    pub channels: Channels,
     /// Sinks closed at reloads.
     pub closed_sinks: Vec<SinkClosed>,
     /// Counts and errors of sources stopped at reloads.
@@ -133,21 +124,8 @@ pub(super) struct Supervisor {
     pub retired_errors: Vec<SourceError>,
     /// Sources told to stop by a reload, not ended yet.
     retired: Vec<Retired>,
-    pub graph: Arc<Graph>,
-    pub written: Written,
-    pub executor_config: ExecutorConfig,
-    pub http: Option<std::net::SocketAddr>,
-    pub last_counts: Arc<LastCounts>,
-    /// The daemon's pool; `None` for a one-shot run (a still image), which cannot reload.
-    pub pool: Option<PoolHandle>,
-    pub executor_metrics: Arc<ExecutorMetrics>,
     /// Coordinator wake-ups and step panics of the executors retired at reloads.
     pub retired_metrics: (u64, u64),
-    pub from_executor: Receiver<FromExecutor>,
-    pub to_executor: Sender<Segment>,
-    pub handing_over: Arc<AtomicBool>,
-    /// Pauses (or at a stop, aborts) the running segment.
-    pub pause: Sender<()>,
     /// Tells systemd (set once the run is up): `STOPPING=1`, and `RELOADING=1` then
     /// `READY=1` around a reload.
     pub notifier: Notifier,
@@ -159,23 +137,26 @@ pub(super) struct Supervisor {
     totals: RunStats,
 }
 
-/// What [`Supervisor::new`] needs besides the running parts.
+/// How the supervisor hears of stop and reload requests and talks to the executor's thread.
 pub(super) struct Channels {
     pub requests: Receiver<()>,
     pub reloads: Receiver<()>,
     pub from_executor: Receiver<FromExecutor>,
     pub to_executor: Sender<Segment>,
     pub handing_over: Arc<AtomicBool>,
+    /// Pauses (or at a stop, aborts) the running segment.
     pub pause: Sender<()>,
 }
 
-/// The running parts at the start.
-pub(super) struct Parts0 {
+/// The running pipeline's parts; a reload replaces some of them.
+pub(super) struct RunParts {
     pub path: PathBuf,
     pub live: Arc<Live>,
     pub stop_timeout: Duration,
     pub max_frames: Option<u64>,
     pub sources: Vec<RunningSource>,
+    /// Every queue the executor takes frames from: the running sources', and those of sources
+    /// that ended or were stopped by a reload (the executor drains what they hold).
     pub queues: Vec<Receiver<Frame>>,
     pub sinks: Vec<OpenSink>,
     pub graph: Arc<Graph>,
@@ -183,38 +164,21 @@ pub(super) struct Parts0 {
     pub executor_config: ExecutorConfig,
     pub http: Option<std::net::SocketAddr>,
     pub last_counts: Arc<LastCounts>,
+    /// The daemon's pool; `None` for a one-shot run (a still image), which cannot reload.
     pub pool: Option<PoolHandle>,
     pub executor_metrics: Arc<ExecutorMetrics>,
 }
 
 impl Supervisor {
-    pub(super) fn new(p: Parts0, c: Channels) -> Self {
+    pub(super) fn new(parts: RunParts, channels: Channels) -> Self {
         Self {
-            requests: c.requests,
-            reloads: c.reloads,
-            path: p.path,
-            live: p.live,
-            stop_timeout: p.stop_timeout,
-            max_frames: p.max_frames,
-            sources: p.sources,
-            queues: p.queues,
-            sinks: p.sinks,
+            parts,
+            channels,
             closed_sinks: Vec::new(),
             retired_stats: BTreeMap::new(),
             retired_errors: Vec::new(),
             retired: Vec::new(),
-            graph: p.graph,
-            written: p.written,
-            executor_config: p.executor_config,
-            http: p.http,
-            last_counts: p.last_counts,
-            pool: p.pool,
-            executor_metrics: p.executor_metrics,
             retired_metrics: (0, 0),
-            from_executor: c.from_executor,
-            to_executor: c.to_executor,
-            handing_over: c.handing_over,
-            pause: c.pause,
             notifier: Notifier::default(),
             stops: 0,
             deadline: None,
@@ -226,13 +190,15 @@ impl Supervisor {
 
     /// What observers see of the running parts.
     pub(super) fn publish(&self) {
-        self.live.set_parts(Parts {
+        self.parts.live.set_parts(Parts {
             sources: self
+                .parts
                 .sources
                 .iter()
                 .map(|s| LiveSource::of(&s.handle, s.config.uri.is_live()))
                 .collect(),
             sinks: self
+                .parts
                 .sinks
                 .iter()
                 .map(|s| LiveSink {
@@ -240,8 +206,8 @@ impl Supervisor {
                     sender: s.runner.sender(),
                 })
                 .collect(),
-            executor: Some(self.executor_metrics.clone()),
-            pool: self.pool.as_ref().map(|p| p.metrics().clone()),
+            executor: Some(self.parts.executor_metrics.clone()),
+            pool: self.parts.pool.as_ref().map(|p| p.metrics().clone()),
         });
     }
 
@@ -250,8 +216,8 @@ impl Supervisor {
     /// itself (end of stream, error), or when the executor finished (a step error with
     /// `on_step_error = "stop"`): whatever ends the run. Reloads are carried out meanwhile.
     pub(super) fn wait(&mut self) -> Waited {
-        let mut requests = self.requests.clone();
-        let mut reloads = self.reloads.clone();
+        let mut requests = self.channels.requests.clone();
+        let mut reloads = self.channels.reloads.clone();
         loop {
             let timer = self.deadline.map_or_else(crossbeam_channel::never, |d| {
                 crossbeam_channel::at(d.drain())
@@ -260,20 +226,20 @@ impl Supervisor {
                 Reload::Loading(rx) => rx.clone(),
                 _ => crossbeam_channel::never(),
             };
-            let running: Vec<usize> = (0..self.sources.len())
-                .filter(|&i| !self.sources[i].ended)
+            let running: Vec<usize> = (0..self.parts.sources.len())
+                .filter(|&i| !self.parts.sources[i].ended)
                 .collect();
             let retired: Vec<Receiver<()>> = self.retired.iter().map(|r| r.handle.done()).collect();
             let mut select = Select::new();
             let requests_at = select.recv(&requests);
             let reloads_at = select.recv(&reloads);
             let loaded_at = select.recv(&loading);
-            let executor_at = select.recv(&self.from_executor);
+            let executor_at = select.recv(&self.channels.from_executor);
             let timer_at = select.recv(&timer);
             let first_source = timer_at + 1;
             let sources_done: Vec<Receiver<()>> = running
                 .iter()
-                .map(|&i| self.sources[i].handle.done())
+                .map(|&i| self.parts.sources[i].handle.done())
                 .collect();
             for done in &sources_done {
                 select.recv(done);
@@ -307,7 +273,7 @@ impl Supervisor {
                         self.reload_done();
                     }
                 },
-                i if i == executor_at => match op.recv(&self.from_executor) {
+                i if i == executor_at => match op.recv(&self.channels.from_executor) {
                     Ok(FromExecutor::Paused(stats, executor)) => {
                         self.add(&stats);
                         self.paused(executor);
@@ -340,7 +306,7 @@ impl Supervisor {
                 }
                 i if i < first_retired => {
                     let _ = op.recv(&sources_done[i - first_source]);
-                    self.sources[running[i - first_source]].ended = true;
+                    self.parts.sources[running[i - first_source]].ended = true;
                     self.maybe_drain();
                 }
                 i => {
@@ -354,7 +320,7 @@ impl Supervisor {
     fn deadline_now(&mut self) -> StopDeadline {
         *self
             .deadline
-            .get_or_insert_with(|| StopDeadline::starting_now(self.stop_timeout))
+            .get_or_insert_with(|| StopDeadline::starting_now(self.parts.stop_timeout))
     }
 
     fn add(&mut self, stats: &RunStats) {
@@ -369,9 +335,9 @@ impl Supervisor {
     /// Every running source ended by itself and no reload will start another: drain.
     fn maybe_drain(&mut self) {
         let reloading = !matches!(self.reload, Reload::Idle);
-        if self.deadline.is_none() && !reloading && self.sources.iter().all(|s| s.ended) {
-            self.live.set_phase(Phase::Draining);
-            self.deadline = Some(StopDeadline::starting_now(self.stop_timeout));
+        if self.deadline.is_none() && !reloading && self.parts.sources.iter().all(|s| s.ended) {
+            self.parts.live.set_phase(Phase::Draining);
+            self.deadline = Some(StopDeadline::starting_now(self.parts.stop_timeout));
         }
     }
 
@@ -379,14 +345,14 @@ impl Supervisor {
         self.stops += 1;
         if self.stops == 1 {
             tracing::info!(
-                stop_timeout_s = self.stop_timeout.as_secs(),
+                stop_timeout_s = self.parts.stop_timeout.as_secs(),
                 "stop requested: draining (send again to stop at once)"
             );
             self.notifier.stopping();
             self.cancel_reload("a stop was requested");
-            self.live.set_phase(Phase::Draining);
-            self.deadline = Some(StopDeadline::starting_now(self.stop_timeout));
-            for s in &self.sources {
+            self.parts.live.set_phase(Phase::Draining);
+            self.deadline = Some(StopDeadline::starting_now(self.parts.stop_timeout));
+            for s in &self.parts.sources {
                 s.handle.control().stop();
             }
         } else {
@@ -403,10 +369,10 @@ impl Supervisor {
 
     /// Stops admitting frames and every source at once.
     pub(super) fn abort(&self) {
-        for s in &self.sources {
+        for s in &self.parts.sources {
             s.handle.control().abort();
         }
-        let _ = self.pause.send(());
+        let _ = self.channels.pause.send(());
     }
 }
 

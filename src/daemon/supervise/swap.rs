@@ -18,7 +18,7 @@ impl Supervisor {
             tracing::info!("reload requested while stopping: ignored");
             return;
         }
-        if self.pool.is_none() {
+        if self.parts.pool.is_none() {
             tracing::warn!("reload requested: a still image runs once; nothing to reload");
             return;
         }
@@ -28,12 +28,12 @@ impl Supervisor {
             self.again = true;
             return;
         }
-        tracing::info!(path = %self.path.display(), "reload requested: loading the pipeline file");
+        tracing::info!(path = %self.parts.path.display(), "reload requested: loading the pipeline file");
         self.notifier.reloading();
-        self.live.set_phase(Phase::Reloading);
+        self.parts.live.set_phase(Phase::Reloading);
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.reload = Reload::Loading(rx);
-        let path = self.path.clone();
+        let path = self.parts.path.clone();
         let spawned = std::thread::Builder::new()
             .name("vidflow-reload".to_owned())
             .spawn(move || {
@@ -66,19 +66,25 @@ impl Supervisor {
             return;
         }
         let sink_inputs: Vec<(Arc<str>, Vec<SinkInput>)> = self
+            .parts
             .sinks
             .iter()
             .map(|s| (Arc::<str>::from(s.runner.name()), s.inputs.clone()))
             .collect();
-        let sources: Vec<SourceConfig> = self.sources.iter().map(|s| s.config.clone()).collect();
+        let sources: Vec<SourceConfig> = self
+            .parts
+            .sources
+            .iter()
+            .map(|s| s.config.clone())
+            .collect();
         let plan = reload::plan(
             &Current {
                 sources: &sources,
-                graph: &self.graph,
+                graph: &self.parts.graph,
                 sinks: &sink_inputs,
-                written: &self.written,
-                executor: self.executor_config,
-                http: self.http,
+                written: &self.parts.written,
+                executor: self.parts.executor_config,
+                http: self.parts.http,
             },
             &new,
         );
@@ -116,9 +122,9 @@ impl Supervisor {
         stopping.extend(prepared.plan.sources.remove.iter().map(|&old| (old, None)));
         stopping.sort_unstable_by_key(|&(old, _)| std::cmp::Reverse(old));
         // A segment whose queues all close now must pause, not end the run.
-        self.handing_over.store(true, Ordering::Release);
+        self.channels.handing_over.store(true, Ordering::Release);
         for (old, successor) in stopping {
-            let running = self.sources.remove(old);
+            let running = self.parts.sources.remove(old);
             tracing::info!(source = %running.config.name, "reload: stopping source");
             running.handle.control().stop();
             if successor.is_some() {
@@ -138,8 +144,8 @@ impl Supervisor {
 
     fn pause_for(&mut self, mut prepared: Box<Prepared>) {
         prepared.paused_at = Some(Instant::now());
-        self.handing_over.store(true, Ordering::Release);
-        let _ = self.pause.send(());
+        self.channels.handing_over.store(true, Ordering::Release);
+        let _ = self.channels.pause.send(());
         self.reload = Reload::Pausing(prepared);
     }
 
@@ -198,17 +204,17 @@ impl Supervisor {
             // Aborting: the new segment admits nothing.
             let _ = pause.send(());
         }
-        self.pause = pause;
+        self.channels.pause = pause;
         // Queues of sources that ended stay listed: a closed one costs the executor one wake-up
         // per segment, and reloads are rare.
         let segment = Segment {
             executor,
-            queues: self.queues.clone(),
-            sinks: self.sinks.iter().map(|s| s.runner.sender()).collect(),
-            last_counts: self.last_counts.clone(),
+            queues: self.parts.queues.clone(),
+            sinks: self.parts.sinks.iter().map(|s| s.runner.sender()).collect(),
+            last_counts: self.parts.last_counts.clone(),
             pause: paused,
         };
-        if self.to_executor.send(segment).is_err() {
+        if self.channels.to_executor.send(segment).is_err() {
             tracing::error!("the executor's thread is gone");
         }
     }
@@ -229,7 +235,7 @@ impl Supervisor {
         drop(old);
 
         // Sinks: the kept ones, then the new ones, in the new file's order; the rest closed.
-        let mut running: Vec<Option<OpenSink>> = self.sinks.drain(..).map(Some).collect();
+        let mut running: Vec<Option<OpenSink>> = self.parts.sinks.drain(..).map(Some).collect();
         let closing: Vec<SinkRunner> = plan
             .closed_sinks
             .iter()
@@ -259,20 +265,20 @@ impl Supervisor {
                 }
                 (None, None) => None,
             };
-            self.sinks.extend(sink);
+            self.parts.sinks.extend(sink);
         }
 
         // Steps: kept ones carry their instance (and state) over.
         let mut steps = std::mem::take(&mut new.steps);
         for (step, kept) in steps.iter_mut().zip(&plan.kept_steps) {
             if let Some(i) = kept {
-                step.step = self.graph.nodes[*i].step.clone();
+                step.step = self.parts.graph.nodes[*i].step.clone();
             }
         }
         let kept = plan.kept_steps.iter().flatten().count();
-        self.graph = Arc::new(Graph::new(steps));
-        self.last_counts = Arc::new(self.last_counts.carried_to(&self.graph));
-        self.written = std::mem::take(&mut new.written);
+        self.parts.graph = Arc::new(Graph::new(steps));
+        self.parts.last_counts = Arc::new(self.parts.last_counts.carried_to(&self.parts.graph));
+        self.parts.written = std::mem::take(&mut new.written);
 
         // Sources: restarted and new ones start now.
         let mut started = 0;
@@ -293,11 +299,11 @@ impl Supervisor {
             };
             let from = resume[j].unwrap_or_default();
             let (tx, rx) = crossbeam_channel::bounded(config.options.queue);
-            match source::start_from(&config, tx, &rx, self.max_frames, from) {
+            match source::start_from(&config, tx, &rx, self.parts.max_frames, from) {
                 Ok(handle) => {
                     started += 1;
-                    self.queues.push(rx);
-                    self.sources.push(RunningSource {
+                    self.parts.queues.push(rx);
+                    self.parts.sources.push(RunningSource {
                         handle,
                         config,
                         ended: false,
@@ -308,18 +314,18 @@ impl Supervisor {
         }
         self.adopt_settings(&new);
         let mut config = new.executor;
-        config.workers = self.executor_config.workers;
-        self.executor_config = config;
-        let executor = match &self.pool {
-            Some(pool) => Executor::new(self.graph.clone(), pool.clone(), config),
-            None => Executor::owning(self.graph.clone(), config),
+        config.workers = self.parts.executor_config.workers;
+        self.parts.executor_config = config;
+        let executor = match &self.parts.pool {
+            Some(pool) => Executor::new(self.parts.graph.clone(), pool.clone(), config),
+            None => Executor::owning(self.parts.graph.clone(), config),
         };
-        self.executor_metrics = executor.metrics().clone();
+        self.parts.executor_metrics = executor.metrics().clone();
         self.publish();
         tracing::info!(
-            steps = self.graph.len(),
+            steps = self.parts.graph.len(),
             steps_kept = kept,
-            sinks = self.sinks.len(),
+            sinks = self.parts.sinks.len(),
             sinks_kept = plan.kept_sinks.iter().flatten().count(),
             sources_started = started,
             sources_stopped = plan.sources.remove.len() + plan.sources.restart.len(),
@@ -334,13 +340,13 @@ impl Supervisor {
 
     /// Settings a reload changes without a swap.
     pub(super) fn adopt_settings(&mut self, new: &Pipeline) {
-        self.stop_timeout = new.daemon.stop_timeout;
-        if new.executor.opencv_threads != self.executor_config.opencv_threads {
+        self.parts.stop_timeout = new.daemon.stop_timeout;
+        if new.executor.opencv_threads != self.parts.executor_config.opencv_threads {
             let threads = i32::try_from(new.executor.opencv_threads).unwrap_or(1);
             if let Err(e) = opencv::core::set_num_threads(threads) {
                 tracing::warn!(error = %e, "cannot limit OpenCV's threads");
             }
-            self.executor_config.opencv_threads = new.executor.opencv_threads;
+            self.parts.executor_config.opencv_threads = new.executor.opencv_threads;
         }
     }
 
@@ -368,7 +374,7 @@ impl Supervisor {
     pub(super) fn reload_done(&mut self) {
         self.reload = Reload::Idle;
         if self.stops == 0 && self.deadline.is_none() {
-            self.live.set_phase(Phase::Running);
+            self.parts.live.set_phase(Phase::Running);
             self.notifier.ready();
         }
         self.maybe_drain();
