@@ -56,6 +56,12 @@ image = "$frame"
 const BALL: &str = "test://ball?width=320&height=240&fps=30";
 const GRAY: &str = "\n[steps.gray]\nkind = \"grayscale\"\nimage = \"$frame\"\n";
 
+/// `vidflow run p.toml --stats-json stats.json` in `dir`, `p.toml` holding `text`.
+fn start(dir: &Path, text: &str) -> Running {
+    let file = write(dir, "p.toml", text);
+    spawn_run(&file, &["--stats-json", "stats.json"], dir)
+}
+
 fn lines_of(dir: &Path) -> Vec<serde_json::Value> {
     jsonl(&dir.join("out/events.jsonl"))
 }
@@ -125,12 +131,10 @@ fn stop_cleanly(running: Running, dir: &Path) -> (serde_json::Value, String) {
 #[test]
 fn a_valid_change_swaps_steps_and_sinks_while_the_source_keeps_running() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write(
+    let running = start(
         dir.path(),
-        "p.toml",
         &pipeline(BALL, "", r#""$steps.crossing.counts""#),
     );
-    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
     // Until the ball has crossed the line once: the counter has state to keep.
     wait_for_line(dir.path(), |l| crossings(l) > 0);
 
@@ -199,8 +203,8 @@ fn an_invalid_file_keeps_the_running_pipeline_and_logs_each_problem_at_its_place
     let dir = tempfile::tempdir().unwrap();
     let good = pipeline(BALL, "", r#""$steps.tracks.tracks""#);
     assert!(good.contains("kind = \"tracker\""));
-    let file = write(dir.path(), "p.toml", &good);
-    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    let running = start(dir.path(), &good);
+    let file = dir.path().join("p.toml");
     wait_for_lines(&dir.path().join("out/events.jsonl"), 20, DEADLINE);
 
     // Two problems: an unknown step kind and a reference to a step that does not exist.
@@ -249,12 +253,7 @@ fn an_invalid_file_keeps_the_running_pipeline_and_logs_each_problem_at_its_place
 #[test]
 fn a_changed_source_starts_again_from_its_frame_number_and_a_new_one_joins() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write(
-        dir.path(),
-        "p.toml",
-        &pipeline(BALL, "", r#""$steps.tracks.tracks""#),
-    );
-    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    let running = start(dir.path(), &pipeline(BALL, "", r#""$steps.tracks.tracks""#));
     wait_for_lines(&dir.path().join("out/events.jsonl"), 30, DEADLINE);
 
     let changed = pipeline(
@@ -345,12 +344,7 @@ fn a_stop_in_the_middle_of_a_reload_still_drains_every_frame() {
 #[test]
 fn sighup_never_stops_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write(
-        dir.path(),
-        "p.toml",
-        &pipeline(BALL, "", r#""$steps.tracks.tracks""#),
-    );
-    let mut running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    let mut running = start(dir.path(), &pipeline(BALL, "", r#""$steps.tracks.tracks""#));
     wait_for_lines(&dir.path().join("out/events.jsonl"), 5, DEADLINE);
     // A burst of reloads of an unchanged file, one on top of another.
     for _ in 0..5 {
