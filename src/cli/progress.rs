@@ -99,7 +99,8 @@ impl Drop for Progress {
 struct Bars {
     screen: &'static MultiProgress,
     shown: Vec<Bar>,
-    /// Whether the run's sources were seen (they are set once they all started).
+    /// Whether the run's sources were seen (they are set once they all started, and again at
+    /// each reload).
     started: bool,
     with_total: ProgressStyle,
     without_total: ProgressStyle,
@@ -133,21 +134,39 @@ impl Bars {
     /// Moves the bars to the counters; false once it is clear there is nothing to show.
     fn update(&mut self, live: &Live) -> bool {
         let parts = live.parts();
-        if !self.started && !parts.sources.is_empty() {
+        let first = !self.started;
+        if !parts.sources.is_empty() {
             self.started = true;
-            for source in parts.sources.iter().filter(|s| s.file) {
-                // Its clock starts with the run's, not at the first refresh: a short file may
-                // be done by then.
-                let bar = ProgressBar::no_length().with_elapsed(live.started.elapsed());
-                let bar = self.screen.add(bar);
-                bar.set_style(self.without_total.clone());
-                bar.set_prefix(source.name.to_string());
-                self.shown.push(Bar {
-                    counters: source.counters.clone(),
-                    bar,
-                    total: false,
-                });
-            }
+        }
+        // Sources a reload started come with their own counters, and get a bar of their own.
+        let new: Vec<_> = parts
+            .sources
+            .iter()
+            .filter(|s| s.file)
+            .filter(|s| {
+                !self
+                    .shown
+                    .iter()
+                    .any(|b| Arc::ptr_eq(&b.counters, &s.counters))
+            })
+            .collect();
+        for source in new {
+            // Its clock starts with the run's, not at the first refresh: a short file may
+            // be done by then. One a reload started starts now.
+            let since = if first {
+                live.started.elapsed()
+            } else {
+                Duration::ZERO
+            };
+            let bar = ProgressBar::no_length().with_elapsed(since);
+            let bar = self.screen.add(bar);
+            bar.set_style(self.without_total.clone());
+            bar.set_prefix(source.name.to_string());
+            self.shown.push(Bar {
+                counters: source.counters.clone(),
+                bar,
+                total: false,
+            });
         }
         for shown in &mut self.shown {
             shown.update(&self.with_total);
