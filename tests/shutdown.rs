@@ -309,6 +309,17 @@ fn a_sink_that_will_not_close_is_abandoned_at_the_stop_deadline() {
     assert_eq!(r.frames_dropped, 0, "{r:?}");
 }
 
+/// Threads of this process, less GStreamer's streaming threads (named `element:pad`) and GLib's
+/// thread pool (`pool-...`), which outlive a pipeline for a moment: sorted names.
+fn ours() -> Vec<String> {
+    let mut names: Vec<String> = task_names()
+        .into_iter()
+        .filter(|n| !n.contains(':') && !n.starts_with("pool-"))
+        .collect();
+    names.sort();
+    names
+}
+
 fn descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -348,16 +359,19 @@ image = "$steps.overlay.image"
     };
     // The first run lets GStreamer and OpenCV set up what they keep for the whole process.
     run();
-    let settle = || std::thread::sleep(Duration::from_millis(200));
-    settle();
-    let threads = task_names().len();
+    std::thread::sleep(Duration::from_millis(200));
+    let threads = ours();
     let fds = descriptors();
     for i in 0..3 {
         run();
-        settle();
         assert_eq!(alive("vidflow-worker"), 0, "run {i}: pool workers left");
-        assert_eq!(task_names().len(), threads, "run {i}: {:?}", task_names());
-        assert_eq!(descriptors(), fds, "run {i}: file descriptors left");
+        // GStreamer's streaming threads and GLib's pool end a moment after a pipeline is down
+        // (on a loaded machine, later than any fixed pause): they are waited for and not
+        // counted. Every other thread must be gone, and the descriptors back.
+        wait_until(
+            &format!("run {i} leave the threads ({threads:?}) and at most {fds} descriptors"),
+            || ours() == threads && descriptors() <= fds,
+        );
     }
 }
 
