@@ -57,18 +57,20 @@ pub(super) struct Plan {
     pub ignored: Vec<String>,
     /// `max_in_flight` or `on_step_error` changed: a new executor is needed.
     pub executor_changed: bool,
+    /// Steps of the running graph: more than the new file keeps means some are removed.
+    pub running_steps: usize,
 }
 
 impl Plan {
     /// True if the reload changes nothing that runs.
-    pub(super) fn is_empty(&self, new: &Pipeline) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.sources.restart.is_empty()
             && self.sources.remove.is_empty()
             && self.sources.add.is_empty()
             && self.kept_steps.iter().all(Option::is_some)
             && self.kept_sinks.iter().all(Option::is_some)
             && self.closed_sinks.is_empty()
-            && new.steps.len() == self.kept_steps.len()
+            && self.kept_steps.len() == self.running_steps
             && !self.executor_changed
     }
 }
@@ -82,6 +84,7 @@ pub(super) fn plan(current: &Current<'_>, new: &Pipeline) -> Plan {
         ignored: ignored(current, new),
         executor_changed: new.executor.max_in_flight != current.executor.max_in_flight
             || new.executor.on_step_error != current.executor.on_step_error,
+        running_steps: current.graph.len(),
     }
     .with_sinks(current, new)
 }
@@ -226,7 +229,12 @@ include = ["$steps.gray.image"]
 
     /// The plan from `BASE` running to `text`.
     fn plan_to(text: &str) -> (Plan, Pipeline) {
-        let mut running = load(BASE);
+        plan_between(BASE, text)
+    }
+
+    /// The plan from `running` to `text`.
+    fn plan_between(running: &str, text: &str) -> (Plan, Pipeline) {
+        let mut running = load(running);
         let sinks: Vec<(Arc<str>, Vec<SinkInput>)> = running
             .sinks
             .iter()
@@ -250,8 +258,8 @@ include = ["$steps.gray.image"]
 
     #[test]
     fn the_same_file_keeps_everything() {
-        let (plan, new) = plan_to(&format!("# a comment changes nothing\n{BASE}"));
-        assert!(plan.is_empty(&new), "{plan:?}");
+        let (plan, _) = plan_to(&format!("# a comment changes nothing\n{BASE}"));
+        assert!(plan.is_empty(), "{plan:?}");
         assert_eq!(plan.sources.keep, [0, 1]);
         assert!(plan.ignored.is_empty());
     }
@@ -356,17 +364,33 @@ include = ["$steps.gray.image"]
     fn what_needs_a_restart_is_reported_and_left_as_it_runs() {
         let text = BASE.replace("workers = 2", "workers = 3\nmax_in_flight = 2")
             + "\n[http]\nlisten = \"127.0.0.1:9464\"\n";
-        let (plan, new) = plan_to(&text);
+        let (plan, _) = plan_to(&text);
         assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);
         assert!(plan.ignored[0].contains("workers"));
         assert!(plan.ignored[1].contains("[http]"));
-        assert!(plan.is_empty(&new));
+        assert!(plan.is_empty());
+    }
+
+    #[test]
+    fn a_removed_step_that_nothing_reads_is_a_change() {
+        // Running: BASE with one more step, last in the graph, that no sink reads.
+        let running = format!(
+            "{BASE}\n[steps.spare]\nkind = \"tracker\"\ndetections = \"$steps.motion.detections\"\n"
+        );
+        let (plan, new) = plan_between(&running, BASE);
+        assert_eq!(new.steps.len(), 3);
+        assert!(plan.kept_steps.iter().all(Option::is_some), "{plan:?}");
+        assert!(plan.closed_sinks.is_empty(), "{plan:?}");
+        assert!(
+            !plan.is_empty(),
+            "the removed step would go on running: {plan:?}"
+        );
     }
 
     #[test]
     fn a_new_in_flight_limit_needs_a_new_executor() {
-        let (plan, new) = plan_to(&BASE.replace("workers = 2", "workers = 2\nmax_in_flight = 1"));
+        let (plan, _) = plan_to(&BASE.replace("workers = 2", "workers = 2\nmax_in_flight = 1"));
         assert!(plan.executor_changed);
-        assert!(!plan.is_empty(&new));
+        assert!(!plan.is_empty());
     }
 }

@@ -91,7 +91,7 @@ impl Supervisor {
         for line in &plan.ignored {
             tracing::warn!("reload: {line}");
         }
-        if plan.is_empty(&new) {
+        if plan.is_empty() {
             tracing::info!("reload: nothing changed that runs");
             self.adopt_settings(&new);
             self.reload_done();
