@@ -101,10 +101,8 @@ fn continuous(lines: &[serde_json::Value], source: &str) -> u64 {
     frames.len() as u64
 }
 
-/// Stops the run with SIGTERM and checks the clean end: exit 0, every decoded frame processed
-/// and written once, the video playing every frame. Returns the stats and the log.
-fn stop_cleanly(running: Running, dir: &Path) -> (serde_json::Value, String) {
-    running.signal("TERM");
+/// Waits for the exit, which must be 0.
+fn finish_ok(running: Running) -> Finished {
     let out = running.finish(DEADLINE);
     assert!(
         out.status.success(),
@@ -112,6 +110,14 @@ fn stop_cleanly(running: Running, dir: &Path) -> (serde_json::Value, String) {
         out.status,
         out.stderr
     );
+    out
+}
+
+/// Stops the run with SIGTERM and checks the clean end: exit 0, every decoded frame processed
+/// and written once, the video playing every frame. Returns the stats and the log.
+fn stop_cleanly(running: Running, dir: &Path) -> (serde_json::Value, String) {
+    running.signal("TERM");
+    let out = finish_ok(running);
     let stats = read_json(&dir.join("stats.json"));
     assert_eq!(stats["frames_dropped"], 0, "{stats}");
     assert_eq!(stats["frames_failed"], 0, "{stats}");
@@ -272,8 +278,7 @@ fn a_changed_source_starts_again_from_its_frame_number_and_a_new_one_joins() {
     );
 
     running.signal("TERM");
-    let out = running.finish(DEADLINE);
-    assert!(out.status.success(), "{}", out.stderr);
+    finish_ok(running);
     let stats = read_json(&dir.path().join("stats.json"));
     assert_eq!(stats["frames_dropped"], 0, "{stats}");
     let lines = lines_of(dir.path());
@@ -386,13 +391,7 @@ fn a_stop_while_a_changed_source_winds_down_cancels_the_reload_and_loses_nothing
     running.signal("HUP");
     running.wait_for_stderr("reload: stopping source", DEADLINE);
     running.signal("TERM");
-    let out = running.finish(DEADLINE);
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status,
-        out.stderr
-    );
+    let out = finish_ok(running);
     let stats = read_json(&dir.path().join("stats.json"));
     assert_eq!(stats["frames_dropped"], 0, "{stats}");
     let lines = lines_of(dir.path());
