@@ -226,12 +226,12 @@ fn validate(paths: &[PathBuf]) -> u8 {
                         _ => None,
                     })
                     .collect::<Vec<_>>();
-                if !missing.is_empty() {
-                    if let Ok(text) = config::SourceText::read(path) {
-                        for (s, message) in p.sources.iter().zip(&missing) {
-                            let (line, column) = text.line_column(s.uri_span.start);
-                            eprintln!("{}:{line}:{column}: {message}", path.display());
-                        }
+                if !missing.is_empty()
+                    && let Ok(text) = config::SourceText::read(path)
+                {
+                    for (s, message) in p.sources.iter().zip(&missing) {
+                        let (line, column) = text.line_column(s.uri_span.start);
+                        eprintln!("{}:{line}:{column}: {message}", path.display());
                     }
                 }
                 missing.len()

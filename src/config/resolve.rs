@@ -454,11 +454,11 @@ fn resolve_sinks(
                     continue;
                 };
                 let takes = sources.as_ref().map_or(source_names.len(), Vec::len);
-                if takes > 1 {
-                    if let Some(d) = factory.single_source() {
-                        diags.push(prefixed(&what, d, name_span));
-                        continue;
-                    }
+                if takes > 1
+                    && let Some(d) = factory.single_source()
+                {
+                    diags.push(prefixed(&what, d, name_span));
+                    continue;
                 }
                 out.push(SinkConfig {
                     name,

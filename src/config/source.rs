@@ -131,13 +131,13 @@ fn options(
             max_attempts: r.max_attempts.as_ref().map(|v| *v.get_ref()),
             reset_after: ms(&r.reset_after_ms).unwrap_or(defaults.reset_after),
         };
-        if let Some(d) = &r.initial_delay_ms {
-            if *d.get_ref() < 10 {
-                problem(
-                    d.span(),
-                    "reconnect.initial_delay_ms must be at least 10".to_owned(),
-                );
-            }
+        if let Some(d) = &r.initial_delay_ms
+            && *d.get_ref() < 10
+        {
+            problem(
+                d.span(),
+                "reconnect.initial_delay_ms must be at least 10".to_owned(),
+            );
         }
         if o.reconnect.max_delay < o.reconnect.initial_delay {
             let span = r.max_delay_ms.as_ref().map_or(0..0, Spanned::span);

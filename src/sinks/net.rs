@@ -182,16 +182,16 @@ impl<S> Backlog<S> {
     /// Queues a message; a full backlog drops its oldest one.
     pub(super) fn push(&self, message: Message) {
         let mut state = self.lock();
-        if state.waiting.len() >= state.capacity {
-            if let Some(old) = state.waiting.pop_front() {
-                if state.overflow.count == 0 {
-                    tracing::warn!(
-                        capacity = state.capacity,
-                        "network sink backlog full; dropping the oldest messages"
-                    );
-                }
-                state.overflow.add(&old);
+        if state.waiting.len() >= state.capacity
+            && let Some(old) = state.waiting.pop_front()
+        {
+            if state.overflow.count == 0 {
+                tracing::warn!(
+                    capacity = state.capacity,
+                    "network sink backlog full; dropping the oldest messages"
+                );
             }
+            state.overflow.add(&old);
         }
         state.waiting.push_back(message);
         drop(state);

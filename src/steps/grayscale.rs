@@ -33,12 +33,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 impl Step for Grayscale {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         // The decoded frame's luma plane is already grey: no conversion, no copy.
-        if let Some(Some(Value::Image(Image::Frame(frame)))) = input.values.first() {
-            if frame.luma().is_some() {
-                return Ok(StepOutput::Values(vec![Value::Image(Image::Luma(
-                    frame.clone(),
-                ))]));
-            }
+        if let Some(Some(Value::Image(Image::Frame(frame)))) = input.values.first()
+            && frame.luma().is_some()
+        {
+            return Ok(StepOutput::Values(vec![Value::Image(Image::Luma(
+                frame.clone(),
+            ))]));
         }
         let image = input.image(0)?;
         if image.channels() == 1 {

@@ -74,10 +74,10 @@ pub fn count_video_frames(path: &Path) -> u64 {
     let bus = pipeline.bus().unwrap();
     let error = bus.pop_filtered(&[gst::MessageType::Error]);
     pipeline.set_state(gst::State::Null).unwrap();
-    if let Some(msg) = error {
-        if let gst::MessageView::Error(e) = msg.view() {
-            panic!("{} does not play: {}", path.display(), e.error());
-        }
+    if let Some(msg) = error
+        && let gst::MessageView::Error(e) = msg.view()
+    {
+        panic!("{} does not play: {}", path.display(), e.error());
     }
     n
 }

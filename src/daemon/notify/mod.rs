@@ -231,10 +231,10 @@ impl Notifier {
 
     fn finish(&mut self) {
         drop(self.events.take());
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!("systemd notify: its thread panicked");
-            }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("systemd notify: its thread panicked");
         }
     }
 }

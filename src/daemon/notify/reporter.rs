@@ -113,15 +113,16 @@ impl Reporter {
             self.next_check = now + self.check_every.unwrap_or_default();
             self.next_status = now;
         }
-        if let Some(every) = self.check_every {
-            if !self.stopping_sent && now >= self.next_check {
-                let delivered = self.live.delivered().0;
-                if rules::earned_ping(delivered > self.delivered_at_ping, &sources) {
-                    self.datagrams.send("WATCHDOG=1");
-                    self.delivered_at_ping = delivered;
-                }
-                self.next_check = now + every;
+        if let Some(every) = self.check_every
+            && !self.stopping_sent
+            && now >= self.next_check
+        {
+            let delivered = self.live.delivered().0;
+            if rules::earned_ping(delivered > self.delivered_at_ping, &sources) {
+                self.datagrams.send("WATCHDOG=1");
+                self.delivered_at_ping = delivered;
             }
+            self.next_check = now + every;
         }
         if now >= self.next_status {
             let fps = self.rates.sample(now, &sources);

@@ -124,56 +124,57 @@ pub(super) fn run_from(run: &Arc<Run>, mut node: usize) {
 
 fn execute(run: &Run, node: usize) {
     let n = &run.shared.graph.nodes[node];
-    let outcome = if run.record.failure().is_some() || run.record.frame().seq % n.every != 0 {
-        Outcome::Skipped
-    } else {
-        match inputs(run, n) {
-            None => Outcome::Skipped,
-            Some(values) => {
-                let input = StepInput {
-                    frame: run.record.frame(),
-                    values: &values,
-                };
-                let started = Instant::now();
-                let result = match catch_unwind(AssertUnwindSafe(|| n.step.run(&input))) {
-                    Ok(result) => result,
-                    Err(payload) => {
-                        run.shared
-                            .metrics
-                            .step_panics
-                            .fetch_add(1, Ordering::Relaxed);
-                        // The payload is dropped at the end of this arm, outside the step's
-                        // catch: if that panics too, `run_from` catches it.
-                        Err(StepError::Panic(panic_message(&*payload)))
+    let outcome =
+        if run.record.failure().is_some() || !run.record.frame().seq.is_multiple_of(n.every) {
+            Outcome::Skipped
+        } else {
+            match inputs(run, n) {
+                None => Outcome::Skipped,
+                Some(values) => {
+                    let input = StepInput {
+                        frame: run.record.frame(),
+                        values: &values,
+                    };
+                    let started = Instant::now();
+                    let result = match catch_unwind(AssertUnwindSafe(|| n.step.run(&input))) {
+                        Ok(result) => result,
+                        Err(payload) => {
+                            run.shared
+                                .metrics
+                                .step_panics
+                                .fetch_add(1, Ordering::Relaxed);
+                            // The payload is dropped at the end of this arm, outside the step's
+                            // catch: if that panics too, `run_from` catches it.
+                            Err(StepError::Panic(panic_message(&*payload)))
+                        }
+                    };
+                    let failed = match &result {
+                        Ok(StepOutput::Values(values)) => values.len() != n.kind.outputs.len(),
+                        Ok(StepOutput::EndBranch) => false,
+                        Err(_) => true,
+                    };
+                    if let Some(m) = run.shared.metrics.steps.get(node) {
+                        m.record(started.elapsed(), failed);
                     }
-                };
-                let failed = match &result {
-                    Ok(StepOutput::Values(values)) => values.len() != n.kind.outputs.len(),
-                    Ok(StepOutput::EndBranch) => false,
-                    Err(_) => true,
-                };
-                if let Some(m) = run.shared.metrics.steps.get(node) {
-                    m.record(started.elapsed(), failed);
-                }
-                match result {
-                    Ok(StepOutput::EndBranch) => Outcome::Skipped,
-                    Ok(StepOutput::Values(values)) if values.len() == n.kind.outputs.len() => {
-                        Outcome::Done(values)
-                    }
-                    Ok(StepOutput::Values(values)) => fail(
-                        run,
-                        &n.name,
-                        format!(
-                            "returned {} outputs, its kind declares {}",
-                            values.len(),
-                            n.kind.outputs.len()
+                    match result {
+                        Ok(StepOutput::EndBranch) => Outcome::Skipped,
+                        Ok(StepOutput::Values(values)) if values.len() == n.kind.outputs.len() => {
+                            Outcome::Done(values)
+                        }
+                        Ok(StepOutput::Values(values)) => fail(
+                            run,
+                            &n.name,
+                            format!(
+                                "returned {} outputs, its kind declares {}",
+                                values.len(),
+                                n.kind.outputs.len()
+                            ),
                         ),
-                    ),
-                    Err(e) => fail(run, &n.name, e.to_string()),
+                        Err(e) => fail(run, &n.name, e.to_string()),
+                    }
                 }
             }
-        }
-    };
+        };
     // Each node is executed once per frame, so the outcome is always recorded here.
     run.record.set_outcome(node, outcome);
 }
