@@ -33,7 +33,7 @@ install: build assets
 	install -D -m 0755 $(VIDFLOW_RELEASE) $(DESTDIR)/usr/local/bin/vidflow
 	install -D -m 0644 systemd/vidflow@.service $(DESTDIR)/etc/systemd/system/vidflow@.service
 	install -d -m 0755 $(DESTDIR)/etc/vidflow $(DESTDIR)$(MODELS_DIR)
-	install -m 0644 models/models.toml $$(ls models/*.onnx models/*.weights models/*.cfg models/*.names 2>/dev/null) $(DESTDIR)$(MODELS_DIR)/
+	install -m 0644 models/models.toml $$(ls models/*.onnx models/*.weights models/*.cfg models/*.names models/*.png 2>/dev/null) $(DESTDIR)$(MODELS_DIR)/
 	[ -n "$(DESTDIR)" ] || ! command -v systemctl >/dev/null || systemctl daemon-reload 2>/dev/null || true
 
 clean:

@@ -299,7 +299,12 @@ image = "$frame"
 /// A models directory holding copies of the real files, with `file` replaced by `contents`.
 fn models_with(file: &str, contents: Option<&[u8]>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["yolov3-tiny.weights", "yolov3-tiny.cfg", "coco.names"] {
+    for name in [
+        "yolov3-tiny.weights",
+        "yolov3-tiny.cfg",
+        "coco.names",
+        "yolov3-tiny.onnx",
+    ] {
         let to = dir.path().join(name);
         if name != file {
             std::fs::copy(models_dir().join(name), &to).unwrap();
