@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::StepError;
 
-type Make<T> = Box<dyn Fn() -> opencv::Result<T> + Send + Sync>;
+type Make<T> = Box<dyn Fn() -> Result<T, StepError> + Send + Sync>;
 
 pub(super) struct Instances<T> {
     idle: Mutex<Vec<T>>,
@@ -28,13 +28,13 @@ pub(super) struct Instances<T> {
 impl<T: Send> Instances<T> {
     /// A stock holding `first` (made while the pipeline was loaded, which proved the model
     /// loads); `make` makes the others, lazily.
-    pub(super) fn new(
+    pub(super) fn new<E: Into<StepError>>(
         first: T,
-        make: impl Fn() -> opencv::Result<T> + Send + Sync + 'static,
+        make: impl Fn() -> Result<T, E> + Send + Sync + 'static,
     ) -> Self {
         Self {
             idle: Mutex::new(vec![first]),
-            make: Box::new(make),
+            make: Box::new(move || make().map_err(Into::into)),
             made: AtomicUsize::new(1),
         }
     }
@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn one_instance_serves_calls_one_after_another() {
-        let stock = Instances::new(0_u32, || Ok(0));
+        let stock = Instances::new(0_u32, || Ok::<_, StepError>(0));
         for _ in 0..10 {
             stock
                 .with(|n| {
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn calls_at_the_same_time_get_instances_of_their_own() {
-        let stock = Arc::new(Instances::new(0_u32, || Ok(0)));
+        let stock = Arc::new(Instances::new(0_u32, || Ok::<_, StepError>(0)));
         let barrier = Arc::new(Barrier::new(3));
         let threads: Vec<_> = (0..3)
             .map(|_| {

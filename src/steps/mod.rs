@@ -20,6 +20,7 @@ mod face_detection;
 mod filter;
 mod geometry;
 mod grayscale;
+mod inference;
 mod instances;
 mod line_counter;
 mod models;

@@ -38,7 +38,11 @@ pub(super) struct Model {
     pub(super) class_names: Option<String>,
     /// The class names themselves, for a model with few.
     pub(super) classes: Option<Vec<String>>,
-    /// Role (`model`, `config`) -> file name in the models directory.
+    /// A picture with objects the model finds (in the models directory), on which `backend =
+    /// "auto"` judges the engines. An input, not a trust anchor: it has no sha256, and without
+    /// it `auto` judges f32 engines on a synthetic picture and takes no reduced precision.
+    pub(super) check_image: Option<String>,
+    /// Role (`model`, `config`, `onnx`) -> file name in the models directory.
     pub(super) files: BTreeMap<String, String>,
     /// File name -> sha256 (every file the entry names).
     pub(super) sha256: BTreeMap<String, String>,
@@ -91,7 +95,16 @@ pub(super) struct Checked {
 }
 
 impl Checked {
-    /// The path of the file with this role (`model`, `config`).
+    /// The model's check image, if it names one and the file is there.
+    pub(super) fn check_image(&self) -> Option<PathBuf> {
+        self.model
+            .check_image
+            .as_ref()
+            .map(|f| self.dir.join(f))
+            .filter(|p| p.is_file())
+    }
+
+    /// The path of the file with this role (`model`, `config`, `onnx`).
     pub(super) fn file(&self, role: &str) -> Option<PathBuf> {
         self.model.files.get(role).map(|f| self.dir.join(f))
     }

@@ -11,6 +11,10 @@
 //! - `yolox` (Megvii ONNX export, decoding not baked in): rows follow the grids of strides 8, 16
 //!   and 32 over the input, row-major; `cx = (x + column) * stride`, `w = exp(w) * stride`;
 //!   score = objectness x class probability.
+//! - `yolov8` (Ultralytics YOLOv8 and YOLO11 ONNX exports): one output of `4 + classes` lines
+//!   of one value per candidate (transposed: a candidate is a column), `cx, cy, w, h` in input
+//!   pixels, no objectness; score = the class score. OpenCV 4.6 cannot read these networks;
+//!   ONNX Runtime and OpenVINO can.
 
 use crate::value::BBox;
 
@@ -20,16 +24,18 @@ pub(super) enum Layout {
     Darknet,
     Yolov5,
     Yolox,
+    Yolov8,
 }
 
 impl Layout {
-    pub(super) const NAMES: &'static str = "\"darknet\", \"yolov5\" or \"yolox\"";
+    pub(super) const NAMES: &'static str = "\"darknet\", \"yolov5\", \"yolox\" or \"yolov8\"";
 
     pub(super) fn parse(name: &str) -> Option<Self> {
         match name {
             "darknet" => Some(Self::Darknet),
             "yolov5" => Some(Self::Yolov5),
             "yolox" => Some(Self::Yolox),
+            "yolov8" => Some(Self::Yolov8),
             _ => None,
         }
     }
@@ -45,6 +51,23 @@ pub(super) struct Geometry {
     pub(super) image_height: f32,
     /// Input of the network (square), pixels.
     pub(super) input: usize,
+}
+
+impl Geometry {
+    /// A candidate whose centre and size are fractions of the input (= of the image).
+    fn candidate(self, class: usize, score: f32, [cx, cy, w, h]: [f32; 4]) -> Candidate {
+        let (iw, ih) = (self.image_width, self.image_height);
+        Candidate {
+            class,
+            score,
+            bbox: BBox {
+                x: (cx - w / 2.0) * iw,
+                y: (cy - h / 2.0) * ih,
+                width: w * iw,
+                height: h * ih,
+            },
+        }
+    }
 }
 
 /// A box before non-maximum suppression.
@@ -85,8 +108,11 @@ pub(super) fn decode(
     geometry: Geometry,
     out: &mut Vec<Candidate>,
 ) -> Result<(), DecodeError> {
+    if layout == Layout::Yolov8 {
+        return decode_yolov8(values, classes, wanted, threshold, geometry, out);
+    }
     let row = 5 + classes;
-    if values.len() % row != 0 {
+    if !values.len().is_multiple_of(row) {
         return Err(DecodeError::RowLength {
             values: values.len(),
             row,
@@ -96,7 +122,7 @@ pub(super) fn decode(
     let rows = values.len() / row;
     let grid = match layout {
         Layout::Yolox => Some(yolox_grid(rows, geometry.input)?),
-        Layout::Darknet | Layout::Yolov5 => None,
+        Layout::Darknet | Layout::Yolov5 | Layout::Yolov8 => None,
     };
     let input = geometry.input as f32;
     for (i, r) in values.chunks_exact(row).enumerate() {
@@ -105,7 +131,7 @@ pub(super) fn decode(
         };
         let score = match layout {
             Layout::Darknet => class_score,
-            Layout::Yolov5 | Layout::Yolox => r[4] * class_score,
+            Layout::Yolov5 | Layout::Yolox | Layout::Yolov8 => r[4] * class_score,
         };
         if score < threshold {
             continue;
@@ -122,21 +148,48 @@ pub(super) fn decode(
                     r[3].exp() * stride / input,
                 )
             }
-            (Layout::Yolov5 | Layout::Yolox, _) => {
+            (Layout::Yolov5 | Layout::Yolox | Layout::Yolov8, _) => {
                 (r[0] / input, r[1] / input, r[2] / input, r[3] / input)
             }
         };
-        let (iw, ih) = (geometry.image_width, geometry.image_height);
-        out.push(Candidate {
-            class,
-            score,
-            bbox: BBox {
-                x: (cx - w / 2.0) * iw,
-                y: (cy - h / 2.0) * ih,
-                width: w * iw,
-                height: h * ih,
-            },
+        out.push(geometry.candidate(class, score, [cx, cy, w, h]));
+    }
+    Ok(())
+}
+
+/// YOLOv8's transposed output: line `k` holds value `k` of every candidate.
+fn decode_yolov8(
+    values: &[f32],
+    classes: usize,
+    wanted: &[bool],
+    threshold: f32,
+    geometry: Geometry,
+    out: &mut Vec<Candidate>,
+) -> Result<(), DecodeError> {
+    let lines = 4 + classes;
+    if values.is_empty() || !values.len().is_multiple_of(lines) {
+        return Err(DecodeError::RowLength {
+            values: values.len(),
+            row: lines,
+            classes,
         });
+    }
+    let n = values.len() / lines;
+    let at = |line: usize, i: usize| values[line * n + i];
+    let input = geometry.input as f32;
+    for i in 0..n {
+        let mut best: Option<(usize, f32)> = None;
+        for class in (0..classes).filter(|c| wanted.get(*c).copied().unwrap_or(false)) {
+            let score = at(4 + class, i);
+            if best.is_none_or(|(_, s)| score > s) {
+                best = Some((class, score));
+            }
+        }
+        let Some((class, score)) = best.filter(|(_, s)| *s >= threshold) else {
+            continue;
+        };
+        let [cx, cy, w, h] = [0, 1, 2, 3].map(|line| at(line, i) / input);
+        out.push(geometry.candidate(class, score, [cx, cy, w, h]));
     }
     Ok(())
 }
@@ -248,6 +301,25 @@ mod tests {
             [(28.0 - 4.0) * 12.5, (20.0 - 8.0) * 6.25, 100.0, 100.0],
         );
         close(out[1].bbox, [0.0, 32.0 * 6.25, 400.0, 200.0]);
+    }
+
+    #[test]
+    fn yolov8_candidates_are_columns_in_input_pixels_without_objectness() {
+        // Two candidates (columns), 3 classes: lines cx, cy, w, h, class 0, 1, 2.
+        let values = [
+            32.0, 8.0, // cx
+            16.0, 8.0, // cy
+            16.0, 4.0, // w
+            32.0, 4.0, // h
+            0.1, 0.3, // class 0
+            0.9, 0.2, // class 1
+            0.0, 0.1, // class 2
+        ];
+        let out = decoded(Layout::Yolov8, &values, &[true; 3], 0.4).unwrap();
+        assert_eq!(out.len(), 1, "the second column scores 0.3 at best");
+        assert_eq!((out[0].class, out[0].score), (1, 0.9));
+        close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
+        assert!(decoded(Layout::Yolov8, &values[..13], &[true; 3], 0.4).is_err());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `object_detection`: a YOLO network run by OpenCV's DNN module -> detections of named classes.
+//! `object_detection`: a YOLO network -> detections of named classes, run by the engine the step
+//! names or `auto` picks ([`inference`]: OpenCV's DNN, ONNX Runtime or OpenVINO).
 //!
 //! The model is a name from `models/models.toml` (by default `yolov3_tiny_coco`, 80 COCO
 //! classes) or the user's own (`model_path`, `config_path`, `layout`, `class_names`). Its files
@@ -13,18 +14,18 @@
 //! the other frames the step ends its branch (skipped, not failed; a `tracker` after it
 //! predicts).
 //!
-//! Threads: a network cannot run two forward passes at once, so the step keeps one per worker
-//! that runs it concurrently ([`Instances`]), made lazily and reused for every frame.
+//! Threads: a network cannot run two forward passes at once, so the engine keeps one per worker
+//! that runs it concurrently, made lazily and reused for every frame.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Rect, Scalar, Size, Vector};
-use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
+use opencv::core::{self, Mat, MatTraitConst, Rect, Scalar, Size, Vector};
+use opencv::dnn;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::instances::Instances;
+use super::inference::{self, Check, ModelFiles, Network, Request, Tensor};
 use super::models;
 use super::{DETECTIONS_OUT, Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
@@ -36,7 +37,7 @@ use decode::{Candidate, Geometry, Layout};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "object_detection",
-    summary: "objects of named classes found by a YOLO network (OpenCV DNN); default model yolov3_tiny_coco (80 COCO classes)",
+    summary: "objects of named classes found by a YOLO network (OpenCV DNN, ONNX Runtime or OpenVINO); default model yolov3_tiny_coco (80 COCO classes)",
     inputs: &[
         Port {
             name: "image",
@@ -106,6 +107,9 @@ pub(super) static KIND: StepKind = StepKind {
             default: "all",
             doc: "class names to report, e.g. [\"person\", \"car\"]",
         },
+        inference::BACKEND_DOC,
+        inference::PRECISION_DOC,
+        inference::THREADS_DOC,
     ],
     stateful: false,
     build,
@@ -130,6 +134,9 @@ struct Config {
     confidence: Option<Spanned<f32>>,
     nms_iou: Option<Spanned<f32>>,
     classes: Option<Vec<Spanned<String>>>,
+    backend: Option<Spanned<String>>,
+    precision: Option<Spanned<String>>,
+    threads: Option<Spanned<u32>>,
 }
 
 /// The network files and how to read them, whichever way they were named.
@@ -138,17 +145,24 @@ struct Source {
     label: String,
     model: PathBuf,
     config: Option<PathBuf>,
+    /// The same network as ONNX, for ONNX Runtime and OpenVINO (a registry model's `onnx`).
+    onnx: Option<PathBuf>,
+    /// A picture with objects the model finds, for `auto` to judge engines on.
+    check_image: Option<PathBuf>,
     layout: Layout,
     class_names: Vec<String>,
     input_size: u32,
 }
 
 struct ObjectDetection {
-    nets: Instances<Net>,
+    network: Network,
     /// The table gives a `when` input: run only on frames where it has a value.
     gated: bool,
-    /// Names of the output layers, asked of the network once.
-    outputs: Vec<String>,
+    decoder: Decoder,
+}
+
+/// How an image goes in and the outputs come out: everything but the engine.
+struct Decoder {
     layout: Layout,
     class_names: Vec<Arc<str>>,
     wanted: Vec<bool>,
@@ -160,10 +174,10 @@ struct ObjectDetection {
 impl std::fmt::Debug for ObjectDetection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectDetection")
-            .field("layout", &self.layout)
-            .field("input", &self.input)
-            .field("classes", &self.class_names.len())
-            .field("nets", &self.nets)
+            .field("layout", &self.decoder.layout)
+            .field("input", &self.decoder.input)
+            .field("classes", &self.decoder.class_names.len())
+            .field("network", &self.network.describe())
             .finish_non_exhaustive()
     }
 }
@@ -210,29 +224,58 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             wanted
         }
     };
-    let net = read_net(&source.model, source.config.as_deref()).map_err(|e| {
-        Diagnostic::new(format!(
-            "{}: opencv cannot read {}: {e}",
-            source.label,
-            source.model.display()
-        ))
-    })?;
-    let outputs = net
-        .get_unconnected_out_layers_names()
-        .map_err(|e| Diagnostic::new(format!("{}: {e}", source.label)))?
-        .iter()
-        .collect();
-    let (model, config) = (source.model.clone(), source.config.clone());
-    Ok(Box::new(ObjectDetection {
-        nets: Instances::new(net, move || read_net(&model, config.as_deref())),
-        gated,
-        outputs,
+    let request = Request::parse(c.backend.as_ref(), c.precision.as_ref(), c.threads.as_ref())?;
+    let files = ModelFiles {
+        label: source.label.clone(),
+        darknet: source.config.clone().map(|cfg| (source.model.clone(), cfg)),
+        onnx: source
+            .onnx
+            .clone()
+            .or_else(|| (source.config.is_none()).then(|| source.model.clone())),
+        outputs: None,
+    };
+    let decoder = Decoder {
         layout: source.layout,
         class_names: source.class_names.into_iter().map(Arc::from).collect(),
         wanted,
         input: input_size as usize,
         confidence,
         nms_iou,
+    };
+    let network = {
+        let (image, real) = inference::check_image(source.check_image.as_deref());
+        let input = decoder
+            .blob(&image)
+            .map_err(|e| Diagnostic::new(format!("{}: check image: {e}", source.label)))?;
+        let boxes = |outputs: &[Tensor]| {
+            Ok(decoder
+                .detections(outputs, image.cols() as f32, image.rows() as f32)?
+                .into_iter()
+                .map(|d| d.bbox)
+                .collect())
+        };
+        inference::load(
+            &files,
+            request,
+            &Check {
+                input,
+                real,
+                boxes: &boxes,
+                settings: format!(
+                    "{:?} {} {}",
+                    decoder.wanted, decoder.confidence, decoder.nms_iou
+                ),
+            },
+        )
+        .map_err(|d| match (&c.backend, d.span.is_none()) {
+            (Some(b), true) => Diagnostic::at(b.span(), d.message),
+            _ => d,
+        })?
+    };
+    Ok(Box::new(ObjectDetection {
+        network,
+        gated,
+        decoder,
     }))
 }
 
@@ -313,6 +356,8 @@ fn source(c: &Config) -> Result<Source, Diagnostic> {
         label,
         model: model_path.get_ref().clone(),
         config: c.config_path.as_ref().map(|p| p.get_ref().clone()),
+        onnx: None,
+        check_image: None,
         layout,
         class_names,
         input_size: DEFAULT_INPUT_SIZE,
@@ -341,25 +386,66 @@ fn registry_source(model: Option<&Spanned<String>>) -> Result<Source, Diagnostic
         class_names: checked.class_names(name).map_err(|e| fail(e.to_string()))?,
         model: model_file,
         config: checked.file("config"),
+        onnx: checked.file("onnx"),
+        check_image: checked.check_image(),
         layout,
         input_size: checked.model.input_size.unwrap_or(DEFAULT_INPUT_SIZE),
         label,
     })
 }
 
-/// Reads a network: Darknet with a config, otherwise ONNX.
-fn read_net(model: &Path, config: Option<&Path>) -> opencv::Result<Net> {
-    let net = match config {
-        Some(config) => dnn::read_net_from_darknet(config, &model.to_string_lossy())?,
-        None => dnn::read_net_from_onnx(model)?,
-    };
-    if net.empty()? {
-        return Err(opencv::Error::new(
-            core::StsError,
-            "the network has no layers",
-        ));
+impl Decoder {
+    /// The network's input for `image`: resized to the square input without letterbox, scaled
+    /// as the layout wants.
+    fn blob(&self, image: &Mat) -> opencv::Result<Mat> {
+        let side = self.input as i32;
+        let (scale, swap_rb) = match self.layout {
+            Layout::Darknet | Layout::Yolov5 | Layout::Yolov8 => (1.0 / 255.0, true),
+            // YOLOX exports take BGR 0..255.
+            Layout::Yolox => (1.0, false),
+        };
+        dnn::blob_from_image(
+            image,
+            scale,
+            Size::new(side, side),
+            Scalar::default(),
+            swap_rb,
+            false,
+            core::CV_32F,
+        )
     }
-    Ok(net)
+
+    /// The network's outputs -> detections of the wanted classes, in pixels of an image of
+    /// `width` x `height`, after non-maximum suppression.
+    fn detections(
+        &self,
+        outputs: &[Tensor],
+        width: f32,
+        height: f32,
+    ) -> Result<Vec<Detection>, StepError> {
+        let geometry = Geometry {
+            image_width: width,
+            image_height: height,
+            input: self.input,
+        };
+        let mut candidates = Vec::new();
+        for output in outputs {
+            decode::decode(
+                self.layout,
+                &output.data,
+                self.class_names.len(),
+                &self.wanted,
+                self.confidence,
+                geometry,
+                &mut candidates,
+            )
+            .map_err(|e| StepError::Other(e.to_string()))?;
+        }
+        Ok(suppress(&candidates, self.confidence, self.nms_iou)?
+            .into_iter()
+            .map(|c| Detection::new(self.class_names[c.class].clone(), c.score, c.bbox))
+            .collect())
+    }
 }
 
 impl Step for ObjectDetection {
@@ -369,50 +455,11 @@ impl Step for ObjectDetection {
         }
         let image = input.image_as(0, 3)?;
         let image = &*image;
-        let side = self.input as i32;
-        let (scale, swap_rb) = match self.layout {
-            Layout::Darknet | Layout::Yolov5 => (1.0 / 255.0, true),
-            // YOLOX exports take BGR 0..255.
-            Layout::Yolox => (1.0, false),
-        };
-        let blob = dnn::blob_from_image(
-            image,
-            scale,
-            Size::new(side, side),
-            Scalar::default(),
-            swap_rb,
-            false,
-            core::CV_32F,
-        )?;
-        let names: Vector<String> = self.outputs.iter().map(String::as_str).collect();
-        let outputs = self.nets.with(|net| {
-            net.set_input_def(&blob)?;
-            let mut outputs = Vector::<Mat>::new();
-            net.forward(&mut outputs, &names)?;
-            Ok(outputs)
-        })?;
-        let geometry = Geometry {
-            image_width: image.cols() as f32,
-            image_height: image.rows() as f32,
-            input: self.input,
-        };
-        let mut candidates = Vec::new();
-        for output in &outputs {
-            decode::decode(
-                self.layout,
-                output.data_typed::<f32>()?,
-                self.class_names.len(),
-                &self.wanted,
-                self.confidence,
-                geometry,
-                &mut candidates,
-            )
-            .map_err(|e| StepError::Other(e.to_string()))?;
-        }
-        let detections = suppress(&candidates, self.confidence, self.nms_iou)?
-            .into_iter()
-            .map(|c| Detection::new(self.class_names[c.class].clone(), c.score, c.bbox))
-            .collect::<Vec<_>>();
+        let blob = self.decoder.blob(image)?;
+        let outputs = self.network.engine.forward(&blob)?;
+        let detections =
+            self.decoder
+                .detections(&outputs, image.cols() as f32, image.rows() as f32)?;
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),
         )]))

@@ -1,0 +1,697 @@
+//! The engines that run a network step's forward pass: OpenCV's DNN, ONNX Runtime and OpenVINO,
+//! behind one [`Engine`] so `object_detection` and `face_detection` prepare their input and
+//! decode their outputs the same way whichever runs.
+//!
+//! A step names `backend = "auto" | "opencv" | "onnxruntime" | "openvino"` and `precision =
+//! "f32" | "bf16"`. An engine asked for by name must be installed and load the model, or the
+//! step is a `validate` error that names the install step. `auto` (the default) loads every
+//! engine it can, runs each on the model's check input, and takes the fastest whose result
+//! agrees with full precision ([`choose`]): f32 engines must give OpenCV's outputs (or the first
+//! f32 engine's) within [`F32_TOLERANCE`]; a reduced precision must find the same objects on a
+//! check image that has some ([`MIN_AGREEMENT`] of them, both ways, at IoU 0.5). The log says
+//! what it took and why; a missing runtime is one warning per process, and OpenCV always runs.
+//!
+//! Threads: an engine keeps one instance per worker that runs it at the same moment
+//! ([`super::instances::Instances`]); each instance uses `threads` threads of its own (default 1:
+//! the pool's workers are where parallelism comes from, so workers x threads stays at the
+//! cores). ONNX Runtime's threads do not spin while idle; OpenVINO's are TBB's.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Mutex, Once, OnceLock, PoisonError};
+use std::time::Instant;
+
+use opencv::core::{Mat, MatTraitConst, MatTraitConstManual, MatTraitManual};
+use toml::Spanned;
+
+use super::StepError;
+use crate::spec::{Diagnostic, ParamDoc};
+use crate::value::BBox;
+
+mod onnxruntime;
+mod opencv_dnn;
+mod openvino;
+pub(super) mod runtimes;
+
+/// Which engine runs a network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Backend {
+    OpenCv,
+    OnnxRuntime,
+    OpenVino,
+}
+
+impl Backend {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::OpenCv => "opencv",
+            Self::OnnxRuntime => "onnxruntime",
+            Self::OpenVino => "openvino",
+        }
+    }
+}
+
+/// The arithmetic an engine computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Precision {
+    F32,
+    Bf16,
+}
+
+impl Precision {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        }
+    }
+}
+
+/// The parameters every network step takes, documented once.
+pub(super) const BACKEND_DOC: ParamDoc = ParamDoc {
+    name: "backend",
+    ty: "string",
+    default: "\"auto\"",
+    doc: "\"auto\" (the fastest installed engine that agrees with f32 on the check image), \"opencv\", \"onnxruntime\" or \"openvino\"",
+};
+pub(super) const PRECISION_DOC: ParamDoc = ParamDoc {
+    name: "precision",
+    ty: "string",
+    default: "f32 (auto: f32 or bf16, whichever agrees and is faster)",
+    doc: "\"f32\" or \"bf16\" (openvino, on a CPU with bf16 support)",
+};
+pub(super) const THREADS_DOC: ParamDoc = ParamDoc {
+    name: "threads",
+    ty: "integer",
+    default: "1",
+    doc: "threads of one forward pass (onnxruntime, openvino); the pool's workers run frames side by side",
+};
+
+/// What the step's table asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Request {
+    /// `None`: auto.
+    pub(super) backend: Option<Backend>,
+    /// `None`: f32, or for auto whichever agrees.
+    pub(super) precision: Option<Precision>,
+    pub(super) threads: usize,
+}
+
+impl Request {
+    /// Reads `backend`, `precision` and `threads` as the step's table gives them.
+    pub(super) fn parse(
+        backend: Option<&Spanned<String>>,
+        precision: Option<&Spanned<String>>,
+        threads: Option<&Spanned<u32>>,
+    ) -> Result<Self, Diagnostic> {
+        let backend = match backend {
+            None => None,
+            Some(b) => match b.get_ref().as_str() {
+                "auto" => None,
+                "opencv" => Some(Backend::OpenCv),
+                "onnxruntime" => Some(Backend::OnnxRuntime),
+                "openvino" => Some(Backend::OpenVino),
+                other => {
+                    return Err(Diagnostic::at(
+                        b.span(),
+                        format!(
+                            "unknown backend \"{other}\"; expected \"auto\", \"opencv\", \"onnxruntime\" or \"openvino\""
+                        ),
+                    ));
+                }
+            },
+        };
+        let precision = match precision {
+            None => None,
+            Some(p) => {
+                let precision = match p.get_ref().as_str() {
+                    "f32" => Precision::F32,
+                    "bf16" => Precision::Bf16,
+                    "int8" => {
+                        return Err(Diagnostic::at(
+                            p.span(),
+                            "precision \"int8\" needs a quantized model, which no model of models/models.toml has yet; use \"f32\" or \"bf16\"",
+                        ));
+                    }
+                    other => {
+                        return Err(Diagnostic::at(
+                            p.span(),
+                            format!("unknown precision \"{other}\"; expected \"f32\" or \"bf16\""),
+                        ));
+                    }
+                };
+                if precision == Precision::Bf16
+                    && matches!(backend, Some(Backend::OpenCv | Backend::OnnxRuntime))
+                {
+                    let name = backend.map_or("auto", Backend::name);
+                    return Err(Diagnostic::at(
+                        p.span(),
+                        format!("backend \"{name}\" computes in f32 only; bf16 is openvino's"),
+                    ));
+                }
+                Some(precision)
+            }
+        };
+        let threads = match threads {
+            None => 1,
+            Some(t) if (1..=256).contains(t.get_ref()) => *t.get_ref() as usize,
+            Some(t) => {
+                return Err(Diagnostic::at(
+                    t.span(),
+                    format!("threads must be from 1 to 256, not {}", t.get_ref()),
+                ));
+            }
+        };
+        Ok(Self {
+            backend,
+            precision,
+            threads,
+        })
+    }
+}
+
+/// A network's files, as the step found them.
+#[derive(Debug, Clone)]
+pub(super) struct ModelFiles {
+    /// How messages name the model: `model "yolov3_tiny_coco"`, `model_path "x.onnx"`.
+    pub(super) label: String,
+    /// A Darknet network: (weights, cfg). OpenCV's DNN only.
+    pub(super) darknet: Option<(PathBuf, PathBuf)>,
+    /// An ONNX file: every engine.
+    pub(super) onnx: Option<PathBuf>,
+    /// The outputs the step decodes, in its order; `None`: all, in the network's order.
+    pub(super) outputs: Option<Vec<String>>,
+}
+
+/// One output of a forward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Tensor {
+    pub(super) shape: Vec<usize>,
+    pub(super) data: Vec<f32>,
+}
+
+/// Runs a network. Shared by the workers: an engine hands each concurrent caller an instance of
+/// its own.
+pub(super) trait Engine: Send + Sync + fmt::Debug {
+    /// Runs the network on `input` (a 4-D NCHW f32 blob, as `dnn::blob_from_image` makes it)
+    /// and returns the outputs the model files named, in their order.
+    fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError>;
+}
+
+/// The outputs an engine returns: those `wanted` names (all checked to exist in `all`), else
+/// all of them in the network's order.
+fn select_outputs(
+    path: &std::path::Path,
+    all: Vec<String>,
+    wanted: Option<Vec<String>>,
+) -> Result<Vec<String>, String> {
+    let Some(wanted) = wanted else {
+        return Ok(all);
+    };
+    match wanted.iter().find(|w| !all.contains(w)) {
+        Some(missing) => Err(format!(
+            "{} has no output \"{missing}\" (its outputs: {})",
+            path.display(),
+            all.join(", ")
+        )),
+        None => Ok(wanted),
+    }
+}
+
+/// The shape and values of a blob.
+pub(super) fn blob_parts(blob: &Mat) -> Result<(Vec<usize>, &[f32]), StepError> {
+    let shape: Vec<usize> = blob
+        .mat_size()
+        .iter()
+        .map(|d| usize::try_from(*d).unwrap_or(0))
+        .collect();
+    Ok((shape, blob.data_typed::<f32>()?))
+}
+
+/// Loads `files` in one engine.
+fn load_engine(
+    backend: Backend,
+    precision: Precision,
+    files: &ModelFiles,
+    threads: usize,
+) -> Result<Box<dyn Engine>, String> {
+    let onnx = || {
+        files.onnx.clone().ok_or_else(|| {
+            format!(
+                "{} has no ONNX file ({} runs ONNX only; convert a Darknet model with scripts/darknet2onnx)",
+                files.label,
+                backend.name()
+            )
+        })
+    };
+    match backend {
+        Backend::OpenCv => Ok(Box::new(opencv_dnn::OpenCvEngine::load(files)?)),
+        Backend::OnnxRuntime => Ok(Box::new(onnxruntime::OrtEngine::load(
+            &onnx()?,
+            files.outputs.clone(),
+            threads,
+        )?)),
+        Backend::OpenVino => Ok(Box::new(openvino::OvEngine::load(
+            &onnx()?,
+            files.outputs.clone(),
+            precision,
+            threads,
+        )?)),
+    }
+}
+
+/// A step's decoding of a network's outputs into the boxes it would report.
+pub(super) type BoxesOf<'a> = dyn Fn(&[Tensor]) -> Result<Vec<BBox>, StepError> + 'a;
+
+/// What `auto` judges an engine on: the step's own input for the model's check image, and the
+/// step's own decoding of the outputs into boxes.
+pub(super) struct Check<'a> {
+    pub(super) input: Mat,
+    /// A real picture with objects the model should find (else a synthetic one: a reduced
+    /// precision cannot be judged on it and is not taken).
+    pub(super) real: bool,
+    pub(super) boxes: &'a BoxesOf<'a>,
+    /// What else the boxes depend on (classes, thresholds): part of the key `auto`'s decision
+    /// is kept under.
+    pub(super) settings: String,
+}
+
+/// The engine a step runs, and what it is.
+#[derive(Debug)]
+pub(super) struct Network {
+    pub(super) engine: Box<dyn Engine>,
+    pub(super) backend: Backend,
+    pub(super) precision: Precision,
+}
+
+/// The picture `auto` judges engines on: the model's check image (`real`), else a synthetic
+/// one (a gradient with a few shapes: enough to compare f32 outputs, not to judge boxes).
+pub(super) fn check_image(path: Option<&std::path::Path>) -> (Mat, bool) {
+    if let Some(path) = path {
+        match opencv::imgcodecs::imread(path, opencv::imgcodecs::IMREAD_COLOR) {
+            Ok(image) if !image.empty() => return (image, true),
+            Ok(_) | Err(_) => {
+                tracing::warn!(path = %path.display(), "check image unreadable; judging engines on a synthetic picture");
+            }
+        }
+    }
+    (synthetic_image(), false)
+}
+
+fn synthetic_image() -> Mat {
+    use opencv::core::{CV_8UC3, Point, Rect, Scalar};
+    let (w, h) = (640, 480);
+    let mut image =
+        Mat::new_rows_cols_with_default(h, w, CV_8UC3, Scalar::all(0.0)).unwrap_or_default();
+    if let Ok(data) = image.data_bytes_mut() {
+        for (i, px) in data.chunks_exact_mut(3).enumerate() {
+            let (x, y) = ((i % w as usize) as u32, (i / w as usize) as u32);
+            px.copy_from_slice(&[
+                (x * 255 / 640) as u8,
+                (y * 255 / 480) as u8,
+                ((x + y) % 256) as u8,
+            ]);
+        }
+    }
+    for (i, colour) in [[255.0, 255.0, 255.0], [0.0, 0.0, 0.0], [40.0, 90.0, 200.0]]
+        .into_iter()
+        .enumerate()
+    {
+        let i = i as i32;
+        let _ = opencv::imgproc::rectangle(
+            &mut image,
+            Rect::new(80 + 180 * i, 120 + 40 * i, 90, 200),
+            Scalar::new(colour[0], colour[1], colour[2], 0.0),
+            -1,
+            opencv::imgproc::LINE_8,
+            0,
+        );
+        let _ = opencv::imgproc::circle(
+            &mut image,
+            Point::new(125 + 180 * i, 90 + 40 * i),
+            30,
+            Scalar::new(colour[2], colour[1], colour[0], 0.0),
+            -1,
+            opencv::imgproc::LINE_8,
+            0,
+        );
+    }
+    image
+}
+
+impl Network {
+    /// What runs it, for logs and `Debug`: `openvino bf16`.
+    pub(super) fn describe(&self) -> String {
+        format!("{} {}", self.backend.name(), self.precision.name())
+    }
+}
+
+/// Largest difference allowed between two f32 engines' outputs, relative to 1 + |value|.
+pub(super) const F32_TOLERANCE: f32 = 1e-3;
+/// Share of the full-precision boxes a reduced precision must find (and of its boxes that must
+/// be full precision's), at IoU 0.5.
+pub(super) const MIN_AGREEMENT: f64 = 0.95;
+/// Timed forward passes per candidate (after one warm-up), the median taken.
+const TIMED_RUNS: usize = 3;
+
+/// Loads the network the request names; `auto` measures and checks the candidates.
+pub(super) fn load(
+    files: &ModelFiles,
+    request: Request,
+    check: &Check<'_>,
+) -> Result<Network, Diagnostic> {
+    if let Some(backend) = request.backend {
+        let precision = request.precision.unwrap_or(Precision::F32);
+        availability(backend)
+            .map_err(|why| Diagnostic::new(format!("backend \"{}\": {why}", backend.name())))?;
+        let engine = load_engine(backend, precision, files, request.threads)
+            .map_err(|e| Diagnostic::new(format!("backend \"{}\": {e}", backend.name())))?;
+        tracing::info!(model = %files.label, backend = backend.name(), precision = precision.name(),
+            threads = request.threads, "network engine as asked for");
+        return Ok(Network {
+            engine,
+            backend,
+            precision,
+        });
+    }
+    choose(files, request, check)
+}
+
+/// Whether an engine's runtime is there: OpenCV always is.
+fn availability(backend: Backend) -> Result<(), String> {
+    match backend {
+        Backend::OpenCv => Ok(()),
+        Backend::OnnxRuntime => runtimes::onnxruntime().map(drop).map_err(str::to_owned),
+        Backend::OpenVino => runtimes::openvino().map(drop).map_err(str::to_owned),
+    }
+}
+
+/// A candidate's result on the check input.
+struct Trial {
+    backend: Backend,
+    precision: Precision,
+    engine: Box<dyn Engine>,
+    ms: f64,
+    outputs: Vec<Tensor>,
+}
+
+/// Runs a candidate on the check input: one warm-up, then the median of [`TIMED_RUNS`].
+fn trial(
+    backend: Backend,
+    precision: Precision,
+    files: &ModelFiles,
+    request: Request,
+    check: &Check<'_>,
+) -> Result<Trial, String> {
+    availability(backend)?;
+    let engine = load_engine(backend, precision, files, request.threads)?;
+    let mut outputs = engine.forward(&check.input).map_err(|e| e.to_string())?;
+    let mut times = Vec::with_capacity(TIMED_RUNS);
+    for _ in 0..TIMED_RUNS {
+        let start = Instant::now();
+        outputs = engine.forward(&check.input).map_err(|e| e.to_string())?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Trial {
+        backend,
+        precision,
+        engine,
+        ms: times[times.len() / 2],
+        outputs,
+    })
+}
+
+/// The decision `auto` made for one model and request, kept for the process so that `validate`
+/// then `run`, or a reload, do not measure again.
+type Decisions =
+    HashMap<(String, Option<PathBuf>, Request, Vec<i32>, String), (Backend, Precision)>;
+
+fn decisions() -> &'static Mutex<Decisions> {
+    static DECISIONS: OnceLock<Mutex<Decisions>> = OnceLock::new();
+    DECISIONS.get_or_init(Mutex::default)
+}
+
+/// `auto`: the fastest engine that loads and agrees with full precision on the check input.
+fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Network, Diagnostic> {
+    let key = (
+        files.label.clone(),
+        files.onnx.clone(),
+        request,
+        check.input.mat_size().iter().copied().collect(),
+        check.settings.clone(),
+    );
+    let decided = decisions()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+        .copied();
+    if let Some((backend, precision)) = decided {
+        let engine = load_engine(backend, precision, files, request.threads)
+            .map_err(|e| Diagnostic::new(format!("backend \"{}\": {e}", backend.name())))?;
+        return Ok(Network {
+            engine,
+            backend,
+            precision,
+        });
+    }
+    let mut candidates = vec![
+        (Backend::OpenCv, Precision::F32),
+        (Backend::OnnxRuntime, Precision::F32),
+        (Backend::OpenVino, Precision::F32),
+        (Backend::OpenVino, Precision::Bf16),
+    ];
+    if let Some(p) = request.precision {
+        candidates.retain(|c| c.1 == p);
+    }
+    let mut notes: Vec<String> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    let mut reference: Option<Vec<Tensor>> = None;
+    let mut reference_boxes: Option<Vec<BBox>> = None;
+    let mut best: Option<Trial> = None;
+    for (backend, precision) in candidates {
+        let label = format!("{} {}", backend.name(), precision.name());
+        if let Err(why) = availability(backend) {
+            if !missing.iter().any(|m| m.starts_with(backend.name())) {
+                missing.push(format!("{}: {why}", backend.name()));
+            }
+            continue;
+        }
+        let t = match trial(backend, precision, files, request, check) {
+            Ok(t) => t,
+            Err(e) => {
+                notes.push(format!("{label} failed: {e}"));
+                continue;
+            }
+        };
+        // Agreement with full precision.
+        let verdict = match (precision, &reference) {
+            (Precision::F32, None) => {
+                reference = Some(t.outputs.clone());
+                Ok(())
+            }
+            (Precision::F32, Some(r)) => outputs_agree(r, &t.outputs),
+            (Precision::Bf16, _) if !check.real => {
+                Err("not judged: no check image with objects for this model".to_owned())
+            }
+            (Precision::Bf16, None) => Err("not judged: no f32 engine to compare with".to_owned()),
+            (Precision::Bf16, Some(r)) => {
+                if reference_boxes.is_none() {
+                    reference_boxes = Some((check.boxes)(r).map_err(|e| {
+                        Diagnostic::new(format!("{}: decoding the check image: {e}", files.label))
+                    })?);
+                }
+                let full = reference_boxes.as_deref().unwrap_or_default();
+                let reduced = (check.boxes)(&t.outputs).map_err(|e| e.to_string());
+                reduced.and_then(|reduced| boxes_agree(full, &reduced))
+            }
+        };
+        match verdict {
+            Err(why) => notes.push(format!("{label} {:.1} ms, disagreed: {why}", t.ms)),
+            Ok(()) => {
+                notes.push(format!("{label} {:.1} ms", t.ms));
+                if best.as_ref().is_none_or(|b| t.ms < b.ms) {
+                    best = Some(t);
+                }
+            }
+        }
+    }
+    if !missing.is_empty() {
+        static WARNED: Once = Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "backend auto: {}; networks run on what is installed",
+                missing.join("; ")
+            );
+        });
+    }
+    let Some(best) = best else {
+        return Err(Diagnostic::new(format!(
+            "{}: no engine could run it ({})",
+            files.label,
+            notes.join("; ")
+        )));
+    };
+    tracing::info!(
+        model = %files.label,
+        backend = best.backend.name(),
+        precision = best.precision.name(),
+        threads = request.threads,
+        ms = format!("{:.1}", best.ms),
+        "network engine chosen by auto: the fastest that agrees with f32 on the check image ({})",
+        notes.join(", ")
+    );
+    decisions()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, (best.backend, best.precision));
+    Ok(Network {
+        engine: best.engine,
+        backend: best.backend,
+        precision: best.precision,
+    })
+}
+
+/// Two f32 engines agree: the same outputs, each value within [`F32_TOLERANCE`].
+pub(super) fn outputs_agree(reference: &[Tensor], other: &[Tensor]) -> Result<(), String> {
+    if reference.len() != other.len() {
+        return Err(format!(
+            "{} outputs against {}",
+            other.len(),
+            reference.len()
+        ));
+    }
+    let mut worst = 0.0_f32;
+    for (r, o) in reference.iter().zip(other) {
+        if r.data.len() != o.data.len() {
+            return Err(format!(
+                "an output of {} values against {}",
+                o.data.len(),
+                r.data.len()
+            ));
+        }
+        for (a, b) in r.data.iter().zip(&o.data) {
+            worst = worst.max((a - b).abs() / (1.0 + a.abs()));
+        }
+    }
+    if worst <= F32_TOLERANCE {
+        Ok(())
+    } else {
+        Err(format!("outputs differ by up to {worst:.2e}"))
+    }
+}
+
+/// Share of `a`'s boxes that some box of `b` overlaps at IoU 0.5 or more.
+pub(super) fn recall(a: &[BBox], b: &[BBox]) -> f64 {
+    if a.is_empty() {
+        return 1.0;
+    }
+    let found = a
+        .iter()
+        .filter(|x| b.iter().any(|y| x.iou(y) >= 0.5))
+        .count();
+    found as f64 / a.len() as f64
+}
+
+/// A reduced precision agrees: it finds [`MIN_AGREEMENT`] of full precision's boxes and adds
+/// few of its own, on a check image where full precision finds some.
+fn boxes_agree(full: &[BBox], reduced: &[BBox]) -> Result<(), String> {
+    if full.is_empty() {
+        return Err("not judged: f32 finds nothing on the check image".to_owned());
+    }
+    let (found, precise) = (recall(full, reduced), recall(reduced, full));
+    if found >= MIN_AGREEMENT && precise >= MIN_AGREEMENT {
+        Ok(())
+    } else {
+        Err(format!(
+            "finds {:.0}% of f32's {} boxes, {:.0}% of its {} are f32's",
+            found * 100.0,
+            full.len(),
+            precise * 100.0,
+            reduced.len()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spanned<T>(v: T) -> Spanned<T> {
+        Spanned::new(0..1, v)
+    }
+
+    #[test]
+    fn a_request_reads_its_names_and_refuses_the_rest() {
+        let r = Request::parse(None, None, None).unwrap();
+        assert_eq!((r.backend, r.precision, r.threads), (None, None, 1));
+        let r = Request::parse(
+            Some(&spanned("openvino".to_owned())),
+            Some(&spanned("bf16".to_owned())),
+            Some(&spanned(2)),
+        )
+        .unwrap();
+        assert_eq!(
+            (r.backend, r.precision, r.threads),
+            (Some(Backend::OpenVino), Some(Precision::Bf16), 2)
+        );
+        for (backend, precision, threads, message) in [
+            ("tensorrt", "f32", 1, "unknown backend \"tensorrt\""),
+            ("opencv", "bf16", 1, "computes in f32 only"),
+            ("onnxruntime", "bf16", 1, "computes in f32 only"),
+            ("auto", "int8", 1, "needs a quantized model"),
+            ("auto", "f16", 1, "unknown precision"),
+            ("auto", "f32", 0, "threads must be from 1 to 256"),
+        ] {
+            let e = Request::parse(
+                Some(&spanned(backend.to_owned())),
+                Some(&spanned(precision.to_owned())),
+                Some(&spanned(threads)),
+            )
+            .unwrap_err();
+            assert!(e.message.contains(message), "{}", e.message);
+        }
+    }
+
+    fn tensor(data: &[f32]) -> Tensor {
+        Tensor {
+            shape: vec![data.len()],
+            data: data.to_vec(),
+        }
+    }
+
+    #[test]
+    fn f32_outputs_agree_within_the_tolerance_only() {
+        let r = [tensor(&[0.5, 10.0])];
+        assert!(outputs_agree(&r, &[tensor(&[0.5005, 10.005])]).is_ok());
+        let e = outputs_agree(&r, &[tensor(&[0.51, 10.0])]).unwrap_err();
+        assert!(e.contains("differ by up to"), "{e}");
+        assert!(outputs_agree(&r, &[tensor(&[0.5])]).is_err());
+        assert!(outputs_agree(&r, &[]).is_err());
+    }
+
+    fn bbox(x: f32) -> BBox {
+        BBox {
+            x,
+            y: 0.0,
+            width: 10.0,
+            height: 10.0,
+        }
+    }
+
+    #[test]
+    fn a_reduced_precision_must_find_the_same_boxes_both_ways() {
+        let full: Vec<BBox> = (0..20).map(|i| bbox(i as f32 * 20.0)).collect();
+        let shifted: Vec<BBox> = full.iter().map(|b| bbox(b.x + 1.0)).collect();
+        assert!(boxes_agree(&full, &shifted).is_ok());
+        // One of 20 missed: 95%, still agrees; two: not.
+        assert!(boxes_agree(&full, &shifted[1..]).is_ok());
+        assert!(boxes_agree(&full, &shifted[2..]).is_err());
+        // Two boxes of its own among 20: 90% precise.
+        let mut extra = shifted.clone();
+        extra.extend([bbox(1000.0), bbox(2000.0)]);
+        assert!(boxes_agree(&full, &extra).is_err());
+        assert!(boxes_agree(&[], &shifted).is_err());
+    }
+}

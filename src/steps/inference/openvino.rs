@@ -1,0 +1,179 @@
+//! OpenVINO as an [`Engine`]: the ONNX file compiled for the CPU device, f32 or bf16 (the
+//! `INFERENCE_PRECISION_HINT`; bf16 runs on AMX or AVX-512 BF16 units, and is refused on a
+//! CPU without them), one stream of `threads` threads per concurrent worker, no CPU pinning
+//! (the pool's workers share the cores).
+//!
+//! OpenVINO runs fastest on a static shape, so each instance compiles the model for the shape
+//! of the input it is given and compiles again only if a later input has another shape (a
+//! camera that changed size; YuNet's input follows the image).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use opencv::core::Mat;
+use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPropertyKey};
+
+use super::super::StepError;
+use super::super::instances::Instances;
+use super::{Engine, Precision, Tensor, blob_parts, runtimes, select_outputs};
+
+/// One worker's compiled model, for one input shape.
+struct Compiled {
+    shape: Vec<i64>,
+    request: InferRequest,
+    /// Kept alive as long as its request.
+    _model: CompiledModel,
+}
+
+pub(super) struct OvEngine {
+    core: Mutex<Core>,
+    path: PathBuf,
+    precision: Precision,
+    threads: usize,
+    outputs: Vec<String>,
+    compiled: Instances<Option<Compiled>>,
+}
+
+impl std::fmt::Debug for OvEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OvEngine")
+            .field("path", &self.path)
+            .field("precision", &self.precision)
+            .field("threads", &self.threads)
+            .field("compiled", &self.compiled)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ov(e: impl std::fmt::Display) -> String {
+    format!("openvino: {e}")
+}
+
+impl OvEngine {
+    pub(super) fn load(
+        path: &Path,
+        outputs: Option<Vec<String>>,
+        precision: Precision,
+        threads: usize,
+    ) -> Result<Self, String> {
+        runtimes::guarded("openvino", || {
+            let mut core = Core::new().map_err(ov)?;
+            let cpu = DeviceType::CPU;
+            if precision == Precision::Bf16 {
+                let caps = core
+                    .get_property(&cpu, &openvino::PropertyKey::DeviceCapabilities)
+                    .map_err(ov)?;
+                if !caps
+                    .split([' ', ','])
+                    .any(|c| c.eq_ignore_ascii_case("BF16"))
+                {
+                    return Err(format!(
+                        "this CPU has no bf16 support (its capabilities: {caps})"
+                    ));
+                }
+            }
+            core.set_properties(
+                &cpu,
+                [
+                    (RwPropertyKey::HintInferencePrecision, precision.name()),
+                    (RwPropertyKey::NumStreams, "1"),
+                    (RwPropertyKey::InferenceNumThreads, &threads.to_string()),
+                    (RwPropertyKey::HintEnableCpuPinning, "NO"),
+                    (RwPropertyKey::HintPerformanceMode, "LATENCY"),
+                ],
+            )
+            .map_err(ov)?;
+            let model = core
+                .read_model_from_file(&path.to_string_lossy(), "")
+                .map_err(|e| format!("openvino cannot read {}: {e}", path.display()))?;
+            let mut all = Vec::new();
+            for i in 0..model.get_outputs_len().map_err(ov)? {
+                all.push(
+                    model
+                        .get_output_by_index(i)
+                        .and_then(|n| n.get_name())
+                        .map_err(ov)?,
+                );
+            }
+            let outputs = select_outputs(path, all, outputs)?;
+            Ok(Self {
+                core: Mutex::new(core),
+                path: path.to_owned(),
+                precision,
+                threads,
+                outputs,
+                compiled: Instances::new(None, || Ok::<_, StepError>(None)),
+            })
+        })
+    }
+
+    /// Compiles the model for `shape`.
+    fn compile(&self, shape: &[i64]) -> Result<Compiled, String> {
+        runtimes::guarded("openvino", || {
+            let mut core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut model = core
+                .read_model_from_file(&self.path.to_string_lossy(), "")
+                .map_err(ov)?;
+            let static_shape = PartialShape::new_static(shape.len() as i64, shape).map_err(ov)?;
+            model.reshape_single_input(&static_shape).map_err(ov)?;
+            let mut compiled = core.compile_model(&model, DeviceType::CPU).map_err(ov)?;
+            let request = compiled.create_infer_request().map_err(ov)?;
+            Ok(Compiled {
+                shape: shape.to_vec(),
+                request,
+                _model: compiled,
+            })
+        })
+    }
+}
+
+impl Engine for OvEngine {
+    fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError> {
+        let (shape, data) = blob_parts(input)?;
+        let shape: Vec<i64> = shape.iter().map(|d| *d as i64).collect();
+        self.compiled.with(|slot| {
+            if slot.as_ref().is_none_or(|c| c.shape != shape) {
+                *slot = Some(self.compile(&shape).map_err(StepError::Other)?);
+            }
+            let Some(compiled) = slot.as_mut() else {
+                return Err(StepError::Other("openvino: no compiled model".to_owned()));
+            };
+            let request = &mut compiled.request;
+            let mut tensor = request
+                .get_input_tensor()
+                .map_err(|e| StepError::Other(ov(e)))?;
+            let buffer = tensor
+                .get_data_mut::<f32>()
+                .map_err(|e| StepError::Other(ov(e)))?;
+            if buffer.len() != data.len() {
+                return Err(StepError::Other(format!(
+                    "openvino: an input of {} values for {}",
+                    data.len(),
+                    buffer.len()
+                )));
+            }
+            buffer.copy_from_slice(data);
+            request.infer().map_err(|e| StepError::Other(ov(e)))?;
+            self.outputs
+                .iter()
+                .map(|name| {
+                    let out = request
+                        .get_tensor(name)
+                        .map_err(|e| StepError::Other(ov(e)))?;
+                    let shape = out.get_shape().map_err(|e| StepError::Other(ov(e)))?;
+                    Ok(Tensor {
+                        shape: shape
+                            .get_dimensions()
+                            .iter()
+                            .map(|d| usize::try_from(*d).unwrap_or(0))
+                            .collect(),
+                        data: out
+                            .get_data::<f32>()
+                            .map_err(|e| StepError::Other(ov(e)))?
+                            .to_vec(),
+                    })
+                })
+                .collect()
+        })
+    }
+}
