@@ -1,5 +1,7 @@
 //! `face_detection`: faces and their five landmarks, by the YuNet network (`yunet_face` of
-//! `models/models.toml`) run by OpenCV's DNN module.
+//! `models/models.toml`) run by the engine the step names or `auto` picks ([`inference`]:
+//! OpenCV's DNN, ONNX Runtime or OpenVINO; the latter two read the model's `onnx` file, the same
+//! network with its input size left free).
 //!
 //! OpenCV 4.6's `FaceDetectorYN` cannot run the 2023 YuNet, so this step does what later
 //! OpenCV versions do: the image, padded right and below to a multiple of 32, goes in as BGR
@@ -7,17 +9,17 @@
 //! score = sqrt(cls x obj), then non-maximum suppression. Boxes and landmarks are in pixels of
 //! the image the step was given.
 //!
-//! Threads: one network per worker that runs the step at the same moment ([`Instances`]),
+//! Threads: the engine keeps one network per worker that runs the step at the same moment,
 //! made lazily and reused for every frame.
 
 use std::sync::Arc;
 
-use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Rect, Scalar, Vector};
-use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
+use opencv::core::{self, Mat, MatTraitConst, Rect, Scalar, Vector};
+use opencv::dnn;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::instances::Instances;
+use super::inference::{self, Check, ModelFiles, Network, Request, Tensor};
 use super::models;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
@@ -25,7 +27,7 @@ use crate::value::{BBox, Detection, Value};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "face_detection",
-    summary: "faces with 5 landmarks (eyes, nose tip, mouth corners) by YuNet (OpenCV DNN)",
+    summary: "faces with 5 landmarks (eyes, nose tip, mouth corners) by YuNet (OpenCV DNN, ONNX Runtime or OpenVINO)",
     inputs: IMAGE_IN,
     outputs: DETECTIONS_OUT,
     params: &[
@@ -47,6 +49,9 @@ pub(super) static KIND: StepKind = StepKind {
             default: "0.3",
             doc: "faces overlapping more than this (IoU) are merged",
         },
+        inference::BACKEND_DOC,
+        inference::PRECISION_DOC,
+        inference::THREADS_DOC,
     ],
     stateful: false,
     build,
@@ -67,10 +72,18 @@ struct Config {
     model: Option<Spanned<String>>,
     confidence: Option<Spanned<f32>>,
     nms_iou: Option<Spanned<f32>>,
+    backend: Option<Spanned<String>>,
+    precision: Option<Spanned<String>>,
+    threads: Option<Spanned<u32>>,
 }
 
 struct FaceDetection {
-    nets: Instances<Net>,
+    network: Network,
+    faces: Faces,
+}
+
+/// How an image goes in and the faces come out: everything but the engine.
+struct Faces {
     class: Arc<str>,
     confidence: f32,
     nms_iou: f32,
@@ -79,7 +92,7 @@ struct FaceDetection {
 impl std::fmt::Debug for FaceDetection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaceDetection")
-            .field("nets", &self.nets)
+            .field("network", &self.network.describe())
             .finish_non_exhaustive()
     }
 }
@@ -109,23 +122,51 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         .map_err(|e| fail(e.to_string()))?
         .first()
         .map_or_else(|| "face".into(), |c| c.as_str().into());
-    let read = move || {
-        let net = dnn::read_net_from_onnx(&path)?;
-        if net.empty()? {
-            return Err(opencv::Error::new(
-                core::StsError,
-                "the network has no layers",
-            ));
-        }
-        Ok(net)
-    };
-    let net = read().map_err(|e| fail(format!("model \"{name}\": opencv cannot read it: {e}")))?;
-    Ok(Box::new(FaceDetection {
-        nets: Instances::new(net, read),
+    let request = Request::parse(c.backend.as_ref(), c.precision.as_ref(), c.threads.as_ref())?;
+    let faces = Faces {
         class,
         confidence: fraction("confidence", c.confidence.as_ref(), 0.6)?,
         nms_iou: fraction("nms_iou", c.nms_iou.as_ref(), 0.3)?,
-    }))
+    };
+    let label = format!("model \"{name}\"");
+    let files = ModelFiles {
+        label: label.clone(),
+        darknet: None,
+        onnx: checked.file("onnx").or_else(|| Some(path.clone())),
+        outputs: Some(OUTPUTS.map(str::to_owned).to_vec()),
+    };
+    let network = {
+        let (image, real) = inference::check_image(checked.check_image().as_deref());
+        let (input, width, height) =
+            Faces::blob(&image).map_err(|e| fail(format!("{label}: check image: {e}")))?;
+        let boxes = |outputs: &[Tensor]| {
+            Ok(faces
+                .found(outputs, width, height)?
+                .into_iter()
+                .map(|d| d.bbox)
+                .collect())
+        };
+        let opencv_files = ModelFiles {
+            onnx: Some(path.clone()),
+            ..files.clone()
+        };
+        inference::load_with(
+            &files,
+            &opencv_files,
+            request,
+            &Check {
+                input,
+                real,
+                boxes: &boxes,
+                settings: format!("{} {}", faces.confidence, faces.nms_iou),
+            },
+        )
+        .map_err(|d| match (&c.backend, d.span.is_none()) {
+            (Some(b), true) => Diagnostic::at(b.span(), d.message),
+            _ => fail(d.message),
+        })?
+    };
+    Ok(Box::new(FaceDetection { network, faces }))
 }
 
 fn fraction(key: &str, v: Option<&Spanned<f32>>, default: f32) -> Result<f32, Diagnostic> {
@@ -139,10 +180,10 @@ fn fraction(key: &str, v: Option<&Spanned<f32>>, default: f32) -> Result<f32, Di
     }
 }
 
-impl Step for FaceDetection {
-    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
-        let image = input.image_as(0, 3)?;
-        let image = &*image;
+impl Faces {
+    /// YuNet's input for `image`: padded right and below to a multiple of 32, BGR 0..255; with
+    /// the padded width and height.
+    fn blob(image: &Mat) -> opencv::Result<(Mat, usize, usize)> {
         let (width, height) = (image.cols(), image.rows());
         let pad = |n: i32| (n + 31) / 32 * 32;
         let mut padded = Mat::default();
@@ -157,25 +198,19 @@ impl Step for FaceDetection {
             Scalar::default(),
         )?;
         let blob = dnn::blob_from_image_def(&padded)?;
-        let names: Vector<String> = OUTPUTS.into_iter().collect();
-        let outputs = self.nets.with(|net| {
-            net.set_input_def(&blob)?;
-            let mut outputs = Vector::<Mat>::new();
-            net.forward(&mut outputs, &names)?;
-            Ok(outputs)
-        })?;
-        let outputs: Vec<Mat> = outputs.iter().collect();
-        let mut values: Vec<&[f32]> = Vec::with_capacity(OUTPUTS.len());
-        for output in &outputs {
-            values.push(output.data_typed::<f32>()?);
-        }
-        let faces = decode(
-            &values,
-            pad(width) as usize,
-            pad(height) as usize,
-            self.confidence,
-        )
-        .map_err(StepError::Other)?;
+        Ok((blob, pad(width) as usize, pad(height) as usize))
+    }
+
+    /// The network's outputs for a padded input of `width` x `height` -> faces, after
+    /// non-maximum suppression.
+    fn found(
+        &self,
+        outputs: &[Tensor],
+        width: usize,
+        height: usize,
+    ) -> Result<Vec<Detection>, StepError> {
+        let values: Vec<&[f32]> = outputs.iter().map(|t| t.data.as_slice()).collect();
+        let faces = decode(&values, width, height, self.confidence).map_err(StepError::Other)?;
         let boxes: Vector<Rect> = faces
             .iter()
             .map(|f| {
@@ -186,14 +221,23 @@ impl Step for FaceDetection {
         let scores: Vector<f32> = faces.iter().map(|f| f.confidence).collect();
         let mut keep = Vector::<i32>::new();
         dnn::nms_boxes_def(&boxes, &scores, self.confidence, self.nms_iou, &mut keep)?;
-        let detections: Vec<Detection> = keep
+        Ok(keep
             .iter()
             .filter_map(|i| faces.get(usize::try_from(i).ok()?))
             .map(|f| Detection {
                 class: self.class.clone(),
                 ..f.clone()
             })
-            .collect();
+            .collect())
+    }
+}
+
+impl Step for FaceDetection {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let image = input.image_as(0, 3)?;
+        let (blob, width, height) = Faces::blob(&image)?;
+        let outputs = self.network.engine.forward(&blob)?;
+        let detections = self.faces.found(&outputs, width, height)?;
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),
         )]))

@@ -229,13 +229,25 @@ pub(super) fn blob_parts(blob: &Mat) -> Result<(Vec<usize>, &[f32]), StepError> 
     Ok((shape, blob.data_typed::<f32>()?))
 }
 
-/// Loads `files` in one engine.
+/// The model files each engine reads: OpenCV may take others than the rest (Darknet files, a
+/// network whose declared input size OpenCV ignores).
+#[derive(Debug, Clone, Copy)]
+struct Files<'a> {
+    opencv: &'a ModelFiles,
+    others: &'a ModelFiles,
+}
+
+/// Loads the model in one engine.
 fn load_engine(
     backend: Backend,
     precision: Precision,
-    files: &ModelFiles,
+    files: Files<'_>,
     threads: usize,
 ) -> Result<Box<dyn Engine>, String> {
+    let Files {
+        opencv,
+        others: files,
+    } = files;
     let onnx = || {
         files.onnx.clone().ok_or_else(|| {
             format!(
@@ -246,7 +258,7 @@ fn load_engine(
         })
     };
     match backend {
-        Backend::OpenCv => Ok(Box::new(opencv_dnn::OpenCvEngine::load(files)?)),
+        Backend::OpenCv => Ok(Box::new(opencv_dnn::OpenCvEngine::load(opencv)?)),
         Backend::OnnxRuntime => Ok(Box::new(onnxruntime::OrtEngine::load(
             &onnx()?,
             files.outputs.clone(),
@@ -361,13 +373,28 @@ pub(super) fn load(
     request: Request,
     check: &Check<'_>,
 ) -> Result<Network, Diagnostic> {
+    load_with(files, files, request, check)
+}
+
+/// [`load`], with other files for OpenCV than for ONNX Runtime and OpenVINO.
+pub(super) fn load_with(
+    files: &ModelFiles,
+    opencv: &ModelFiles,
+    request: Request,
+    check: &Check<'_>,
+) -> Result<Network, Diagnostic> {
+    let files = Files {
+        opencv,
+        others: files,
+    };
     if let Some(backend) = request.backend {
         let precision = request.precision.unwrap_or(Precision::F32);
         availability(backend)
             .map_err(|why| Diagnostic::new(format!("backend \"{}\": {why}", backend.name())))?;
+        let files_label = &files.others.label;
         let engine = load_engine(backend, precision, files, request.threads)
             .map_err(|e| Diagnostic::new(format!("backend \"{}\": {e}", backend.name())))?;
-        tracing::info!(model = %files.label, backend = backend.name(), precision = precision.name(),
+        tracing::info!(model = %files_label, backend = backend.name(), precision = precision.name(),
             threads = request.threads, "network engine as asked for");
         return Ok(Network {
             engine,
@@ -400,7 +427,7 @@ struct Trial {
 fn trial(
     backend: Backend,
     precision: Precision,
-    files: &ModelFiles,
+    files: Files<'_>,
     request: Request,
     check: &Check<'_>,
 ) -> Result<Trial, String> {
@@ -434,10 +461,11 @@ fn decisions() -> &'static Mutex<Decisions> {
 }
 
 /// `auto`: the fastest engine that loads and agrees with full precision on the check input.
-fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Network, Diagnostic> {
+fn choose(files: Files<'_>, request: Request, check: &Check<'_>) -> Result<Network, Diagnostic> {
+    let label = &files.others.label;
     let key = (
-        files.label.clone(),
-        files.onnx.clone(),
+        label.clone(),
+        files.others.onnx.clone(),
         request,
         check.input.mat_size().iter().copied().collect(),
         check.settings.clone(),
@@ -471,7 +499,7 @@ fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Net
     let mut reference_boxes: Option<Vec<BBox>> = None;
     let mut best: Option<Trial> = None;
     for (backend, precision) in candidates {
-        let label = format!("{} {}", backend.name(), precision.name());
+        let candidate = format!("{} {}", backend.name(), precision.name());
         if let Err(why) = availability(backend) {
             if !missing.iter().any(|m| m.starts_with(backend.name())) {
                 missing.push(format!("{}: {why}", backend.name()));
@@ -481,7 +509,7 @@ fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Net
         let t = match trial(backend, precision, files, request, check) {
             Ok(t) => t,
             Err(e) => {
-                notes.push(format!("{label} failed: {e}"));
+                notes.push(format!("{candidate} failed: {e}"));
                 continue;
             }
         };
@@ -499,7 +527,7 @@ fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Net
             (Precision::Bf16, Some(r)) => {
                 if reference_boxes.is_none() {
                     reference_boxes = Some((check.boxes)(r).map_err(|e| {
-                        Diagnostic::new(format!("{}: decoding the check image: {e}", files.label))
+                        Diagnostic::new(format!("{label}: decoding the check image: {e}"))
                     })?);
                 }
                 let full = reference_boxes.as_deref().unwrap_or_default();
@@ -508,9 +536,9 @@ fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Net
             }
         };
         match verdict {
-            Err(why) => notes.push(format!("{label} {:.1} ms, disagreed: {why}", t.ms)),
+            Err(why) => notes.push(format!("{candidate} {:.1} ms, disagreed: {why}", t.ms)),
             Ok(()) => {
-                notes.push(format!("{label} {:.1} ms", t.ms));
+                notes.push(format!("{candidate} {:.1} ms", t.ms));
                 if best.as_ref().is_none_or(|b| t.ms < b.ms) {
                     best = Some(t);
                 }
@@ -528,13 +556,12 @@ fn choose(files: &ModelFiles, request: Request, check: &Check<'_>) -> Result<Net
     }
     let Some(best) = best else {
         return Err(Diagnostic::new(format!(
-            "{}: no engine could run it ({})",
-            files.label,
+            "{label}: no engine could run it ({})",
             notes.join("; ")
         )));
     };
     tracing::info!(
-        model = %files.label,
+        model = %label,
         backend = best.backend.name(),
         precision = best.precision.name(),
         threads = request.threads,
