@@ -7,113 +7,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use common::*;
 use vidflow::value::BBox;
 
-/// A detection matches a reference box when they overlap this much (IoU).
-const MATCH_IOU: f32 = 0.5;
-/// Share of the reference boxes that must be matched.
-const MIN_RECALL: f64 = 0.85;
-/// Only a guard against a hang: a few dozen frames of a small network on a busy machine.
-const RUN_DEADLINE: Duration = Duration::from_secs(300);
-
-fn models_dir() -> PathBuf {
-    repo_root().join("models")
-}
-
-/// Reference boxes by frame number.
-fn references(name: &str) -> BTreeMap<u64, Vec<BBox>> {
-    let path = repo_root().join("tests/fixtures/vision").join(name);
-    let raw: BTreeMap<String, Vec<[f32; 4]>> =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    raw.into_iter()
-        .map(|(frame, boxes)| {
-            let boxes = boxes
-                .into_iter()
-                .map(|[x, y, width, height]| BBox {
-                    x,
-                    y,
-                    width,
-                    height,
-                })
-                .collect();
-            (frame.parse().unwrap(), boxes)
-        })
-        .collect()
-}
-
-/// Class, box and JSON of every detection of `key` in one line.
-fn detections(line: &serde_json::Value, key: &str) -> Vec<(String, BBox, serde_json::Value)> {
-    line[key]
-        .as_array()
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-        .iter()
-        .map(|d| {
-            let b = &d["box"];
-            let f = |k: &str| b[k].as_f64().unwrap() as f32;
-            (
-                d["class"].as_str().unwrap().to_owned(),
-                BBox {
-                    x: f("x"),
-                    y: f("y"),
-                    width: f("width"),
-                    height: f("height"),
-                },
-                d.clone(),
-            )
-        })
-        .collect()
-}
-
-/// Runs `pipeline` on the first `frames` frames in a fresh directory; the JSON lines.
-fn run(pipeline: &str, frames: u64) -> Vec<serde_json::Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), "p.toml", pipeline);
-    let models = models_dir();
-    let out = spawn(
-        dir.path(),
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--max-frames",
-            &frames.to_string(),
-        ],
-        &[("VIDFLOW_MODELS_DIR", models.to_str().unwrap())],
-    )
-    .finish(RUN_DEADLINE);
-    assert!(out.status.success(), "{}", out.stderr);
-    let lines = jsonl(&dir.path().join("events.jsonl"));
-    assert_eq!(lines.len() as u64, frames);
-    lines
-}
-
-/// Share of the reference boxes that a found box of `class` overlaps by [`MATCH_IOU`].
-fn recall(
-    lines: &[serde_json::Value],
-    key: &str,
-    class: &str,
-    refs: &BTreeMap<u64, Vec<BBox>>,
-) -> (usize, usize) {
-    let mut matched = 0;
-    let mut total = 0;
-    for (frame, boxes) in refs {
-        let found: Vec<BBox> = detections(&lines[*frame as usize], key)
-            .into_iter()
-            .filter(|(c, _, _)| c == class)
-            .map(|(_, b, _)| b)
-            .collect();
-        for r in boxes {
-            total += 1;
-            if found.iter().any(|f| f.iou(r) >= MATCH_IOU) {
-                matched += 1;
-            }
-        }
-    }
-    (matched, total)
-}
+use common::vision::{MIN_RECALL, RUN_DEADLINE, detections, models_dir, recall, references, run};
 
 fn source(uri: &Path) -> String {
     format!(

@@ -315,4 +315,5 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 mod kinds;
 mod probes;
 pub mod shapes;
+pub mod vision;
 pub use probes::*;

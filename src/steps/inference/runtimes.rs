@@ -20,7 +20,22 @@ pub(super) const FETCH_COMMAND: &str = "scripts/fetch-runtimes (or make setup)";
 
 /// The folder holding the runtimes.
 pub(super) fn runtimes_dir() -> PathBuf {
-    std::env::var_os(RUNTIMES_DIR_VAR).map_or_else(|| PathBuf::from("runtimes"), PathBuf::from)
+    if let Some(dir) = std::env::var_os(RUNTIMES_DIR_VAR) {
+        return PathBuf::from(dir);
+    }
+    let beside_exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .map(|bin| {
+            [
+                bin.join("../lib/vidflow/runtimes"),
+                bin.join("../../runtimes"),
+            ]
+        });
+    std::iter::once(PathBuf::from("runtimes"))
+        .chain(beside_exe.into_iter().flatten())
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| PathBuf::from("runtimes"))
 }
 
 /// The file in `dir` whose name starts with `prefix` (`libonnxruntime.so`, versioned or not).

@@ -1,0 +1,297 @@
+//! The engines of the network steps (`backend`, `precision`) through the real binary, on real
+//! video and the real models: each engine finds the reference people and faces
+//! (tests/fixtures/vision), bf16 finds what f32 finds, `auto` runs and says what it took (and
+//! falls back to OpenCV where no runtime is installed), and a bad ONNX file or a missing runtime
+//! is a configuration error naming the file or the install step. The runtimes are the real
+//! libraries `scripts/fetch-runtimes` unpacks (install-deps runs it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::vision::{
+    MATCH_IOU, RUN_DEADLINE, detections, models_dir, recall, references, run_with,
+};
+use common::*;
+use vidflow::value::BBox;
+
+/// Every engine, and the precisions it runs.
+const ENGINES: [(&str, &str); 4] = [
+    ("opencv", "f32"),
+    ("onnxruntime", "f32"),
+    ("openvino", "f32"),
+    ("openvino", "bf16"),
+];
+
+fn pipeline(clip: &str, kind: &str, table: &str) -> String {
+    format!(
+        r#"[sources.clip]
+uri = "{}"
+
+[executor]
+workers = 2
+
+[steps.detect]
+kind = "{kind}"
+image = "$frame"
+{table}
+
+[sinks.events]
+kind = "jsonl"
+path = "events.jsonl"
+include = ["$steps.detect.detections"]
+"#,
+        asset(clip).display()
+    )
+}
+
+/// Runs the people detector (yolov3_tiny_coco at 416) with `table` up to the last reference
+/// frame: the JSON lines and stderr.
+fn people(table: &str) -> (Vec<serde_json::Value>, String) {
+    let last = *references("vtest-people.json").keys().max().unwrap();
+    let table = format!("classes = [\"person\"]\n{table}");
+    run_with(
+        &pipeline("vtest.avi", "object_detection", &table),
+        last + 1,
+        &[],
+    )
+}
+
+fn boxes(line: &serde_json::Value) -> Vec<BBox> {
+    detections(line, "steps.detect.detections")
+        .into_iter()
+        .map(|(_, b, _)| b)
+        .collect()
+}
+
+#[test]
+fn every_engine_finds_every_reference_person_and_face() {
+    let people_refs = references("vtest-people.json");
+    let face_refs = references("megamind-faces.json");
+    let last_face = *face_refs.keys().max().unwrap();
+    for (backend, precision) in ENGINES {
+        let table = format!("backend = \"{backend}\"\nprecision = \"{precision}\"");
+        let (lines, stderr) = people(&table);
+        assert!(
+            stderr.contains(&format!(
+                "network engine as asked for model=model \"yolov3_tiny_coco\" backend=\"{backend}\" precision=\"{precision}\""
+            )),
+            "{stderr}"
+        );
+        let (matched, total) = recall(&lines, "steps.detect.detections", "person", &people_refs);
+        assert_eq!(
+            matched, total,
+            "{backend} {precision}: {matched} of {total} reference people"
+        );
+
+        let (lines, _) = run_with(
+            &pipeline("Megamind.avi", "face_detection", &table),
+            last_face + 1,
+            &[],
+        );
+        let (matched, total) = recall(&lines, "steps.detect.detections", "face", &face_refs);
+        assert_eq!(
+            matched, total,
+            "{backend} {precision}: {matched} of {total} reference faces"
+        );
+    }
+}
+
+/// Share of `a`'s boxes, over all frames, that a box of `b` on the same frame overlaps.
+fn frame_recall(a: &[serde_json::Value], b: &[serde_json::Value]) -> (usize, usize) {
+    let (mut found, mut total) = (0, 0);
+    for (x, y) in a.iter().zip(b) {
+        let theirs = boxes(y);
+        for bbox in boxes(x) {
+            total += 1;
+            found += usize::from(theirs.iter().any(|t| t.iou(&bbox) >= MATCH_IOU));
+        }
+    }
+    (found, total)
+}
+
+#[test]
+fn bf16_finds_what_f32_finds() {
+    let (f32_lines, _) = people("backend = \"onnxruntime\"");
+    let (bf16_lines, _) = people("backend = \"openvino\"\nprecision = \"bf16\"");
+    let (found, total) = frame_recall(&f32_lines, &bf16_lines);
+    assert!(total > 100, "only {total} f32 boxes");
+    assert!(
+        found as f64 >= 0.95 * total as f64,
+        "bf16 found {found} of f32's {total} boxes"
+    );
+    let (precise, bf16_total) = frame_recall(&bf16_lines, &f32_lines);
+    assert!(
+        precise as f64 >= 0.95 * bf16_total as f64,
+        "{precise} of bf16's {bf16_total} boxes are f32's"
+    );
+}
+
+/// The `auto` line of stderr: which engine it took, and its figures.
+fn auto_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.contains("network engine chosen by auto"))
+        .unwrap_or_else(|| panic!("no auto decision logged:\n{stderr}"))
+}
+
+#[test]
+fn auto_times_every_installed_engine_and_takes_one_that_agrees() {
+    let (lines, stderr) = people("");
+    let line = auto_line(&stderr);
+    for candidate in [
+        "opencv f32",
+        "onnxruntime f32",
+        "openvino f32",
+        "openvino bf16",
+    ] {
+        assert!(line.contains(&format!("{candidate} ")), "{line}");
+    }
+    assert!(!stderr.contains("not installed"), "{stderr}");
+    let taken = ["opencv", "onnxruntime", "openvino"]
+        .into_iter()
+        .find(|b| line.contains(&format!("backend=\"{b}\"")))
+        .unwrap_or_else(|| panic!("{line}"));
+    // The engine taken is one that agreed: its figure has no "disagreed".
+    let precision = if line.contains("precision=\"bf16\"") {
+        "bf16"
+    } else {
+        "f32"
+    };
+    let figure = line
+        .split(['(', ','])
+        .find(|f| f.trim().starts_with(&format!("{taken} {precision} ")))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(!figure.contains("disagreed"), "{line}");
+    let (matched, total) = recall(
+        &lines,
+        "steps.detect.detections",
+        "person",
+        &references("vtest-people.json"),
+    );
+    assert_eq!(matched, total, "auto ({taken}): {matched} of {total}");
+}
+
+#[test]
+fn auto_without_the_runtimes_runs_opencv_and_warns_once() {
+    let empty = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Two detectors: one warning between them.
+    let text = format!(
+        "{}\n[steps.faces]\nkind = \"face_detection\"\nimage = \"$frame\"\n",
+        pipeline("vtest.avi", "object_detection", "classes = [\"person\"]")
+    );
+    let path = write(dir.path(), "p.toml", &text);
+    let out = spawn(
+        dir.path(),
+        &["run", path.to_str().unwrap(), "--max-frames", "5"],
+        &[
+            ("VIDFLOW_MODELS_DIR", models_dir().to_str().unwrap()),
+            ("VIDFLOW_RUNTIMES_DIR", empty.path().to_str().unwrap()),
+        ],
+    )
+    .finish(RUN_DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("backend auto"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", out.stderr);
+    assert!(
+        warnings[0].contains("onnxruntime: not installed")
+            && warnings[0].contains("openvino: not installed")
+            && warnings[0].contains("scripts/fetch-runtimes"),
+        "{}",
+        warnings[0]
+    );
+    let decisions: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("network engine chosen by auto"))
+        .collect();
+    assert_eq!(decisions.len(), 2, "{}", out.stderr);
+    for d in decisions {
+        assert!(d.contains("backend=\"opencv\""), "{d}");
+    }
+    assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 5);
+}
+
+/// `vidflow validate` of `text` in a fresh folder, with `env`.
+fn validate(text: &str, env: &[(&str, &str)]) -> Finished {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "p.toml", text);
+    let models = models_dir();
+    spawn(
+        dir.path(),
+        &["validate", path.to_str().unwrap()],
+        &[&[("VIDFLOW_MODELS_DIR", models.to_str().unwrap())], env].concat(),
+    )
+    .finish(RUN_DEADLINE)
+}
+
+#[test]
+fn a_backend_asked_for_and_missing_is_a_validate_error_naming_the_install_step() {
+    let empty = tempfile::tempdir().unwrap();
+    for backend in ["onnxruntime", "openvino"] {
+        let text = pipeline(
+            "vtest.avi",
+            "object_detection",
+            &format!("backend = \"{backend}\""),
+        );
+        let out = validate(
+            &text,
+            &[("VIDFLOW_RUNTIMES_DIR", empty.path().to_str().unwrap())],
+        );
+        assert_eq!(out.status.code(), Some(78), "{}", out.stderr);
+        // At the backend's line and column.
+        assert!(
+            out.stderr.contains(&format!(
+                "p.toml:10:11: step \"detect\": backend \"{backend}\": not installed"
+            )) && out.stderr.contains("scripts/fetch-runtimes"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_or_truncated_onnx_file_is_a_configuration_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = write(dir.path(), "names.txt", &"x\n".repeat(80));
+    let good = std::fs::read(models_dir().join("yolov3-tiny.onnx")).unwrap();
+    let cases: BTreeMap<&str, Vec<u8>> = BTreeMap::from([
+        ("truncated.onnx", good[..good.len() / 3].to_vec()),
+        ("garbage.onnx", b"this is not a network".repeat(100)),
+        ("empty.onnx", Vec::new()),
+    ]);
+    for (name, bytes) in &cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        for backend in ["auto", "opencv", "onnxruntime", "openvino"] {
+            let table = format!(
+                "model_path = \"{}\"\nlayout = \"darknet\"\nclass_names = \"{}\"\nbackend = \"{backend}\"",
+                path.display(),
+                names.display()
+            );
+            let out = validate(&pipeline("vtest.avi", "object_detection", &table), &[]);
+            assert_eq!(
+                out.status.code(),
+                Some(78),
+                "{name} {backend}: {}",
+                out.stderr
+            );
+            assert!(
+                out.stderr.contains(name),
+                "{name} {backend}: {}",
+                out.stderr
+            );
+            assert!(
+                !out.stderr.contains("panicked"),
+                "{name} {backend}: {}",
+                out.stderr
+            );
+        }
+    }
+}

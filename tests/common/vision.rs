@@ -1,0 +1,121 @@
+//! Real detectors on real video: reference boxes (tests/fixtures/vision), runs of the real
+//! binary that write the detections as JSON lines, and how many reference boxes they found.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vidflow::value::BBox;
+
+use super::{jsonl, repo_root, spawn, write};
+
+/// A detection matches a reference box when they overlap this much (IoU).
+pub const MATCH_IOU: f32 = 0.5;
+/// Share of the reference boxes that must be matched.
+pub const MIN_RECALL: f64 = 0.85;
+/// Only a guard against a hang: a few dozen frames of a small network on a busy machine.
+pub const RUN_DEADLINE: Duration = Duration::from_secs(300);
+
+pub fn models_dir() -> PathBuf {
+    repo_root().join("models")
+}
+
+/// Reference boxes by frame number.
+pub fn references(name: &str) -> BTreeMap<u64, Vec<BBox>> {
+    let path = repo_root().join("tests/fixtures/vision").join(name);
+    let raw: BTreeMap<String, Vec<[f32; 4]>> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    raw.into_iter()
+        .map(|(frame, boxes)| {
+            let boxes = boxes
+                .into_iter()
+                .map(|[x, y, width, height]| BBox {
+                    x,
+                    y,
+                    width,
+                    height,
+                })
+                .collect();
+            (frame.parse().unwrap(), boxes)
+        })
+        .collect()
+}
+
+/// Class, box and JSON of every detection of `key` in one line.
+pub fn detections(line: &serde_json::Value, key: &str) -> Vec<(String, BBox, serde_json::Value)> {
+    line[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .iter()
+        .map(|d| {
+            let b = &d["box"];
+            let f = |k: &str| b[k].as_f64().unwrap() as f32;
+            (
+                d["class"].as_str().unwrap().to_owned(),
+                BBox {
+                    x: f("x"),
+                    y: f("y"),
+                    width: f("width"),
+                    height: f("height"),
+                },
+                d.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Runs `pipeline` on the first `frames` frames in a fresh directory; the JSON lines.
+pub fn run(pipeline: &str, frames: u64) -> Vec<serde_json::Value> {
+    run_with(pipeline, frames, &[]).0
+}
+
+/// [`run`] with `env` added to the process's environment; the JSON lines and its stderr.
+pub fn run_with(
+    pipeline: &str,
+    frames: u64,
+    env: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "p.toml", pipeline);
+    let models = models_dir();
+    let out = spawn(
+        dir.path(),
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--max-frames",
+            &frames.to_string(),
+        ],
+        &[&[("VIDFLOW_MODELS_DIR", models.to_str().unwrap())], env].concat(),
+    )
+    .finish(RUN_DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines = jsonl(&dir.path().join("events.jsonl"));
+    assert_eq!(lines.len() as u64, frames);
+    (lines, out.stderr)
+}
+
+/// Share of the reference boxes that a found box of `class` overlaps by [`MATCH_IOU`].
+pub fn recall(
+    lines: &[serde_json::Value],
+    key: &str,
+    class: &str,
+    refs: &BTreeMap<u64, Vec<BBox>>,
+) -> (usize, usize) {
+    let mut matched = 0;
+    let mut total = 0;
+    for (frame, boxes) in refs {
+        let found: Vec<BBox> = detections(&lines[*frame as usize], key)
+            .into_iter()
+            .filter(|(c, _, _)| c == class)
+            .map(|(_, b, _)| b)
+            .collect();
+        for r in boxes {
+            total += 1;
+            if found.iter().any(|f| f.iou(r) >= MATCH_IOU) {
+                matched += 1;
+            }
+        }
+    }
+    (matched, total)
+}
