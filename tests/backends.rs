@@ -295,3 +295,36 @@ fn a_corrupt_or_truncated_onnx_file_is_a_configuration_error_naming_it() {
         }
     }
 }
+
+#[test]
+fn under_the_units_memory_deny_write_execute_auto_skips_openvino_and_runs() {
+    // systemd's MemoryDenyWriteExecute=yes (set in systemd/vidflow@.service) is the kernel's
+    // PR_SET_MDWE (Linux 6.3) for the process: set here the same way, before exec.
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "p.toml",
+        &pipeline("vtest.avi", "object_detection", "classes = [\"person\"]"),
+    );
+    let mut command = vidflow();
+    command
+        .args(["run", path.to_str().unwrap(), "--max-frames", "5"])
+        .env("VIDFLOW_MODELS_DIR", models_dir());
+    // SAFETY: prctl is async-signal-safe and touches only the child's own flags.
+    unsafe {
+        command.pre_exec(|| {
+            const PR_SET_MDWE: libc::c_int = 65;
+            if libc::prctl(PR_SET_MDWE, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = spawn_command(dir.path(), command).finish(RUN_DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+    let line = auto_line(&out.stderr);
+    assert!(line.contains("openvino f32 failed"), "{line}");
+    assert!(!line.contains("backend=\"openvino\""), "{line}");
+    assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 5);
+}

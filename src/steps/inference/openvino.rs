@@ -45,8 +45,21 @@ impl std::fmt::Debug for OvEngine {
     }
 }
 
+/// OpenVINO's error on one line: its exceptions span several, each naming a C++ file.
 fn ov(e: impl std::fmt::Display) -> String {
-    format!("openvino: {e}")
+    let text = e.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| {
+            l.split("Exception from ")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .trim_end_matches(':')
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("openvino: {}", lines.join("; "))
 }
 
 impl OvEngine {
@@ -124,6 +137,15 @@ impl OvEngine {
                 _model: compiled,
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_openvino_error_is_one_line_without_its_cpp_files() {
+        let e = "general error: Exception from src/inference/src/cpp/core.cpp:117:\nException from src/inference/src/dev/plugin.cpp:54:\ncan't protect\n";
+        assert_eq!(super::ov(e), "openvino: general error; can't protect");
     }
 }
 
