@@ -140,15 +140,6 @@ impl OvEngine {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn an_openvino_error_is_one_line_without_its_cpp_files() {
-        let e = "general error: Exception from src/inference/src/cpp/core.cpp:117:\nException from src/inference/src/dev/plugin.cpp:54:\ncan't protect\n";
-        assert_eq!(super::ov(e), "openvino: general error; can't protect");
-    }
-}
-
 impl Engine for OvEngine {
     fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError> {
         let (shape, data) = blob_parts(input)?;
@@ -197,5 +188,14 @@ impl Engine for OvEngine {
                 })
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_openvino_error_is_one_line_without_its_cpp_files() {
+        let e = "general error: Exception from src/inference/src/cpp/core.cpp:117:\nException from src/inference/src/dev/plugin.cpp:54:\ncan't protect\n";
+        assert_eq!(super::ov(e), "openvino: general error; can't protect");
     }
 }
