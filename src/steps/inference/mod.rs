@@ -248,6 +248,7 @@ fn load_engine(
         opencv,
         others: files,
     } = files;
+    availability(backend)?;
     let onnx = || {
         files.onnx.clone().ok_or_else(|| {
             format!(
