@@ -17,11 +17,13 @@ use common::*;
 use vidflow::value::BBox;
 
 /// Every engine, and the precisions it runs.
-const ENGINES: [(&str, &str); 4] = [
+const ENGINES: [(&str, &str); 6] = [
     ("opencv", "f32"),
     ("onnxruntime", "f32"),
     ("openvino", "f32"),
     ("openvino", "bf16"),
+    ("onnxruntime", "int8"),
+    ("openvino", "int8"),
 ];
 
 fn pipeline(clip: &str, kind: &str, table: &str) -> String {
@@ -85,6 +87,18 @@ fn every_engine_finds_every_reference_person_and_face() {
             "{backend} {precision}: {matched} of {total} reference people"
         );
 
+        if precision == "int8" {
+            // YuNet has no quantized copy: asking for one is a configuration error.
+            let out = validate(&pipeline("Megamind.avi", "face_detection", &table), &[]);
+            assert_eq!(out.status.code(), Some(78), "{}", out.stderr);
+            assert!(
+                out.stderr.contains("model \"yunet_face\" has no int8 copy")
+                    && out.stderr.contains("scripts/quantize-onnx"),
+                "{}",
+                out.stderr
+            );
+            continue;
+        }
         let (lines, _) = run_with(
             &pipeline("Megamind.avi", "face_detection", &table),
             last_face + 1,
@@ -112,20 +126,24 @@ fn frame_recall(a: &[serde_json::Value], b: &[serde_json::Value]) -> (usize, usi
 }
 
 #[test]
-fn bf16_finds_what_f32_finds() {
+fn bf16_and_int8_find_what_f32_finds() {
     let (f32_lines, _) = people("backend = \"onnxruntime\"");
-    let (bf16_lines, _) = people("backend = \"openvino\"\nprecision = \"bf16\"");
-    let (found, total) = frame_recall(&f32_lines, &bf16_lines);
-    assert!(total > 100, "only {total} f32 boxes");
-    assert!(
-        found as f64 >= 0.95 * total as f64,
-        "bf16 found {found} of f32's {total} boxes"
-    );
-    let (precise, bf16_total) = frame_recall(&bf16_lines, &f32_lines);
-    assert!(
-        precise as f64 >= 0.95 * bf16_total as f64,
-        "{precise} of bf16's {bf16_total} boxes are f32's"
-    );
+    for (backend, precision) in ENGINES.into_iter().filter(|e| e.1 != "f32") {
+        let (lines, _) = people(&format!(
+            "backend = \"{backend}\"\nprecision = \"{precision}\""
+        ));
+        let (found, total) = frame_recall(&f32_lines, &lines);
+        assert!(total > 100, "only {total} f32 boxes");
+        assert!(
+            found as f64 >= 0.95 * total as f64,
+            "{backend} {precision} found {found} of f32's {total} boxes"
+        );
+        let (precise, reduced) = frame_recall(&lines, &f32_lines);
+        assert!(
+            precise as f64 >= 0.95 * reduced as f64,
+            "{precise} of {backend} {precision}'s {reduced} boxes are f32's"
+        );
+    }
 }
 
 /// The `auto` line of stderr: which engine it took, and its figures.
@@ -154,11 +172,10 @@ fn auto_times_every_installed_engine_and_takes_one_that_agrees() {
         .find(|b| line.contains(&format!("backend=\"{b}\"")))
         .unwrap_or_else(|| panic!("{line}"));
     // The engine taken is one that agreed: its figure has no "disagreed".
-    let precision = if line.contains("precision=\"bf16\"") {
-        "bf16"
-    } else {
-        "f32"
-    };
+    let precision = ["f32", "bf16", "int8"]
+        .into_iter()
+        .find(|p| line.contains(&format!("precision=\"{p}\"")))
+        .unwrap_or_else(|| panic!("{line}"));
     let figure = line
         .split(['(', ','])
         .find(|f| f.trim().starts_with(&format!("{taken} {precision} ")))

@@ -203,6 +203,7 @@ fn models_with(file: &str, contents: Option<&[u8]>) -> tempfile::TempDir {
         "yolov3-tiny.cfg",
         "coco.names",
         "yolov3-tiny.onnx",
+        "yolov3-tiny-int8.onnx",
     ] {
         let to = dir.path().join(name);
         if name != file {

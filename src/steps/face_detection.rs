@@ -133,6 +133,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         label: label.clone(),
         darknet: None,
         onnx: checked.file("onnx").or_else(|| Some(path.clone())),
+        onnx_int8: checked.file("onnx_int8"),
         outputs: Some(OUTPUTS.map(str::to_owned).to_vec()),
     };
     let network = {

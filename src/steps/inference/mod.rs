@@ -57,6 +57,8 @@ impl Backend {
 pub(super) enum Precision {
     F32,
     Bf16,
+    /// The model's quantized copy (`onnx_int8`).
+    Int8,
 }
 
 impl Precision {
@@ -64,6 +66,7 @@ impl Precision {
         match self {
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
+            Self::Int8 => "int8",
         }
     }
 }
@@ -78,8 +81,8 @@ pub(super) const BACKEND_DOC: ParamDoc = ParamDoc {
 pub(super) const PRECISION_DOC: ParamDoc = ParamDoc {
     name: "precision",
     ty: "string",
-    default: "f32 (auto: f32 or bf16, whichever agrees and is faster)",
-    doc: "\"f32\" or \"bf16\" (openvino, on a CPU with bf16 support)",
+    default: "f32 (auto: f32, bf16 or int8, whichever agrees and is faster)",
+    doc: "\"f32\", \"bf16\" (openvino, on a CPU with bf16 support) or \"int8\" (onnxruntime, openvino; a model with a quantized copy)",
 };
 pub(super) const THREADS_DOC: ParamDoc = ParamDoc {
     name: "threads",
@@ -128,27 +131,27 @@ impl Request {
                 let precision = match p.get_ref().as_str() {
                     "f32" => Precision::F32,
                     "bf16" => Precision::Bf16,
-                    "int8" => {
-                        return Err(Diagnostic::at(
-                            p.span(),
-                            "precision \"int8\" needs a quantized model, which no model of models/models.toml has yet; use \"f32\" or \"bf16\"",
-                        ));
-                    }
+                    "int8" => Precision::Int8,
                     other => {
                         return Err(Diagnostic::at(
                             p.span(),
-                            format!("unknown precision \"{other}\"; expected \"f32\" or \"bf16\""),
+                            format!(
+                                "unknown precision \"{other}\"; expected \"f32\", \"bf16\" or \"int8\""
+                            ),
                         ));
                     }
                 };
-                if precision == Precision::Bf16
-                    && matches!(backend, Some(Backend::OpenCv | Backend::OnnxRuntime))
-                {
-                    let name = backend.map_or("auto", Backend::name);
-                    return Err(Diagnostic::at(
-                        p.span(),
-                        format!("backend \"{name}\" computes in f32 only; bf16 is openvino's"),
-                    ));
+                let refused = match (backend, precision) {
+                    (Some(Backend::OpenCv), Precision::Bf16 | Precision::Int8) => {
+                        Some("backend \"opencv\" computes in f32 only")
+                    }
+                    (Some(Backend::OnnxRuntime), Precision::Bf16) => {
+                        Some("backend \"onnxruntime\" runs f32 or int8; bf16 is openvino's")
+                    }
+                    _ => None,
+                };
+                if let Some(why) = refused {
+                    return Err(Diagnostic::at(p.span(), why));
                 }
                 Some(precision)
             }
@@ -180,6 +183,8 @@ pub(super) struct ModelFiles {
     pub(super) darknet: Option<(PathBuf, PathBuf)>,
     /// An ONNX file: every engine.
     pub(super) onnx: Option<PathBuf>,
+    /// Its quantized copy (QDQ), for `precision = "int8"`.
+    pub(super) onnx_int8: Option<PathBuf>,
     /// The outputs the step decodes, in its order; `None`: all, in the network's order.
     pub(super) outputs: Option<Vec<String>>,
 }
@@ -250,13 +255,21 @@ fn load_engine(
     } = files;
     availability(backend)?;
     let onnx = || {
-        files.onnx.clone().ok_or_else(|| {
+        match precision {
+        Precision::Int8 => files.onnx_int8.clone().ok_or_else(|| {
+            format!(
+                "{} has no int8 copy (precision \"int8\" runs a quantized ONNX file: make one with scripts/quantize-onnx)",
+                files.label
+            )
+        }),
+        Precision::F32 | Precision::Bf16 => files.onnx.clone().ok_or_else(|| {
             format!(
                 "{} has no ONNX file ({} runs ONNX only; convert a Darknet model with scripts/darknet2onnx)",
                 files.label,
                 backend.name()
             )
-        })
+        }),
+    }
     };
     match backend {
         Backend::OpenCv => Ok(Box::new(opencv_dnn::OpenCvEngine::load(opencv)?)),
@@ -490,7 +503,12 @@ fn choose(files: Files<'_>, request: Request, check: &Check<'_>) -> Result<Netwo
         (Backend::OnnxRuntime, Precision::F32),
         (Backend::OpenVino, Precision::F32),
         (Backend::OpenVino, Precision::Bf16),
+        (Backend::OnnxRuntime, Precision::Int8),
+        (Backend::OpenVino, Precision::Int8),
     ];
+    if files.others.onnx_int8.is_none() {
+        candidates.retain(|c| c.1 != Precision::Int8);
+    }
     if let Some(p) = request.precision {
         candidates.retain(|c| c.1 == p);
     }
@@ -521,11 +539,13 @@ fn choose(files: Files<'_>, request: Request, check: &Check<'_>) -> Result<Netwo
                 Ok(())
             }
             (Precision::F32, Some(r)) => outputs_agree(r, &t.outputs),
-            (Precision::Bf16, _) if !check.real => {
+            (Precision::Bf16 | Precision::Int8, _) if !check.real => {
                 Err("not judged: no check image with objects for this model".to_owned())
             }
-            (Precision::Bf16, None) => Err("not judged: no f32 engine to compare with".to_owned()),
-            (Precision::Bf16, Some(r)) => {
+            (Precision::Bf16 | Precision::Int8, None) => {
+                Err("not judged: no f32 engine to compare with".to_owned())
+            }
+            (Precision::Bf16 | Precision::Int8, Some(r)) => {
                 if reference_boxes.is_none() {
                     reference_boxes = Some((check.boxes)(r).map_err(|e| {
                         Diagnostic::new(format!("{label}: decoding the check image: {e}"))
@@ -667,8 +687,8 @@ mod tests {
         for (backend, precision, threads, message) in [
             ("tensorrt", "f32", 1, "unknown backend \"tensorrt\""),
             ("opencv", "bf16", 1, "computes in f32 only"),
-            ("onnxruntime", "bf16", 1, "computes in f32 only"),
-            ("auto", "int8", 1, "needs a quantized model"),
+            ("onnxruntime", "bf16", 1, "bf16 is openvino's"),
+            ("opencv", "int8", 1, "computes in f32 only"),
             ("auto", "f16", 1, "unknown precision"),
             ("auto", "f32", 0, "threads must be from 1 to 256"),
         ] {
@@ -790,6 +810,7 @@ mod engines {
             label: "yolov3_tiny_coco".to_owned(),
             darknet: Some((dir.join("yolov3-tiny.weights"), dir.join("yolov3-tiny.cfg"))),
             onnx: Some(dir.join("yolov3-tiny.onnx")),
+            onnx_int8: None,
             outputs: Some(vec!["yolo_16".to_owned(), "yolo_23".to_owned()]),
         };
         let files = Files {
@@ -806,6 +827,7 @@ mod engines {
             label: "yunet_face".to_owned(),
             darknet: None,
             onnx: Some(dir.join("face_detection_yunet_2023mar-dynamic.onnx")),
+            onnx_int8: None,
             outputs: Some(outputs),
         };
         let yunet_opencv = ModelFiles {
@@ -843,6 +865,7 @@ mod engines {
             label: "yolov3_tiny_coco".to_owned(),
             darknet: None,
             onnx: Some(dir.join("yolov3-tiny.onnx")),
+            onnx_int8: None,
             outputs: None,
         };
         let files = Files {
@@ -863,5 +886,45 @@ mod engines {
                 );
             }
         }
+    }
+
+    #[test]
+    fn int8_runs_the_quantized_copy_and_only_where_there_is_one() {
+        let dir = models_dir();
+        let mut yolo = ModelFiles {
+            label: "yolov3_tiny_coco".to_owned(),
+            darknet: None,
+            onnx: Some(dir.join("yolov3-tiny.onnx")),
+            onnx_int8: Some(dir.join("yolov3-tiny-int8.onnx")),
+            outputs: None,
+        };
+        let blob = yolo_blob(320);
+        for backend in [Backend::OnnxRuntime, Backend::OpenVino] {
+            let files = Files {
+                opencv: &yolo,
+                others: &yolo,
+            };
+            let run = |precision| {
+                load_engine(backend, precision, files, 1)
+                    .unwrap()
+                    .forward(&blob)
+                    .unwrap()
+            };
+            let (full, quantized) = (run(Precision::F32), run(Precision::Int8));
+            // Quantization moves the values (the same file would give them to 1e-6).
+            let moved = max_difference(&full, &quantized);
+            assert!(
+                moved > 1e-3,
+                "{}: int8 differs by only {moved}",
+                backend.name()
+            );
+        }
+        yolo.onnx_int8 = None;
+        let files = Files {
+            opencv: &yolo,
+            others: &yolo,
+        };
+        let e = load_engine(Backend::OnnxRuntime, Precision::Int8, files, 1).unwrap_err();
+        assert!(e.contains("has no int8 copy"), "{e}");
     }
 }

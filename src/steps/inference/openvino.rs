@@ -88,7 +88,15 @@ impl OvEngine {
             core.set_properties(
                 &cpu,
                 [
-                    (RwPropertyKey::HintInferencePrecision, precision.name()),
+                    // The int8 copy runs its quantized layers in int8 whatever the hint: f32
+                    // keeps its float head and decoding f32.
+                    (
+                        RwPropertyKey::HintInferencePrecision,
+                        match precision {
+                            Precision::Bf16 => "bf16",
+                            Precision::F32 | Precision::Int8 => "f32",
+                        },
+                    ),
                     (RwPropertyKey::NumStreams, "1"),
                     (RwPropertyKey::InferenceNumThreads, &threads.to_string()),
                     (RwPropertyKey::HintEnableCpuPinning, "NO"),

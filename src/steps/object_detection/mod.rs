@@ -75,7 +75,7 @@ pub(super) static KIND: StepKind = StepKind {
             name: "layout",
             ty: "string",
             default: "required with model_path",
-            doc: "outputs of model_path: \"darknet\", \"yolov5\" or \"yolox\" (ONNX exports)",
+            doc: "outputs of model_path: \"darknet\", \"yolov5\", \"yolox\" or \"yolov8\" (ONNX exports)",
         },
         ParamDoc {
             name: "class_names",
@@ -147,6 +147,8 @@ struct Source {
     config: Option<PathBuf>,
     /// The same network as ONNX, for ONNX Runtime and OpenVINO (a registry model's `onnx`).
     onnx: Option<PathBuf>,
+    /// Its quantized copy (a registry model's `onnx_int8`).
+    onnx_int8: Option<PathBuf>,
     /// A picture with objects the model finds, for `auto` to judge engines on.
     check_image: Option<PathBuf>,
     layout: Layout,
@@ -232,6 +234,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             .onnx
             .clone()
             .or_else(|| (source.config.is_none()).then(|| source.model.clone())),
+        onnx_int8: source.onnx_int8.clone(),
         outputs: None,
     };
     let decoder = Decoder {
@@ -357,6 +360,7 @@ fn source(c: &Config) -> Result<Source, Diagnostic> {
         model: model_path.get_ref().clone(),
         config: c.config_path.as_ref().map(|p| p.get_ref().clone()),
         onnx: None,
+        onnx_int8: None,
         check_image: None,
         layout,
         class_names,
@@ -387,6 +391,7 @@ fn registry_source(model: Option<&Spanned<String>>) -> Result<Source, Diagnostic
         model: model_file,
         config: checked.file("config"),
         onnx: checked.file("onnx"),
+        onnx_int8: checked.file("onnx_int8"),
         check_image: checked.check_image(),
         layout,
         input_size: checked.model.input_size.unwrap_or(DEFAULT_INPUT_SIZE),
