@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::vision::{
-    MATCH_IOU, RUN_DEADLINE, detections, models_dir, recall, references, run_with,
+    MATCH_IOU, MIN_RECALL, RUN_DEADLINE, detections, models_dir, recall, references, run_with,
 };
 use common::*;
 use vidflow::value::BBox;
@@ -344,4 +344,47 @@ fn under_the_units_memory_deny_write_execute_auto_skips_openvino_and_runs() {
     assert!(line.contains("openvino f32 failed"), "{line}");
     assert!(!line.contains("backend=\"openvino\""), "{line}");
     assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 5);
+}
+
+#[test]
+fn a_real_yolov8_export_runs_on_onnx_runtime_and_openvino_and_is_refused_by_opencv() {
+    // assets/yolov8-fall.onnx (scripts/fetch-assets): an Ultralytics YOLOv8 export whose two
+    // classes are people standing ("normal") and fallen; output [1, 6, 8400], input 640.
+    let dir = tempfile::tempdir().unwrap();
+    let names = write(dir.path(), "fall.names", "normal\nfall\n");
+    let table = |backend: &str| {
+        format!(
+            "model_path = \"{}\"\nlayout = \"yolov8\"\nclass_names = \"{}\"\ninput_size = 640\nbackend = \"{backend}\"",
+            asset("yolov8-fall.onnx").display(),
+            names.display()
+        )
+    };
+    let refs: BTreeMap<u64, Vec<BBox>> = references("vtest-people.json")
+        .into_iter()
+        .filter(|(frame, _)| *frame <= 15)
+        .collect();
+    for backend in ["onnxruntime", "openvino"] {
+        let (lines, _) = run_with(
+            &pipeline("vtest.avi", "object_detection", &table(backend)),
+            16,
+            &[],
+        );
+        // Standing people: the reference people of frames 0 and 15 boxed as "normal" (a model
+        // trained for falls, not COCO: the share the vision tests ask of any detector).
+        let (matched, total) = recall(&lines, "steps.detect.detections", "normal", &refs);
+        assert!(
+            matched as f64 >= MIN_RECALL * total as f64,
+            "{backend}: {matched} of {total} reference people"
+        );
+    }
+    let out = validate(
+        &pipeline("vtest.avi", "object_detection", &table("opencv")),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(78), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("opencv cannot read") && out.stderr.contains("yolov8-fall.onnx"),
+        "{}",
+        out.stderr
+    );
 }
