@@ -1,10 +1,19 @@
-//! The layers of the crate, checked over the source text: every `crate::MODULE` path (in `use`
-//! lines and in code) must point down the table below, never up or sideways, so the imports of
-//! the top-level modules form no circle. ARCHITECTURE.md draws the same table.
+//! The layers of the crate, checked over the parsed source (`syn`): every path that leads into
+//! another top-level module must point down the table below, never up or sideways, so the
+//! imports of the top-level modules form no circle. ARCHITECTURE.md draws the same table.
+//!
+//! Counted: every `use` tree (nested groups, `self`, renames, globs) and every path in code or
+//! a type (`crate::daemon::run()`, `crate::value::Value`, also inside macro calls), written from
+//! the crate root (`crate::`) or relative to the file's module (`super::super::x`, resolved
+//! from `src/a/b.rs` or `src/a/b/mod.rs`, and inline `mod` blocks). Comments, strings and doc
+//! text never count; nor do `pub(in ...)` restrictions, which can only name an ancestor.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+use proc_macro2::{Spacing, TokenStream, TokenTree};
+use syn::visit::{self, Visit};
 
 /// Top-level modules from the bottom up. A module may import any module of a lower layer; in
 /// the bottom layer (the shared vocabulary) modules may also import each other, without a circle.
@@ -20,13 +29,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("command line", &["cli"]),
 ];
 
-/// One `crate::MODULE` path: where it was written and what it names.
+/// One path from a file into another top-level module: where it was written and what it names.
 #[derive(Debug)]
 struct Import {
     file: PathBuf,
     line: usize,
     from: String,
     to: String,
+    /// The whole path, from the crate root.
+    path: String,
 }
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -44,49 +55,191 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`src/config/raw.rs` -> `config`); `None` for the
-/// crate root and the binary.
-fn module_of(src: &Path, file: &Path) -> Option<String> {
-    let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next()?.as_os_str().to_str()?.to_owned();
-    let name = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
-    (name != "lib" && name != "main").then_some(name)
+/// The module a file under `src/` is (`config/raw.rs` and `config/raw/mod.rs` -> `config::raw`);
+/// empty for the crate root and the binary.
+fn module_path(file: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .components()
+        .map(|c| c.as_os_str().to_str().unwrap().to_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    let stem = last.strip_suffix(".rs").unwrap();
+    let root = parts.is_empty() && (stem == "lib" || stem == "main");
+    if stem != "mod" && !root {
+        parts.push(stem.to_owned());
+    }
+    parts
 }
 
-fn ident_at(s: &str) -> String {
-    s.chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect()
+/// The path from the crate root that `segments`, written in `module`, names; `None` for one that
+/// does not start at the crate (`std::`, an external crate, a local name) or climbs above it.
+fn resolve(module: &[String], segments: &[String]) -> Option<Vec<String>> {
+    let mut rest = segments;
+    let mut base = match rest.first()?.as_str() {
+        "crate" => {
+            rest = &rest[1..];
+            Vec::new()
+        }
+        "self" => {
+            rest = &rest[1..];
+            module.to_vec()
+        }
+        "super" => module.to_vec(),
+        _ => return None,
+    };
+    while rest.first().is_some_and(|s| s == "super") {
+        base.pop()?;
+        rest = &rest[1..];
+    }
+    base.extend(rest.iter().cloned());
+    Some(base)
 }
 
-/// Top-level modules named after `crate::` on one line, including `crate::{a, b::c}`.
-fn crate_paths(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for (at, _) in line.match_indices("crate::") {
-        let rest = &line[at + "crate::".len()..];
-        let Some(group) = rest.strip_prefix('{') else {
-            out.push(ident_at(rest));
-            continue;
-        };
-        let mut depth = 1;
-        let mut expect_name = true;
-        for (i, c) in group.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' if depth == 1 => break,
-                '}' => depth -= 1,
-                ',' if depth == 1 => expect_name = true,
-                c if c.is_whitespace() => {}
-                _ if expect_name && depth == 1 => {
-                    out.push(ident_at(&group[i..]));
-                    expect_name = false;
+/// Collects the crate paths of one file: `(line, path from the crate root)`.
+struct Paths {
+    /// The module being read: the file's, plus the inline `mod` blocks around this point.
+    module: Vec<String>,
+    found: Vec<(usize, Vec<String>)>,
+}
+
+impl Paths {
+    fn record(&mut self, line: usize, segments: &[String]) {
+        if let Some(path) = resolve(&self.module, segments)
+            && !path.is_empty()
+        {
+            self.found.push((line, path));
+        }
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => self.use_name(prefix, &n.ident),
+            syn::UseTree::Rename(r) => self.use_name(prefix, &r.ident),
+            syn::UseTree::Glob(g) => {
+                let line = g.star_token.spans[0].start().line;
+                self.record(line, prefix);
+            }
+            syn::UseTree::Group(g) => {
+                for item in &g.items {
+                    self.use_tree(prefix, item);
                 }
-                _ => {}
             }
         }
     }
-    out.retain(|m| !m.is_empty() && m != "self");
-    out
+
+    /// The last name of a `use` path; `self` names the path before it (`config::{self, X}`).
+    fn use_name(&mut self, prefix: &[String], ident: &syn::Ident) {
+        let mut path = prefix.to_vec();
+        if ident != "self" {
+            path.push(ident.to_string());
+        }
+        self.record(ident.span().start().line, &path);
+    }
+
+    /// A macro's arguments are tokens, not syntax: paths starting with `crate` or `super` are
+    /// read from them (`ident :: ident ...`). String literals are single tokens, so a path
+    /// inside one is not read.
+    fn tokens(&mut self, stream: TokenStream) {
+        let tokens: Vec<TokenTree> = stream.into_iter().collect();
+        let mut i = 0;
+        while i < tokens.len() {
+            match &tokens[i] {
+                TokenTree::Group(g) => self.tokens(g.stream()),
+                TokenTree::Ident(id) if id == "crate" || id == "super" => {
+                    let line = id.span().start().line;
+                    let mut segments = vec![id.to_string()];
+                    while let [
+                        TokenTree::Punct(a),
+                        TokenTree::Punct(b),
+                        TokenTree::Ident(next),
+                        ..,
+                    ] = &tokens[i + 1..]
+                    {
+                        if !(a.as_char() == ':'
+                            && a.spacing() == Spacing::Joint
+                            && b.as_char() == ':')
+                        {
+                            break;
+                        }
+                        segments.push(next.to_string());
+                        i += 3;
+                    }
+                    if segments.len() > 1 {
+                        self.record(line, &segments);
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        // `use ::name` names an external crate.
+        if item.leading_colon.is_none() {
+            self.use_tree(&mut Vec::new(), &item.tree);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        if path.leading_colon.is_none() {
+            let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+            let line = path.segments[0].ident.span().start().line;
+            self.record(line, &segments);
+        }
+        visit::visit_path(self, path);
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        self.module.push(item.ident.to_string());
+        visit::visit_item_mod(self, item);
+        self.module.pop();
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.tokens(mac.tokens.clone());
+        visit::visit_macro(self, mac);
+    }
+
+    fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {}
+}
+
+/// The crate paths in the text of `file` (a path under `src/`), each resolved from the crate
+/// root: `(line, path)`.
+fn paths_in(file: &Path, text: &str) -> Vec<(usize, Vec<String>)> {
+    let syntax = syn::parse_file(text)
+        .unwrap_or_else(|e| panic!("src/{}: cannot parse: {e}", file.display()));
+    let mut paths = Paths {
+        module: module_path(file),
+        found: Vec::new(),
+    };
+    paths.visit_file(&syntax);
+    paths.found
+}
+
+/// The paths of `file` into other top-level modules; none for the crate root and the binary.
+fn imports_in(file: &Path, text: &str) -> Vec<Import> {
+    let Some(from) = module_path(file).first().cloned() else {
+        return Vec::new();
+    };
+    paths_in(file, text)
+        .into_iter()
+        .filter(|(_, path)| path[0] != from)
+        .map(|(line, path)| Import {
+            file: file.to_owned(),
+            line,
+            from: from.clone(),
+            to: path[0].clone(),
+            path: path.join("::"),
+        })
+        .collect()
 }
 
 fn imports() -> (BTreeSet<String>, Vec<Import>) {
@@ -97,26 +250,72 @@ fn imports() -> (BTreeSet<String>, Vec<Import>) {
     let mut modules = BTreeSet::new();
     let mut found = Vec::new();
     for file in files {
-        let Some(from) = module_of(&src, &file) else {
-            continue;
-        };
-        modules.insert(from.clone());
-        let text = std::fs::read_to_string(&file).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for to in crate_paths(code) {
-                if to != from {
-                    found.push(Import {
-                        file: file.strip_prefix(&src).unwrap().to_owned(),
-                        line: n + 1,
-                        from: from.clone(),
-                        to,
-                    });
-                }
-            }
+        let rel = file.strip_prefix(&src).unwrap();
+        if let Some(module) = module_path(rel).first() {
+            modules.insert(module.clone());
         }
+        found.extend(imports_in(rel, &std::fs::read_to_string(&file).unwrap()));
     }
     (modules, found)
+}
+
+/// The imports that go up the layers, or sideways above the bottom layer.
+fn against_the_layers(found: &[Import]) -> Vec<String> {
+    found
+        .iter()
+        .filter_map(|i| {
+            let (from, to) = (layer_of(&i.from)?, layer_of(&i.to)?);
+            (to > from || (to == from && from != 0)).then(|| {
+                format!(
+                    "src/{}:{}: {} ({}) imports crate::{} ({})",
+                    i.file.display(),
+                    i.line,
+                    i.from,
+                    LAYERS[from].0,
+                    i.path,
+                    LAYERS[to].0
+                )
+            })
+        })
+        .collect()
+}
+
+/// A circle in the imports between `modules`, if there is one: `[a, b, ..., a]`.
+fn circle(modules: &BTreeSet<String>, found: &[Import]) -> Option<Vec<String>> {
+    let mut edges: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for i in found {
+        if modules.contains(&i.to) {
+            edges.entry(&i.from).or_default().insert(&i.to);
+        }
+    }
+    // Depth-first search; a module met again while still on the path closes a circle.
+    fn visit<'a>(
+        m: &'a str,
+        edges: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| *p == m) {
+            let mut circle: Vec<String> = path[at..].iter().map(|s| (*s).to_owned()).collect();
+            circle.push(m.to_owned());
+            return Some(circle);
+        }
+        if !done.insert(m) {
+            return None;
+        }
+        path.push(m);
+        for next in edges.get(m).into_iter().flatten() {
+            if let Some(circle) = visit(next, edges, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    modules
+        .iter()
+        .find_map(|m| visit(m, &edges, &mut Vec::new(), &mut done))
 }
 
 #[test]
@@ -143,26 +342,10 @@ fn imports_point_down_the_layers() {
     let (_, found) = imports();
     assert!(
         found.len() > 20,
-        "the scan found only {} imports: is it reading src/?",
+        "the parser found only {} imports: is it reading src/?",
         found.len()
     );
-    let wrong: Vec<String> = found
-        .iter()
-        .filter_map(|i| {
-            let (from, to) = (layer_of(&i.from)?, layer_of(&i.to)?);
-            (to > from || (to == from && from != 0)).then(|| {
-                format!(
-                    "src/{}:{}: {} ({}) imports {} ({})",
-                    i.file.display(),
-                    i.line,
-                    i.from,
-                    LAYERS[from].0,
-                    i.to,
-                    LAYERS[to].0
-                )
-            })
-        })
-        .collect();
+    let wrong = against_the_layers(&found);
     assert!(
         wrong.is_empty(),
         "imports against the layers:\n{}",
@@ -173,51 +356,95 @@ fn imports_point_down_the_layers() {
 #[test]
 fn top_level_modules_import_each_other_without_a_circle() {
     let (modules, found) = imports();
-    let mut edges: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for i in &found {
-        if modules.contains(&i.to) {
-            edges.entry(&i.from).or_default().insert(&i.to);
-        }
-    }
-    // Depth-first search; a module met again while still on the path closes a circle.
-    fn visit<'a>(
-        m: &'a str,
-        edges: &BTreeMap<&'a str, BTreeSet<&'a str>>,
-        path: &mut Vec<&'a str>,
-        done: &mut BTreeSet<&'a str>,
-    ) -> Option<Vec<&'a str>> {
-        if let Some(at) = path.iter().position(|p| *p == m) {
-            let mut circle = path[at..].to_vec();
-            circle.push(m);
-            return Some(circle);
-        }
-        if !done.insert(m) {
-            return None;
-        }
-        path.push(m);
-        for next in edges.get(m).into_iter().flatten() {
-            if let Some(circle) = visit(next, edges, path, done) {
-                return Some(circle);
-            }
-        }
-        path.pop();
-        None
-    }
-    let mut done = BTreeSet::new();
-    for m in &modules {
-        let circle = visit(m, &edges, &mut Vec::new(), &mut done);
-        assert!(circle.is_none(), "circle of imports: {circle:?}");
-    }
+    let circle = circle(&modules, &found);
+    assert!(circle.is_none(), "circle of imports: {circle:?}");
+}
+
+/// The verdict of the layer rule on one file's text: the lines that break it.
+fn verdict(file: &str, text: &str) -> Vec<usize> {
+    against_the_layers(&imports_in(Path::new(file), text))
+        .iter()
+        .map(|w| w.split(':').nth(1).unwrap().parse().unwrap())
+        .collect()
 }
 
 #[test]
-fn the_scanner_reads_grouped_and_nested_paths() {
+fn a_group_opened_at_the_end_of_a_line_is_read() {
+    // What rustfmt writes past 100 columns.
+    let text = "use crate::{\n    daemon::Daemon,\n    value::Value,\n};\n";
+    assert_eq!(verdict("steps/count.rs", text), [2]);
+    // Nested groups, `self`, renames and globs.
+    let text = "use crate::{\n    config::{self as c, raw::Raw},\n    value::Value as V,\n    \
+                workflow::*,\n    spec::{self},\n};\n";
+    assert_eq!(verdict("sinks/x.rs", text), [2, 2, 4]);
+}
+
+#[test]
+fn super_is_resolved_from_the_module_of_the_file() {
+    let text = "use super::super::daemon::Daemon;\n";
+    // steps::x -> the crate root -> daemon: up the layers.
+    assert_eq!(verdict("steps/x.rs", text), [1]);
+    assert_eq!(verdict("steps/x/mod.rs", text), [1]);
+    // steps::x::y -> steps -> steps::daemon: a module of steps itself.
+    assert_eq!(verdict("steps/x/y.rs", text), Vec::<usize>::new());
     assert_eq!(
-        crate_paths("use crate::{config::{self, ConfigError}, sinks, steps::Step};"),
-        ["config", "sinks", "steps"]
+        paths_in(Path::new("steps/x/y.rs"), text),
+        [(1, vec!["steps".into(), "daemon".into(), "Daemon".into()])]
     );
     assert_eq!(
-        crate_paths("let x = crate::gst_setup::init(); crate::value::Value::Image(i)"),
-        ["gst_setup", "value"]
+        verdict("steps/x/y.rs", "use super::super::super::daemon;\n"),
+        [1]
+    );
+    // An inline module is one level more; `super::` in a path in code counts too.
+    let text = "mod tests {\n    use super::super::daemon;\n    fn f() {\n        \
+                super::super::super::workflow::run();\n    }\n}\n";
+    assert_eq!(verdict("steps/x.rs", text), [4]);
+    // Climbing within the module is no import.
+    let text = "use super::super::pool::Pool;\nuse super::Graph;\n";
+    assert_eq!(
+        verdict("workflow/executor/gate.rs", text),
+        Vec::<usize>::new()
+    );
+}
+
+#[test]
+fn comments_and_strings_are_not_code_and_code_after_them_is() {
+    let text = "// use crate::daemon::Daemon;\n\
+                /// See [`crate::daemon`].\n\
+                const HELP: &str = \"// use crate::daemon::Daemon\";\n\
+                const URI: &str = \"rtsp://cam\"; use crate::daemon::Daemon;\n\
+                /* crate::workflow::run() */\n\
+                fn f() { log(\"crate::daemon::run()\"); }\n";
+    assert_eq!(verdict("steps/x.rs", text), [4]);
+}
+
+#[test]
+fn paths_in_code_and_types_are_read() {
+    let text = "fn f(g: &crate::workflow::Graph) {\n    crate::daemon::stop();\n    \
+                let _ = crate::value::Value::Empty;\n    \
+                println!(\"{}\", crate::config::NAME);\n}\n\
+                pub(in crate::steps) fn g() {}\n";
+    assert_eq!(verdict("steps/x.rs", text), [1, 2, 4]);
+    // The same from the command line, at the top: no problem.
+    assert!(verdict("cli.rs", text).is_empty());
+}
+
+#[test]
+fn a_circle_is_found_even_where_the_layers_allow_both_imports() {
+    let modules: BTreeSet<String> = ["frame", "value", "outcome"].map(String::from).into();
+    let mut found = imports_in(Path::new("frame.rs"), "use crate::value::Value;\n");
+    found.extend(imports_in(
+        Path::new("outcome.rs"),
+        "use crate::frame::Frame;\n",
+    ));
+    assert!(against_the_layers(&found).is_empty());
+    assert_eq!(circle(&modules, &found), None);
+    found.extend(imports_in(
+        Path::new("value/mod.rs"),
+        "fn f() -> super::outcome::Outcome {}\n",
+    ));
+    assert_eq!(
+        circle(&modules, &found).unwrap(),
+        ["frame", "value", "outcome", "frame"]
     );
 }

@@ -424,9 +424,12 @@ fn nothing_wakes_up_while_no_frame_arrives() {
         config(2, 2),
     );
     let metrics = executor.metrics().clone();
+    let mut threads = worker_os_threads(&pool);
     let (frames_tx, frames_rx) = crossbeam_channel::unbounded();
     let (results_tx, results_rx) = crossbeam_channel::unbounded();
+    let (os_thread_tx, os_thread_rx) = crossbeam_channel::bounded(1);
     let coordinator = std::thread::spawn(move || {
+        os_thread_tx.send(os_thread()).unwrap();
         let never = crossbeam_channel::never();
         executor.run(&frames_rx, &never, |r| {
             results_tx.send(r.frame().seq).unwrap()
@@ -447,9 +450,10 @@ fn nothing_wakes_up_while_no_frame_arrives() {
             metrics.coordinator_wakeups.load(Ordering::Relaxed),
         )
     };
-    // Let the last worker park; then a second with no frames must not move any counter.
-    std::thread::sleep(Duration::from_millis(100));
-    let before = snapshot();
+    // Once the workers and the coordinator are parked, a second with no frames must not move
+    // any counter.
+    threads.push(os_thread_rx.recv_timeout(HANG_GUARD).unwrap());
+    let before = wait_until_asleep(&threads, snapshot);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(
         snapshot(),

@@ -248,6 +248,8 @@ fn a_slow_frame_holds_at_most_max_in_flight_frames_in_the_workflow() {
     };
     let graph = vec![step_config("hold", &FROM_FRAME, Arc::new(step), &[None])];
     let (pool, mut executor) = hosted(graph, 2, MAX_IN_FLIGHT);
+    let workers = worker_os_threads(&pool);
+    let wakeups = executor.metrics().clone();
     let (tx, rx) = crossbeam_channel::unbounded();
     let name: Arc<str> = "cam".into();
     for seq in 0..FRAMES {
@@ -257,8 +259,10 @@ fn a_slow_frame_holds_at_most_max_in_flight_frames_in_the_workflow() {
     drop(tx);
     let waiting = rx.clone();
     let never = crossbeam_channel::never();
+    let (coordinator_tx, coordinator) = crossbeam_channel::bounded(1);
     let delivered = std::thread::scope(|scope| {
         let running = scope.spawn(|| {
+            coordinator_tx.send(os_thread()).unwrap();
             let mut delivered = Vec::new();
             executor.run(&rx, &never, |r| delivered.push(r.frame().seq));
             delivered
@@ -273,8 +277,17 @@ fn a_slow_frame_holds_at_most_max_in_flight_frames_in_the_workflow() {
             .0;
         assert_eq!(*n, MAX_IN_FLIGHT as u64 - 1);
         drop(n);
-        // Time for a coordinator that counted finished frames as gone to take more frames.
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        // Until the coordinator and the workers have settled: every finished frame taken in
+        // and nothing about to run. A coordinator that counted finished frames as gone would
+        // have taken more frames by then.
+        let mut threads = workers.clone();
+        threads.push(coordinator.recv_timeout(HANG_GUARD).unwrap());
+        wait_until_asleep(&threads, || {
+            (
+                wakeups.coordinator_wakeups.load(Ordering::Relaxed),
+                waiting.len(),
+            )
+        });
         let left = waiting.len();
         release_tx.send(()).unwrap();
         let delivered = running.join().unwrap();

@@ -301,7 +301,7 @@ fn a_stop_in_the_middle_of_a_reload_still_drains_every_frame() {
     let detector = "\n[steps.people]\nkind = \"object_detection\"\nimage = \"$frame\"\n\
                     input_size = 320\nevery_n_frames = 1000\n";
     let models = repo_root().join("models");
-    let (mut applied, mut cancelled) = (0, 0);
+    let (mut applied, mut cancelled) = (0, Vec::new());
     for (trial, pause_ms) in [0u64, 2, 5, 10, 25, 60, 120, 250].into_iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         write(
@@ -331,19 +331,39 @@ fn a_stop_in_the_middle_of_a_reload_still_drains_every_frame() {
             ),
         );
         running.signal("HUP");
+        // The state this trial is about: the reload is under way (the pause counts from here).
+        running.wait_for_stderr("reload requested: loading the pipeline file", DEADLINE);
         std::thread::sleep(Duration::from_millis(pause_ms));
         let (stats, log) = stop_cleanly(running, dir.path());
         let lines = lines_of(dir.path());
         continuous(&lines, "cam");
-        if log.contains("reload applied") {
-            applied += 1;
-        } else {
-            assert!(log.contains("reload cancelled"), "trial {trial}: {log}");
-            cancelled += 1;
+        // The stop wins: a reload is applied only if it was done before the stop came, and
+        // one still under way then is cancelled, naming the stage it was in.
+        let at = |text: &str| log.lines().position(|l| l.contains(text));
+        let stop = at("stop requested").unwrap_or_else(|| panic!("trial {trial}: {log}"));
+        match (at("reload applied"), at("reload cancelled")) {
+            (Some(done), None) => {
+                assert!(done < stop, "trial {trial}: applied after the stop\n{log}");
+                applied += 1;
+            }
+            (None, Some(undone)) => {
+                assert!(
+                    stop < undone,
+                    "trial {trial}: cancelled before the stop\n{log}"
+                );
+                cancelled.push(log.lines().nth(undone).unwrap().to_owned());
+            }
+            _ => panic!("trial {trial}: neither applied nor cancelled, or both:\n{log}"),
         }
         assert!(stats["frames_processed"].as_u64().unwrap() >= 10);
     }
-    println!("stop mid-reload: {applied} reload(s) applied first, {cancelled} cancelled");
+    println!("stop mid-reload: {applied} reload(s) applied first, cancelled: {cancelled:#?}");
+    // The test is about a stop in the middle of a reload: the first trials, a few
+    // milliseconds into loading a detector's network, must have come in the middle of one.
+    assert!(
+        cancelled.iter().any(|l| l.contains("loading")),
+        "no stop came while a reload was loading: {cancelled:#?}"
+    );
 }
 
 #[test]
@@ -398,10 +418,17 @@ fn a_stop_while_a_changed_source_winds_down_cancels_the_reload_and_loses_nothing
     assert_eq!(stats["frames_processed"], lines.len() as u64, "{stats}");
     assert_eq!(stats["frames_decoded"], lines.len() as u64, "{stats}");
     continuous(&lines, "street");
+    // The stop came while the reload waited for the source to end: it cancels the reload at
+    // that stage; the new file's queue is never taken up.
     let stage = out
         .stderr
         .lines()
         .find(|l| l.contains("reload cancelled") || l.contains("reload applied"))
         .unwrap_or_else(|| panic!("{}", out.stderr));
     println!("stop while a changed source winds down: {stage}");
+    assert!(
+        stage.contains("reload cancelled") && stage.contains("stopping sources"),
+        "{}",
+        out.stderr
+    );
 }

@@ -51,12 +51,25 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 }
 
 /// What the witness saw.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Seen {
     written: AtomicU64,
-    /// Pool workers alive when the sink was closed.
+    /// The most pool workers alive at a write: the count is known to see them.
+    workers_at_write: AtomicUsize,
+    /// Pool workers alive when the sink was closed; `usize::MAX` until its close starts.
     workers_at_close: AtomicUsize,
     closed: AtomicBool,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Self {
+            written: AtomicU64::new(0),
+            workers_at_write: AtomicUsize::new(0),
+            workers_at_close: AtomicUsize::new(usize::MAX),
+            closed: AtomicBool::new(false),
+        }
+    }
 }
 
 /// A sink that notes, when it is closed, how many pool workers still exist; with `hang`, its
@@ -76,6 +89,9 @@ impl SinkFactory for Witness {
 impl Sink for Witness {
     fn write(&mut self, _: &FrameResult) -> Result<bool, SinkError> {
         self.seen.written.fetch_add(1, Ordering::SeqCst);
+        self.seen
+            .workers_at_write
+            .fetch_max(alive("vidflow-worker"), Ordering::SeqCst);
         Ok(true)
     }
 
@@ -159,6 +175,9 @@ fn the_pool_is_joined_before_the_sinks_close() {
     assert_eq!(report.frames_processed, 30);
     assert!(w.seen.closed.load(Ordering::SeqCst));
     assert_eq!(w.seen.written.load(Ordering::SeqCst), 30);
+    // The state meant: the workers existed while frames were written (so the count sees
+    // them), and were gone when the sink closed.
+    assert_eq!(w.seen.workers_at_write.load(Ordering::SeqCst), 3);
     assert_eq!(
         w.seen.workers_at_close.load(Ordering::SeqCst),
         0,
@@ -234,7 +253,10 @@ fn a_hung_drain_is_abandoned(request_stop: bool) {
     if let Some(stopper) = stopper {
         stopper.join().unwrap();
     }
+    let hung = HANGING.load(Ordering::SeqCst);
     release();
+    // The state meant: frame 5 was hanging in its step when the deadline came.
+    assert!(hung, "frame 5 never hung");
     wait_until("abandoned threads to end", || {
         alive("vidflow-worker") == 0 && alive("vidflow-executo") == 0
     });

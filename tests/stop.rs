@@ -18,7 +18,8 @@ mod rtsp;
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{Running, count_segment_frames, jsonl, make_h264_mp4, read_json, spawn, write};
@@ -190,13 +191,14 @@ fn sigterm_during_start_up_and_connection_set_up() {
     }
     // 2 trials against a server that accepts the connection and never answers, 2 against a
     // black hole (the TCP connect itself hangs).
-    let mute = mute_server();
+    let (mute, accepted) = mute_server();
     let hole = black_hole();
     for (trial, (what, port)) in [("never answers", mute), ("black hole", hole)]
         .into_iter()
         .flat_map(|t| [t, t])
         .enumerate()
     {
+        let accepted_before = accepted.load(Ordering::SeqCst);
         let dir = tempfile::tempdir().unwrap();
         let p = pipeline(
             dir.path(),
@@ -204,6 +206,15 @@ fn sigterm_during_start_up_and_connection_set_up() {
         );
         let run = start(dir.path(), &p);
         run.wait_for_stderr("source started", DEADLINE);
+        // The state of the trial: the connection is being set up. The mute server has taken
+        // it; to the black hole, this process's connect is stuck in SYN-SENT.
+        wait_until(what, || {
+            if port == mute {
+                accepted.load(Ordering::SeqCst) > accepted_before
+            } else {
+                connecting_to(port)
+            }
+        });
         let wait = random.ms(0, 800);
         std::thread::sleep(wait);
         stop_and_check(run, dir.path(), &format!("{what} {trial} (+{wait:?})"));
@@ -211,20 +222,46 @@ fn sigterm_during_start_up_and_connection_set_up() {
     drop(hole_guard(None));
 }
 
-/// A port whose server accepts connections and never says a word.
-fn mute_server() -> u16 {
+/// A port whose server accepts connections and never says a word, and how many it accepted.
+fn mute_server() -> (u16, Arc<AtomicUsize>) {
     let mute = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = mute.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for mut conn in mute.incoming().flatten() {
+            counter.fetch_add(1, Ordering::SeqCst);
             let mut buf = [0u8; 256];
             let _ = conn.set_nonblocking(true);
             let _ = conn.read(&mut buf);
             held.push(conn);
         }
     });
-    port
+    (port, accepted)
+}
+
+/// Whether a TCP connection to `port` on 127.0.0.1 is in SYN-SENT (`/proc/net/tcp`, state 02):
+/// a connect that hangs.
+fn connecting_to(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .any(|f| f.len() > 3 && f[2] == remote && f[3] == "02")
+}
+
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{what}: never reached the state"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A port where a TCP connect hangs (SYN-SENT), as to a black-holed host: a listener that
@@ -306,6 +343,8 @@ fn sigterm_while_looping_a_file() {
             &format!("[sources.clip]\nuri = \"{}\"\nloop = true", clip.display()),
         );
         let run = start(dir.path(), &p);
+        // The state of the trial: the file is being looped through the workflow.
+        wait_for_events(dir.path(), 1);
         let wait = random.ms(0, 1500);
         std::thread::sleep(wait);
         stop_and_check(

@@ -229,7 +229,10 @@ fn work(receiver: &Receiver<Msg>, metrics: &PoolMetrics) {
 mod tests {
     use super::*;
     use std::collections::HashSet;
-    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Only turns a hang into a failure.
+    const HANG_GUARD: Duration = Duration::from_secs(30);
 
     #[test]
     fn queued_jobs_run_before_shutdown_returns() {
@@ -252,22 +255,28 @@ mod tests {
         for _ in 0..4 {
             h.execute(Box::new(|| panic!("boom")));
         }
-        let threads = Arc::new(Mutex::new(HashSet::new()));
-        let (tx, rx) = crossbeam_channel::unbounded();
-        for _ in 0..200 {
-            let threads = threads.clone();
-            let tx = tx.clone();
+        // Two jobs that each hold their worker until both have started: they finish only if
+        // two workers are alive at once. Declared after the pool, `release` is dropped first
+        // on a failure, so the held job ends and the pool's drop can join it.
+        let (arrived_tx, arrived) = crossbeam_channel::unbounded();
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        for _ in 0..2 {
+            let (arrived_tx, released) = (arrived_tx.clone(), released.clone());
             h.execute(Box::new(move || {
-                threads.lock().unwrap().insert(std::thread::current().id());
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                tx.send(()).unwrap();
+                arrived_tx.send(std::thread::current().id()).unwrap();
+                let _ = released.recv_timeout(HANG_GUARD);
             }));
         }
-        for _ in 0..200 {
-            rx.recv().unwrap();
+        let mut threads = HashSet::new();
+        for _ in 0..2 {
+            let id = arrived
+                .recv_timeout(HANG_GUARD)
+                .expect("two jobs never ran at once: the pool lost a worker to a panic");
+            threads.insert(id);
         }
+        drop(release);
+        assert_eq!(threads.len(), 2);
         assert_eq!(pool.metrics().panics.load(Ordering::Relaxed), 4);
-        assert!(threads.lock().unwrap().len() <= 2);
         pool.shutdown().unwrap();
     }
 

@@ -267,3 +267,58 @@ pub fn jittery(_: &str, seq: u64) -> Duration {
     // Deterministic but uneven: later frames often finish before earlier ones.
     Duration::from_micros((seq * 7919 % 13) * 150)
 }
+
+// ---- whether threads have settled ----
+
+/// The calling thread's entry in /proc (`/proc/thread-self` -> `PID/task/TID`), as a path
+/// under `/proc`.
+pub fn os_thread() -> String {
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    format!("/proc/{}", link.display())
+}
+
+/// The OS threads of a pool's workers: one job per worker, each held until all have started,
+/// so each runs on a different worker.
+pub fn worker_os_threads(pool: &Pool) -> Vec<String> {
+    let barrier = Arc::new(std::sync::Barrier::new(pool.size() + 1));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for _ in 0..pool.size() {
+        let (barrier, tx) = (barrier.clone(), tx.clone());
+        pool.handle().execute(Box::new(move || {
+            tx.send(os_thread()).unwrap();
+            barrier.wait();
+        }));
+    }
+    barrier.wait();
+    (0..pool.size()).map(|_| rx.recv().unwrap()).collect()
+}
+
+/// Whether a thread (its /proc entry) is asleep in the kernel (state `S`: blocked, as in a
+/// futex wait), not running nor about to run.
+pub fn asleep(os_thread: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("{os_thread}/stat")).unwrap();
+    // The state follows the command name, which is in parentheses and may hold anything.
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+}
+
+/// Waits until every thread of `threads` is asleep while `counters` stay the same across the
+/// look: whatever they were doing is done and counted, and nothing is about to run. Returns
+/// the counters then. Fails after [`HANG_GUARD`].
+pub fn wait_until_asleep<T: PartialEq + std::fmt::Debug>(
+    threads: &[String],
+    counters: impl Fn() -> T,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        let before = counters();
+        if threads.iter().all(|t| asleep(t)) && counters() == before {
+            return before;
+        }
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "threads {threads:?} never all asleep (counters {before:?})"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

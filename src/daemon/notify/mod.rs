@@ -294,20 +294,80 @@ mod tests {
         assert_eq!(problems, [NotifyError::WatchdogUsec("soon".to_owned())]);
     }
 
+    /// Set in the child process of [`the_default_sends_nothing_and_starts_no_thread`].
+    const CHILD: &str = "VIDFLOW_TEST_DEFAULT_NOTIFIER_CHILD";
+
+    /// The default notifier, told everything a run tells it, under a `NOTIFY_SOCKET` that
+    /// names a real socket: a default that read the environment after all would send there.
+    /// The environment cannot be set in this threaded process, so the test runs itself again
+    /// as a child with `NOTIFY_SOCKET` set; the child ends by sending `END` itself, so the
+    /// socket is known to have been reachable.
     #[test]
     fn the_default_sends_nothing_and_starts_no_thread() {
-        let notifier = Notifier::start(&NotifyConfig::default(), Arc::default());
-        assert!(notifier.thread.is_none() && notifier.events.is_none());
-        notifier.stopping();
-        notifier.reloading();
-        notifier.ready();
-        notifier.stop();
+        if let Some(target) = std::env::var_os(CHILD) {
+            let notifier = Notifier::start(&NotifyConfig::default(), Arc::default());
+            let started = notifier.thread.is_some() || notifier.events.is_some();
+            notifier.stopping();
+            notifier.reloading();
+            notifier.ready();
+            notifier.stop();
+            let end = std::os::unix::net::UnixDatagram::unbound().unwrap();
+            end.send_to(b"END", target).unwrap();
+            assert!(!started, "the default notifier started a thread");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let systemd = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        let test = module_path!().split_once("::").unwrap().1.to_owned()
+            + "::the_default_sends_nothing_and_starts_no_thread";
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", &test, "--test-threads=1", "--nocapture"])
+            .env("NOTIFY_SOCKET", &path)
+            .env(CHILD, &path)
+            .output()
+            .unwrap();
+        let output = String::from_utf8_lossy(&child.stdout).into_owned()
+            + &String::from_utf8_lossy(&child.stderr);
+        systemd.set_nonblocking(true).unwrap();
+        let mut received = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = systemd.recv(&mut buf) {
+            received.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        assert_eq!(received, ["END"], "what the socket received\n{output}");
+        assert!(child.status.success(), "{output}");
+        assert!(
+            output.contains("1 passed"),
+            "the child ran no test:\n{output}"
+        );
+    }
+
+    /// CLOCK_`clock` in microseconds, read here.
+    fn clock_usec(clock: libc::clockid_t) -> u64 {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid, writable timespec that outlives the call.
+        assert_eq!(unsafe { libc::clock_gettime(clock, &mut now) }, 0);
+        u64::try_from(now.tv_sec).unwrap() * 1_000_000 + u64::try_from(now.tv_nsec).unwrap() / 1_000
     }
 
     #[test]
     fn monotonic_usec_is_clock_monotonic() {
-        let a = monotonic_usec();
-        let b = monotonic_usec();
-        assert!(a > 0 && b >= a, "{a} {b}");
+        let before = clock_usec(libc::CLOCK_MONOTONIC);
+        let value = monotonic_usec();
+        let after = clock_usec(libc::CLOCK_MONOTONIC);
+        assert!(
+            before <= value && value <= after,
+            "{value} is not between CLOCK_MONOTONIC readings {before} and {after}"
+        );
+        // Not the wall clock: that one counts from 1970, CLOCK_MONOTONIC from boot.
+        let realtime = clock_usec(libc::CLOCK_REALTIME);
+        assert!(
+            realtime.abs_diff(value) > 1_000_000,
+            "{value} is CLOCK_REALTIME ({realtime})"
+        );
     }
 }
