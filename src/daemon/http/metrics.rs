@@ -122,6 +122,18 @@ pub(super) fn render(live: &Live) -> String {
                 get(&s.failures),
             );
         }
+        out.header(
+            "vidflow_step_state_resets_total",
+            "counter",
+            "Panics of the step after which its state for the frame's source was reset.",
+        );
+        for s in steps.iter() {
+            out.sample(
+                "vidflow_step_state_resets_total",
+                &[("step", &s.name)],
+                get(&s.state_resets),
+            );
+        }
         let name = "vidflow_step_duration_seconds";
         out.header(name, "histogram", "Time in the step per run.");
         for s in steps.iter() {
