@@ -49,6 +49,13 @@ pub(super) fn render(live: &Live) -> String {
     );
     per_source(
         &mut out,
+        "vidflow_source_frames_copied_total",
+        "counter",
+        "Frames copied out of the decoder's buffer because its small pool could spare no more.",
+        &|i| get(&sources[i].counters.copied),
+    );
+    per_source(
+        &mut out,
         "vidflow_source_reconnects_total",
         "counter",
         "Times the stream came back after a loss.",
