@@ -12,6 +12,8 @@
 //! Memory: a frame holds its decoder buffer (1.5 bytes a pixel for I420/NV12) and, once made,
 //! its BGR image (3 bytes a pixel), until the last reference to it is dropped: the workflow's and
 //! the sinks' (a result keeps its frame). How many frames a run holds at once: README "Memory".
+//! A source whose decoder has a small fixed pool holds only some of its buffers; its other
+//! frames are copies ([`Frame::from_decoder`], `pins`).
 //!
 //! The headers live in the same struct as the mapping and are declared first, so they are
 //! dropped before the mapping is released. Steps only ever get `&Mat`, so nothing can write
@@ -26,8 +28,10 @@ use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
 use opencv::core::{CV_8UC1, CV_8UC2, CV_8UC3, Mat, MatTraitConst, Rect, Size};
 use opencv::imgproc;
+pub use pins::{Pins, PoolSize, UNKNOWN_POOL_PINS};
 
 mod convert;
+mod pins;
 #[cfg(test)]
 pub(crate) mod test_video;
 
@@ -100,15 +104,26 @@ pub struct Frame {
 
 enum Pixels {
     /// Views into a mapped GStreamer buffer. Field order matters: every `Mat` is dropped before
-    /// `_mapping`.
+    /// `_mapping`, and the buffer goes back to its pool before `origin` counts it back.
     Mapped {
         /// BGR, converted on first use (or the buffer itself when it is BGR).
         bgr: OnceLock<Result<Mat, FrameError>>,
         planes: Planes,
         _mapping: Box<gst_video::VideoFrame<gst_video::video_frame::Readable>>,
+        origin: Origin,
     },
     /// Pixels owned by OpenCV (still images, tests).
     Owned(Result<Mat, FrameError>),
+}
+
+/// Whose buffer is mapped.
+#[derive(Debug)]
+enum Origin {
+    /// The decoder's own; counted against its source's [`Pins`] (until the frame is dropped)
+    /// when it has some.
+    Decoder { _pin: Option<pins::Pin> },
+    /// A copy in memory of its own: the decoder's buffer went back at once.
+    Copy,
 }
 
 /// Zero-copy views of the mapped planes, each with its own stride.
@@ -187,6 +202,38 @@ impl Frame {
         buffer: gst::Buffer,
         info: &gst_video::VideoInfo,
     ) -> Result<Self, FrameError> {
+        Self::wrap(source, seq, buffer, info, Origin::Decoder { _pin: None })
+    }
+
+    /// Wraps a decoded buffer like [`Frame::from_buffer`] while `pins` lets the source's frames
+    /// hold one more; past that, copies its pixels into memory of the frame's own and lets the
+    /// buffer go back to the decoder's pool at once (the frame is then not zero-copy).
+    pub fn from_decoder(
+        source: Arc<str>,
+        seq: u64,
+        buffer: gst::Buffer,
+        info: &gst_video::VideoInfo,
+        pins: &Pins,
+    ) -> Result<Self, FrameError> {
+        match pins.take() {
+            Some(pin) => Self::wrap(
+                source,
+                seq,
+                buffer,
+                info,
+                Origin::Decoder { _pin: Some(pin) },
+            ),
+            None => Self::wrap(source, seq, copy_out(buffer, info)?, info, Origin::Copy),
+        }
+    }
+
+    fn wrap(
+        source: Arc<str>,
+        seq: u64,
+        buffer: gst::Buffer,
+        info: &gst_video::VideoInfo,
+        origin: Origin,
+    ) -> Result<Self, FrameError> {
         let format = info.format();
         if !matches!(
             format,
@@ -262,6 +309,7 @@ impl Frame {
                 bgr,
                 planes,
                 _mapping: Box::new(mapping),
+                origin,
             },
         })
     }
@@ -392,7 +440,13 @@ impl Frame {
 
     /// Whether the pixels are the decoder's buffer itself (no copy was made to hand them over).
     pub fn is_zero_copy(&self) -> bool {
-        matches!(self.pixels, Pixels::Mapped { .. })
+        matches!(
+            self.pixels,
+            Pixels::Mapped {
+                origin: Origin::Decoder { .. },
+                ..
+            }
+        )
     }
 
     /// Whether the BGR image has been made (or was there from the start).
@@ -410,6 +464,25 @@ impl Frame {
     pub fn height(&self) -> i32 {
         self.height
     }
+}
+
+/// The frame in `buffer`, copied plane by plane into a buffer of plain memory (no pool) laid
+/// out as `info` says, with its timestamp; `buffer` is released before this returns.
+fn copy_out(buffer: gst::Buffer, info: &gst_video::VideoInfo) -> Result<gst::Buffer, FrameError> {
+    let unmappable = || FrameError::Map(format!("{}x{}", info.width(), info.height()));
+    let pts = buffer.pts();
+    let from =
+        gst_video::VideoFrame::from_buffer_readable(buffer, info).map_err(|_| unmappable())?;
+    let mut owned =
+        gst::Buffer::with_size(info.size()).map_err(|e| FrameError::Map(e.to_string()))?;
+    if let Some(owned) = owned.get_mut() {
+        owned.set_pts(pts);
+    }
+    let mut to =
+        gst_video::VideoFrame::from_buffer_writable(owned, info).map_err(|_| unmappable())?;
+    from.copy(&mut to)
+        .map_err(|e| FrameError::Map(format!("cannot copy the frame: {e}")))?;
+    Ok(to.into_buffer())
 }
 
 impl fmt::Debug for Frame {

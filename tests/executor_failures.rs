@@ -1,8 +1,11 @@
 //! What a failing step does to its frame and to the run, on the real pool and executor: a
 //! failed frame drains its running steps and skips the others, a panic (in a step or around it)
-//! fails only its frame and is counted, a step may end its branch without failing. Steps are
-//! small recording probes and, for a panic whose payload panics again, one written here (the
-//! only stand-ins: these behaviours need steps that fail or panic on command).
+//! fails only its frame and is counted, a stateful step that panics has its state for that
+//! source reset, a step may end its branch without failing. Steps are small recording probes,
+//! for a panic whose payload panics again one written here, and for the reset the real tracker
+//! with a fault injected around it (`PanicsAfter`: the tracker never panics on real input) fed
+//! by a scripted detector (the only stand-ins: these behaviours need steps that fail or panic
+//! on command).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -330,4 +333,103 @@ fn a_panic_outside_a_step_still_finishes_its_node_and_fails_only_its_frame() {
     assert_eq!(metrics.step_panics.load(Ordering::Relaxed), 8);
     assert_eq!(pool.metrics().panics.load(Ordering::Relaxed), 0);
     finish(pool, coordinator.join().unwrap());
+}
+
+/// One object per frame: at the left on frames 0 to 4, far to the right from frame 5 on.
+fn left_then_right(_: &str, seq: u64) -> Vec<Detection> {
+    let x = if seq < 5 { 0.0 } else { 300.0 };
+    let bbox = BBox {
+        x,
+        y: 0.0,
+        width: 40.0,
+        height: 40.0,
+    };
+    vec![Detection::new("thing".into(), 0.9, bbox)]
+}
+
+#[test]
+fn a_panic_in_a_stateful_step_resets_its_state_for_that_source_only() {
+    let logs = captured_logs();
+    // The real tracker, as a pipeline file builds it, with a fault injected: on frame 5 of
+    // source "a" it tracks (its state moves on), then panics.
+    let text = r#"
+[sources.cam]
+uri = "test://ball"
+[steps.found]
+kind = "motion"
+image = "$frame"
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.found.detections"
+min_hits = 1
+"#;
+    let mut p =
+        vidflow::config::load_text(&vidflow::config::SourceText::new("t.toml", text.to_owned()))
+            .unwrap();
+    let mut tracks = p.steps.remove(1);
+    assert!(tracks.kind.stateful);
+    tracks.step = Arc::new(PanicsAfter {
+        step: tracks.step,
+        when: |source, seq| source == "a" && seq == 5,
+    });
+    let found = step_config(
+        "found",
+        &FROM_FRAME,
+        Arc::new(Scripted {
+            script: left_then_right,
+        }),
+        &[None],
+    );
+    let (pool, mut executor) = hosted(vec![found, tracks], 2, 4);
+    let never = crossbeam_channel::never();
+    let mut out = Vec::new();
+    executor.run_sources(&[frames_of("a", 8), frames_of("b", 8)], &never, |r| {
+        out.push(r)
+    });
+    // Per source and frame: the tracks as (ID, predicted), or None for a failed frame.
+    let seen = |source: &str| -> Vec<Option<Vec<(u64, bool)>>> {
+        let mut frames: Vec<_> = out
+            .iter()
+            .filter(|r| r.frame().source.as_ref() == source)
+            .collect();
+        frames.sort_by_key(|r| r.frame().seq);
+        frames
+            .iter()
+            .map(|r| {
+                let tracks = r.value(vidflow::spec::Ref::Step { step: 1, output: 0 })?;
+                let tracks = tracks.get::<[vidflow::value::Track]>().unwrap();
+                Some(tracks.iter().map(|t| (t.track_id, t.predicted)).collect())
+            })
+            .collect()
+    };
+    let left = Some(vec![(1, false)]);
+    // Source b: the object on the left is predicted on, and the one on the right is track 2.
+    let both = Some(vec![(1, true), (2, false)]);
+    let b = seen("b");
+    assert_eq!(b[..5], vec![left.clone(); 5]);
+    assert_eq!(b[5..], vec![both.clone(); 3]);
+    // Source a: frame 5 failed; its tracks were dropped, so the object on the right is the
+    // first track of a fresh tracker, and nothing is predicted on the left.
+    let a = seen("a");
+    assert_eq!(a[..5], vec![left.clone(); 5]);
+    assert_eq!(a[5], None);
+    assert_eq!(a[6..], vec![left; 2], "the state of a was not reset");
+    let metrics = executor.metrics();
+    assert_eq!(metrics.step_panics.load(Ordering::Relaxed), 1);
+    assert_eq!(metrics.step_state_resets.load(Ordering::Relaxed), 1);
+    assert_eq!(metrics.steps[1].state_resets.load(Ordering::Relaxed), 1);
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let line = |source: &str| {
+        format!(
+            "step \"tracks\" panicked on source \"{source}\"; its state for that source was reset"
+        )
+    };
+    assert!(logs.contains(&line("a")), "{logs}");
+    assert!(!logs.contains(&line("b")), "{logs}");
+    assert!(
+        logs.lines()
+            .any(|l| l.contains(" WARN ") && l.contains(&line("a"))),
+        "{logs}"
+    );
+    finish(pool, executor);
 }

@@ -55,9 +55,11 @@ fn metrics_parse_as_prometheus_text_and_match_the_jsonl_lines_and_the_stats() {
     for name in [
         "vidflow_source_frames_dropped_total",
         "vidflow_source_frames_throttled_total",
+        "vidflow_source_frames_copied_total",
         "vidflow_source_reconnects_total",
         "vidflow_step_runs_total",
         "vidflow_step_failures_total",
+        "vidflow_step_state_resets_total",
         "vidflow_step_duration_seconds_bucket",
         "vidflow_step_duration_seconds_count",
         "vidflow_sink_skipped_total",

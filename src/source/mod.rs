@@ -3,9 +3,10 @@
 //! Threads, per source: a supervisor (`vidflow-source-NAME`) builds the pipeline, blocks on its
 //! bus until the stream ends, fails, stalls or is asked to stop, tears it down completely, and
 //! rebuilds it after a backoff when the source is live (or loops). GStreamer's streaming thread
-//! runs the appsink callback, which wraps each decoded buffer as a [`Frame`] (no copy) and puts
-//! it into this source's own bounded channel (capacity `queue`): a file waits for room, a live
-//! source drops its oldest queued frame and counts it, so it stays current.
+//! runs the appsink callback, which wraps each decoded buffer as a [`Frame`] (no copy, unless
+//! the source's frames hold as many buffers as the decoder's pool can spare: `frame::Pins`) and
+//! puts it into this source's own bounded channel (capacity `queue`): a file waits for room, a
+//! live source drops its oldest queued frame and counts it, so it stays current.
 //!
 //! Stop protocol: [`SourceControl::stop`] records the request (`request`, only ever raised),
 //! wakes a backoff wait through the `wake` channel (capacity 1) and a bus wait through an
@@ -108,6 +109,9 @@ pub struct SourceCounters {
     pub attempts: AtomicU64,
     /// Frames discarded by `max_fps` before conversion.
     pub throttled: AtomicU64,
+    /// Frames copied out of the decoder's buffer because the source's frames held as many of
+    /// its buffers as its pool allows (`frame::Pins`).
+    pub copied: AtomicU64,
     /// A [`SourceState`] as `u8`. Written by the supervisor (losses, the end) and the streaming
     /// thread (a frame after a loss), read by observers.
     state: AtomicU8,
@@ -172,6 +176,7 @@ pub struct SourceStats {
     pub reconnects: u64,
     pub attempts: u64,
     pub throttled: u64,
+    pub copied: u64,
 }
 
 impl SourceCounters {
@@ -227,6 +232,7 @@ impl SourceCounters {
             reconnects: get(&self.reconnects),
             attempts: get(&self.attempts),
             throttled: get(&self.throttled),
+            copied: get(&self.copied),
         }
     }
 }
@@ -268,6 +274,8 @@ struct Shared {
     /// Set by the supervisor after a loss; the first frame of the next pipeline clears it and
     /// counts the reconnection.
     reconnecting: AtomicBool,
+    /// Set by the streaming thread at the source's first copied frame, which it logs.
+    copying: AtomicBool,
 }
 
 impl Shared {
@@ -397,6 +405,7 @@ pub fn start_from(
         pts_offset: AtomicU64::new(resume.pts_end_ns),
         pts_end: AtomicU64::new(resume.pts_end_ns),
         reconnecting: AtomicBool::new(false),
+        copying: AtomicBool::new(false),
     });
     stream::preflight(&shared)?;
     // A live source drops its oldest queued frame to make room: it needs the receiving end.

@@ -7,7 +7,8 @@
 //!
 //! Memory: the appsink keeps one decoded frame (`max-buffers=1`), the callback hands over one
 //! more, and the source's queue holds `queue` frames: `queue + 2` decoder buffers per source,
-//! besides the decoder's own reference frames. No conversion happens here for YUV: it would
+//! besides the decoder's own reference frames (fewer from a small fixed pool: past what it can
+//! spare, frames are copies, `frame::Pins`). No conversion happens here for YUV: it would
 //! convert frames no step needs in colour, and a full BGR conversion in the source
 //! (videoconvert, even with 2 threads) was slower than vidflow converting in the pool in 5 of
 //! the 6 clip runs of `scripts/bench-decode` (the other: 232 against 215 frames/s at 720p).
@@ -15,9 +16,10 @@
 use gstreamer as gst;
 use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
+use gstreamer_video as gst_video;
 
 use super::options::{SourceOptions, Transport};
-use super::uri::{CameraFormat, SourceUri};
+use super::uri::{CameraFormat, SourceUri, TestPattern};
 
 /// Name of the element whose `location`/`device` property receives the URI.
 pub(crate) const SOURCE_ELEMENT: &str = "src";
@@ -135,7 +137,43 @@ pub(crate) fn build(
         .by_name(APPSINK)
         .and_then(|e| e.downcast::<gst_app::AppSink>().ok())
         .ok_or_else(|| "no appsink in pipeline".to_owned())?;
+    if let SourceUri::Test(TestPattern {
+        pool: Some(buffers),
+        ..
+    }) = uri
+    {
+        fixed_pool(&appsink, *buffers)?;
+    }
     Ok((pipeline, appsink))
+}
+
+/// `test://...?pool=N`: the appsink answers the allocation query with a pool of exactly
+/// `buffers` buffers, so the test pattern is drawn into a fixed pool the way a camera driver's
+/// or a hardware decoder's frames are, and the producer waits while all of them are held.
+fn fixed_pool(appsink: &gst_app::AppSink, buffers: u32) -> Result<(), String> {
+    let pad = appsink
+        .static_pad("sink")
+        .ok_or_else(|| "appsink has no sink pad".to_owned())?;
+    pad.add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, move |_, info| {
+        let Some(gst::PadProbeData::Query(query)) = &mut info.data else {
+            return gst::PadProbeReturn::Ok;
+        };
+        let gst::QueryViewMut::Allocation(allocation) = query.view_mut() else {
+            return gst::PadProbeReturn::Ok;
+        };
+        let size = allocation
+            .get()
+            .0
+            .and_then(|caps| gst_video::VideoInfo::from_caps(caps).ok())
+            .and_then(|info| u32::try_from(info.size()).ok());
+        let Some(size) = size else {
+            return gst::PadProbeReturn::Ok;
+        };
+        allocation.add_allocation_pool(None::<&gst::BufferPool>, size, buffers, buffers);
+        gst::PadProbeReturn::Handled
+    })
+    .ok_or_else(|| "cannot watch the appsink's allocation query".to_owned())?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
-use crate::frame::Frame;
+use crate::frame::{Frame, Pins, PoolSize};
 
 /// How long to look for the error that explains a pipeline refusing to start.
 const START_ERROR_WAIT: gst::ClockTime = gst::ClockTime::from_seconds(1);
@@ -289,7 +289,9 @@ fn callbacks(
     frames: Sender<Frame>,
     oldest: Option<Receiver<Frame>>,
 ) -> gst_app::AppSinkCallbacks {
-    let mut info: Option<(gst::Caps, gst_video::VideoInfo)> = None;
+    // The stream's caps, their video info, and the count of the buffers this pipeline's frames
+    // hold, made again when the caps change (a renegotiation makes a new pool).
+    let mut info: Option<(gst::Caps, gst_video::VideoInfo, Pins)> = None;
     gst_app::AppSinkCallbacks::builder()
         .new_sample(move |sink| {
             // Always pull: a sample left in the appsink would make it wait forever at EOS.
@@ -299,25 +301,31 @@ fn callbacks(
                 return Err(gst::FlowError::Eos);
             }
             let caps = sample.caps_owned().ok_or(gst::FlowError::NotNegotiated)?;
-            if info.as_ref().is_none_or(|(c, _)| *c != caps) {
+            let buffer = sample.buffer_owned().ok_or(gst::FlowError::Error)?;
+            if info.as_ref().is_none_or(|(c, ..)| *c != caps) {
                 let parsed = gst_video::VideoInfo::from_caps(&caps)
                     .map_err(|_| gst::FlowError::NotNegotiated)?;
                 if info.is_none() {
                     count_frames_ahead(&shared, sink, &parsed);
                 }
-                info = Some((caps, parsed));
+                let pins = Pins::new(PoolSize::of(&buffer));
+                tracing::debug!(source = %shared.name, pool = %pins.pool(), limit = ?pins.limit(), "decoder buffers held at most");
+                info = Some((caps, parsed, pins));
             }
-            let Some((_, video_info)) = info.as_ref() else {
+            let Some((_, video_info, pins)) = info.as_ref() else {
                 return Err(gst::FlowError::NotNegotiated);
             };
-            let buffer = sample.buffer_owned().ok_or(gst::FlowError::Error)?;
-            let mut frame = match Frame::from_buffer(shared.name.clone(), seq, buffer, video_info) {
+            let wrapped = Frame::from_decoder(shared.name.clone(), seq, buffer, video_info, pins);
+            let mut frame = match wrapped {
                 Ok(frame) => frame,
                 Err(e) => {
                     tracing::error!(source = %shared.name, error = %e, "cannot wrap decoded buffer");
                     return Err(gst::FlowError::Error);
                 }
             };
+            if !frame.is_zero_copy() {
+                count_copy(&shared, pins);
+            }
             if let Some(pts) = frame.pts {
                 let pts = pts + Duration::from_nanos(shared.pts_offset.load(Ordering::Acquire));
                 frame.pts = Some(pts);
@@ -354,6 +362,19 @@ fn callbacks(
             Ok(gst::FlowSuccess::Ok)
         })
         .build()
+}
+
+/// Counts a frame copied out of the decoder's buffer; the source's first copy is logged.
+fn count_copy(shared: &Shared, pins: &Pins) {
+    shared.counters.copied.fetch_add(1, Ordering::Relaxed);
+    if !shared.copying.swap(true, Ordering::Relaxed) {
+        tracing::info!(
+            source = %shared.name,
+            pool = %pins.pool(),
+            held = pins.held(),
+            "the decoder's buffers are all held but the ones it needs; frames are copied out of them until some come back"
+        );
+    }
 }
 
 /// On the first frame of a file that does not loop: how many frames it will give, from its

@@ -24,7 +24,8 @@ pub enum SourceUri {
         fps: Option<u32>,
         format: Option<CameraFormat>,
     },
-    /// `test://PATTERN?width=..&height=..&fps=..&frames=..&live=..` (GStreamer videotestsrc).
+    /// `test://PATTERN?width=..&height=..&fps=..&frames=..&live=..&pool=..` (GStreamer
+    /// videotestsrc).
     Test(TestPattern),
 }
 
@@ -44,6 +45,10 @@ pub struct TestPattern {
     pub frames: Option<u64>,
     /// Paced in real time (a live source) or as fast as frames are taken.
     pub live: bool,
+    /// Draw the frames into a fixed pool of this many buffers, as a camera driver or a hardware
+    /// decoder does, to try what vidflow does with such a pool without the hardware; `None`: a
+    /// pool that grows as needed.
+    pub pool: Option<u32>,
 }
 
 /// Why a URI was refused. Messages never contain a password.
@@ -152,8 +157,9 @@ impl SourceUri {
                         PATTERNS.join(", ")
                     )));
                 }
-                let mut q = Query::parse(query, &["width", "height", "fps", "frames", "live"])
-                    .map_err(|r| invalid(&r))?;
+                let mut q =
+                    Query::parse(query, &["width", "height", "fps", "frames", "live", "pool"])
+                        .map_err(|r| invalid(&r))?;
                 let live = match q.take("live").as_deref() {
                     None | Some("true" | "1") => true,
                     Some("false" | "0") => false,
@@ -182,6 +188,7 @@ impl SourceUri {
                         .map_err(|r| invalid(&r))?
                         .map(u64::from),
                     live,
+                    pool: q.number("pool", 1, 64).map_err(|r| invalid(&r))?,
                 }))
             }
             other => Err(UriError::Scheme(other.to_owned())),

@@ -122,6 +122,11 @@ impl Step for LineCounter {
             Value::Events(events.into()),
         ]))
     }
+
+    fn reset_source(&self, source: &str) -> bool {
+        self.states.reset(source);
+        true
+    }
 }
 
 /// One source's totals and where each live track was last seen on a side of the line.

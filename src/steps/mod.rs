@@ -151,6 +151,15 @@ impl StepInput<'_> {
 /// step is never called for two frames of one source at once.
 pub trait Step: Send + Sync + fmt::Debug {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError>;
+
+    /// Forgets what the step keeps for `source` (a tracker's tracks, a counter's totals, a
+    /// background model), so that the source's next frame starts afresh. The executor calls it
+    /// after the step panicked on a frame of that source, when that state may be half updated,
+    /// before the source's next frame reaches the step. Returns false for a step that keeps
+    /// nothing it can forget (the default); a stateful kind returns true, state or none.
+    fn reset_source(&self, _source: &str) -> bool {
+        false
+    }
 }
 
 /// What a step made of a frame.

@@ -1,16 +1,18 @@
 //! `motion`: MOG2 background subtraction; each moving region becomes a detection.
 //!
-//! The background model is state carried from frame to frame, one model per source, so the
-//! kind is declared stateful: the executor hands it the frames of a source in order.
+//! The background model is state carried from frame to frame, one model per source
+//! ([`PerSource`]), so the kind is declared stateful: the executor hands it the frames of a
+//! source in order. After a panic on a frame of a source, the executor drops that source's
+//! model ([`Step::reset_source`]): it learns the background again from the next frame.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use opencv::core::{Mat, Point, Ptr, Size, Vector};
 use opencv::imgproc;
 use opencv::video::{self, BackgroundSubtractorMOG2};
 use serde::Deserialize;
 
+use super::per_source::PerSource;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value};
@@ -66,11 +68,8 @@ struct Motion {
     min_area: f64,
     class: Arc<str>,
     kernel: Mat,
-    /// One background model per source, each behind its own lock. The map's lock is held only
-    /// to find (or add) a source's model, never while a model runs, so sources do not queue
-    /// behind each other; the executor never runs this step for two frames of one source at
-    /// once, so a model's own lock is uncontended.
-    models: Mutex<HashMap<Arc<str>, Arc<Mutex<Model>>>>,
+    /// One background model per source, made on its first frame.
+    models: PerSource<Model>,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
@@ -90,38 +89,21 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         min_area: c.min_area.unwrap_or(400.0),
         class: c.class.unwrap_or_else(|| "motion".to_owned()).into(),
         kernel,
-        models: Mutex::new(HashMap::new()),
+        models: PerSource::default(),
     }))
 }
 
 type Model = Ptr<BackgroundSubtractorMOG2>;
 
-impl Motion {
-    /// The background model of `source`, made on its first frame.
-    fn model(&self, source: &Arc<str>) -> Result<Arc<Mutex<Model>>, StepError> {
-        let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(model) = models.get(source) {
-            return Ok(model.clone());
-        }
-        let model = Arc::new(Mutex::new(video::create_background_subtractor_mog2(
-            self.history,
-            self.var_threshold,
-            true,
-        )?));
-        models.insert(source.clone(), model.clone());
-        Ok(model)
-    }
-}
-
 impl Step for Motion {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let image = input.image(0)?;
         let mut mask = Mat::default();
-        let model = self.model(&input.frame.source)?;
-        {
-            let mut model = model.lock().unwrap_or_else(PoisonError::into_inner);
-            video::BackgroundSubtractorTrait::apply(&mut *model, image, &mut mask, -1.0)?;
-        }
+        let make =
+            || video::create_background_subtractor_mog2(self.history, self.var_threshold, true);
+        self.models.with_made(&input.frame.source, make, |model| {
+            video::BackgroundSubtractorTrait::apply(model, image, &mut mask, -1.0)
+        })??;
         // Shadows are marked 127 by MOG2: keep only confident foreground (255).
         let mut binary = Mat::default();
         imgproc::threshold(&mask, &mut binary, 200.0, 255.0, imgproc::THRESH_BINARY)?;
@@ -148,5 +130,10 @@ impl Step for Motion {
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),
         )]))
+    }
+
+    fn reset_source(&self, source: &str) -> bool {
+        self.models.reset(source);
+        true
     }
 }

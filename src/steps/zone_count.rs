@@ -114,6 +114,11 @@ impl Step for ZoneCount {
             Value::Events(events.into()),
         ]))
     }
+
+    fn reset_source(&self, source: &str) -> bool {
+        self.states.reset(source);
+        true
+    }
 }
 
 /// What one source's tracks were last seen doing.

@@ -107,6 +107,38 @@ pub fn count_segment_frames(first: &Path) -> u64 {
     segments(first).iter().map(|p| count_video_frames(p)).sum()
 }
 
+/// What the library logs in this test process, from every thread, as plain text: the first
+/// call installs the process's subscriber (at `info`); later ones share its buffer.
+pub fn captured_logs() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || LogWriter(writer.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        logs
+    })
+    .clone()
+}
+
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub fn vidflow() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vidflow"));
     c.env("VIDFLOW_LOG", "info");

@@ -322,3 +322,47 @@ pub fn wait_until_asleep<T: PartialEq + std::fmt::Debug>(
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+// ---- stand-ins around real steps ----
+
+/// A detector that finds what `script` says on each frame of each source, given the frame's
+/// source and number.
+#[derive(Debug)]
+pub struct Scripted {
+    pub script: fn(&str, u64) -> Vec<vidflow::value::Detection>,
+}
+
+impl Step for Scripted {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let found = (self.script)(&input.frame.source, input.frame.seq);
+        Ok(StepOutput::Values(vec![Value::Detections(Arc::from(
+            found,
+        ))]))
+    }
+}
+
+/// A real step with a fault injected: on the frames `when` picks (by source and number) it
+/// runs the step, which updates its state, then panics, as a bug halfway through would. Its
+/// state is the real step's: a reset reaches it.
+#[derive(Debug)]
+pub struct PanicsAfter {
+    pub step: Arc<dyn Step>,
+    pub when: fn(&str, u64) -> bool,
+}
+
+impl Step for PanicsAfter {
+    fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
+        let out = self.step.run(input)?;
+        if (self.when)(&input.frame.source, input.frame.seq) {
+            panic!(
+                "injected fault on frame {} of {}",
+                input.frame.seq, input.frame.source
+            );
+        }
+        Ok(out)
+    }
+
+    fn reset_source(&self, source: &str) -> bool {
+        self.step.reset_source(source)
+    }
+}

@@ -49,6 +49,13 @@ pub(super) fn render(live: &Live) -> String {
     );
     per_source(
         &mut out,
+        "vidflow_source_frames_copied_total",
+        "counter",
+        "Frames copied out of the decoder's buffer because its small pool could spare no more.",
+        &|i| get(&sources[i].counters.copied),
+    );
+    per_source(
+        &mut out,
         "vidflow_source_reconnects_total",
         "counter",
         "Times the stream came back after a loss.",
@@ -120,6 +127,18 @@ pub(super) fn render(live: &Live) -> String {
                 "vidflow_step_failures_total",
                 &[("step", &s.name)],
                 get(&s.failures),
+            );
+        }
+        out.header(
+            "vidflow_step_state_resets_total",
+            "counter",
+            "Panics of the step after which its state for the frame's source was reset.",
+        );
+        for s in steps.iter() {
+            out.sample(
+                "vidflow_step_state_resets_total",
+                &[("step", &s.name)],
+                get(&s.state_resets),
             );
         }
         let name = "vidflow_step_duration_seconds";

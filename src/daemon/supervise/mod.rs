@@ -382,4 +382,5 @@ pub(super) fn add_source_stats(total: &mut SourceStats, more: &SourceStats) {
     total.reconnects += more.reconnects;
     total.attempts += more.attempts;
     total.throttled += more.throttled;
+    total.copied += more.copied;
 }

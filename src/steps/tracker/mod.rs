@@ -4,23 +4,21 @@
 //! ByteTrack (the same, plus a second association of the less confident detections to the
 //! tracks still unmatched); the life of a track and the association stages are in `tracks`.
 //!
-//! State: the tracks of each source, in a map from source name to that source's tracks behind
-//! their own lock. The map's lock is held only to find (or add) a source's entry, never while
-//! tracking, so sources do not queue behind each other; the kind is stateful, so the executor
-//! hands this step one source's frames in order and one at a time, and a source's own lock is
-//! uncontended. No thread or channel of its own.
+//! State: the tracks of each source ([`PerSource`]: a map from source name to that source's
+//! tracks behind their own lock, the map's lock never held while tracking); the kind is
+//! stateful, so the executor hands this step one source's frames in order and one at a time.
+//! After a panic on a frame of a source, the executor drops that source's tracks
+//! ([`Step::reset_source`]): its IDs start again at 1. No thread or channel of its own.
 //!
 //! Frames without detections: `detections` is an optional input. When the detector did not run
 //! on a frame (`every_n_frames`, or its branch was skipped), the tracker still runs and only
 //! predicts. Gaps in frame numbers (frames a live source dropped from its full queue) are
 //! predicted across: a frame `n` numbers after the last is `n` steps of the filter.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::per_source::PerSource;
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Detection, Value, ValueType};
@@ -197,40 +195,38 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 #[derive(Debug)]
 struct Tracker {
     settings: Settings,
-    /// The tracks of each source, each behind its own lock (see the module header).
-    sources: Mutex<HashMap<Arc<str>, Arc<Mutex<Tracks>>>>,
+    /// The tracks of each source (see the module header).
+    sources: PerSource<Tracks>,
 }
 
 impl Tracker {
     fn new(settings: Settings) -> Self {
         Self {
             settings,
-            sources: Mutex::new(HashMap::new()),
+            sources: PerSource::default(),
         }
-    }
-
-    /// The tracks of `source`, empty on its first frame.
-    fn tracks(&self, source: &Arc<str>) -> Arc<Mutex<Tracks>> {
-        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
-        sources
-            .entry(source.clone())
-            .or_insert_with(|| Arc::new(Mutex::new(Tracks::new())))
-            .clone()
     }
 }
 
 impl Step for Tracker {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let detections = input.optional::<[Detection]>(0)?;
-        let tracks = self.tracks(&input.frame.source);
-        let mut tracks = tracks.lock().unwrap_or_else(PoisonError::into_inner);
-        let out = tracks.update(&self.settings, input.frame.seq, detections);
+        let out = self.sources.with(&input.frame.source, |tracks| {
+            tracks.update(&self.settings, input.frame.seq, detections)
+        });
         Ok(StepOutput::Values(vec![Value::Tracks(out.into())]))
+    }
+
+    fn reset_source(&self, source: &str) -> bool {
+        self.sources.reset(source);
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::frame::Frame;
     use crate::value::{BBox, Track};

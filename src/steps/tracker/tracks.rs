@@ -49,15 +49,18 @@ pub(super) struct Tracks {
     last_frame: Option<u64>,
 }
 
-impl Tracks {
-    pub(super) fn new() -> Self {
+impl Default for Tracks {
+    /// No track yet; the first confirmed one gets ID 1.
+    fn default() -> Self {
         Self {
             tracks: Vec::new(),
             next_id: 1,
             last_frame: None,
         }
     }
+}
 
+impl Tracks {
     /// Moves the tracks to frame `seq`, matches `detections` (`None`: the detector gave nothing
     /// on this frame, so every track is only predicted), and returns the confirmed tracks, in
     /// ID order.
@@ -245,7 +248,7 @@ mod tests {
     #[test]
     fn two_objects_crossing_paths_keep_their_ids() {
         let s = settings();
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         let (mut id_a, mut id_b) = (None, None);
         for f in 0..40u64 {
             // Head on, 6 px a frame each, overlapping from frame 15 to 24.
@@ -268,7 +271,7 @@ mod tests {
     #[test]
     fn an_object_missing_for_less_than_max_age_keeps_its_id_and_is_predicted_meanwhile() {
         let s = settings();
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         let at = |f: u64| det(3.0 * f as f32, 50.0, 0.9);
         for f in 0..20 {
             tracks.update(&s, f, Some(&[at(f)]));
@@ -296,7 +299,7 @@ mod tests {
             min_hits: 1,
             ..settings()
         };
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         let still = det(100.0, 100.0, 0.9);
         for f in 0..5 {
             assert_eq!(id_of(&tracks.update(&s, f, one(&still)), &still), Some(1));
@@ -315,7 +318,7 @@ mod tests {
     #[test]
     fn a_track_is_reported_after_min_hits_and_a_flicker_takes_no_id() {
         let s = settings();
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         // Seen on two frames, missed on the third: never reported.
         let flicker = det(200.0, 0.0, 0.9);
         assert!(tracks.update(&s, 0, one(&flicker)).is_empty());
@@ -332,7 +335,7 @@ mod tests {
             min_hits: 1,
             ..settings()
         };
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         assert_eq!(
             id_of(&tracks.update(&at_once, 0, one(&thing)), &thing),
             Some(1)
@@ -346,7 +349,7 @@ mod tests {
             method,
             ..settings()
         };
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         let at = |f: u64, c: f32| det(4.0 * f as f32, 10.0, c);
         for f in 0..6 {
             tracks.update(&s, f, Some(&[at(f, 0.9)]));
@@ -377,7 +380,7 @@ mod tests {
             min_hits: 1,
             ..settings()
         };
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         for f in 0..5 {
             assert!(tracks.update(&s, f, Some(&[det(0.0, 0.0, 0.3)])).is_empty());
         }
@@ -386,7 +389,7 @@ mod tests {
     #[test]
     fn a_gap_in_frame_numbers_is_predicted_across() {
         let s = settings();
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         // 5 px a frame; a 20 px box seen again 8 frames later is 40 px further: no overlap with
         // where it was, full overlap with where it went.
         let at = |f: u64| det(5.0 * f as f32, 0.0, 0.9);
@@ -401,7 +404,7 @@ mod tests {
     #[test]
     fn frames_without_detections_only_predict() {
         let s = settings();
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         let at = |f: u64| det(2.0 * f as f32, 0.0, 0.9);
         // The detector runs on even frames only.
         for f in 0..20 {
@@ -422,7 +425,7 @@ mod tests {
 
     #[test]
     fn per_class_keeps_classes_apart() {
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         let s = Settings {
             min_hits: 1,
             ..settings()
@@ -436,7 +439,7 @@ mod tests {
             per_class: false,
             ..s
         };
-        let mut tracks = Tracks::new();
+        let mut tracks = Tracks::default();
         tracks.update(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
         let out = tracks.update(&s, 1, one(&other));
         assert_eq!(id_of(&out, &other), Some(1), "{out:?}");

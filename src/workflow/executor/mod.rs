@@ -37,6 +37,11 @@
 //! holds more than `max_in_flight` frames. So that a slow source cannot take them all, one
 //! source may hold at most `max_in_flight` minus one place per other open source (at least one).
 //!
+//! Reset: a stateful step that panics may leave its state for the frame's source half updated;
+//! that state is dropped (`Step::reset_source`) on the thread that caught the panic, before the
+//! node's gate passes to the source's next frame, so no later frame sees it. It is counted
+//! (`step_state_resets`) and logged; other sources keep theirs.
+//!
 //! Failure: a step that errs or panics fails its frame. Nodes of that frame that have not
 //! started are skipped; nodes already running finish; the frame is delivered once every node
 //! has finished or been skipped, with the first failure recorded. Whatever unwinds while a node
@@ -94,7 +99,8 @@ pub struct Executor {
 
 /// Counters of the executor itself (the pool counts its own). Written with relaxed ordering by
 /// the coordinator (`coordinator_wakeups`), the thread that builds the own pool
-/// (`pools_built`) and any thread running a node (`step_panics`); read for statistics only.
+/// (`pools_built`) and any thread running a node (`step_panics`, `step_state_resets`); read for
+/// statistics only.
 #[derive(Debug, Default)]
 pub struct ExecutorMetrics {
     /// Times the coordinator woke up (a frame, a finished frame, or an abort arrived).
@@ -104,6 +110,9 @@ pub struct ExecutorMetrics {
     /// Panics caught while running nodes, in a step or around it (each failed its frame).
     /// The pool never sees them.
     pub step_panics: AtomicU64,
+    /// Times a stateful step's state for one source was dropped because the step panicked on a
+    /// frame of that source (the state may have been half updated).
+    pub step_state_resets: AtomicU64,
     /// Frames admitted and not yet delivered; stored by the coordinator after each change.
     pub in_flight: AtomicU64,
     /// Per node of the graph, in graph order: bumped by the thread that ran the step.
@@ -123,6 +132,8 @@ pub struct StepMetrics {
     pub runs: AtomicU64,
     /// Runs that failed (an error, a panic, the wrong number of outputs).
     pub failures: AtomicU64,
+    /// Panics after which the step's state for a source was reset.
+    pub state_resets: AtomicU64,
     /// Runs per latency bucket (not cumulative): `LATENCY_BUCKETS_S`, then +Inf.
     pub buckets: [AtomicU64; LATENCY_BUCKETS_S.len() + 1],
     /// Total time in the step, in microseconds.
@@ -135,6 +146,7 @@ impl StepMetrics {
             name,
             runs: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            state_resets: AtomicU64::new(0),
             buckets: Default::default(),
             total_us: AtomicU64::new(0),
         }

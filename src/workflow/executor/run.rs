@@ -143,6 +143,9 @@ fn execute(run: &Run, node: usize) {
                                 .metrics
                                 .step_panics
                                 .fetch_add(1, Ordering::Relaxed);
+                            if n.kind.stateful {
+                                reset_after_panic(run, n, node);
+                            }
                             // The payload is dropped at the end of this arm, outside the step's
                             // catch: if that panics too, `run_from` catches it.
                             Err(StepError::Panic(panic_message(&*payload)))
@@ -177,6 +180,31 @@ fn execute(run: &Run, node: usize) {
         };
     // Each node is executed once per frame, so the outcome is always recorded here.
     run.record.set_outcome(node, outcome);
+}
+
+/// After stateful node `n` panicked on this frame: its state for the frame's source may be
+/// half updated, so it is dropped (the source's next frame starts afresh), counted and logged.
+/// This runs while the frame still holds the node's gate: no later frame of the source has
+/// seen the state.
+fn reset_after_panic(run: &Run, n: &Node, node: usize) {
+    let source = &run.record.frame().source;
+    let what = if n.step.reset_source(source) {
+        let metrics = &run.shared.metrics;
+        metrics.step_state_resets.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = metrics.steps.get(node) {
+            m.state_resets.fetch_add(1, Ordering::Relaxed);
+        }
+        "its state for that source was reset"
+    } else {
+        "it cannot reset its state and keeps it"
+    };
+    tracing::warn!(
+        step = %n.name,
+        source = %source,
+        "step \"{}\" panicked on source \"{}\"; {what}",
+        n.name,
+        source
+    );
 }
 
 /// The node's input values, or `None` when a required one was not produced on this frame (an
