@@ -188,6 +188,8 @@ mod tests {
     const CORPUS: &[&str] = &[
         "pa#ss1", "pa?ss2", "pa/ss3", "pa@ss4", "pa:ss5", "pa%ss6", "pa ss7", "p%23ss", "p%40ss",
         "p%25ss", "p%20ss", "p%2Fss", "p%3Fss", "hunter2",
+        // A port-like start: these parse, as host "admin" and port 12.
+        "12#ss8", "12?ss9", "12/ss0",
     ];
 
     /// Every form a password may take on its way: as written, decoded, encoded by the URL
