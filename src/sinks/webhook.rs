@@ -23,7 +23,7 @@ use ureq::http::{HeaderName, HeaderValue};
 use super::net::{self, Backlog, Backoff, Lost, Message, Mode};
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
-use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput, redact};
+use crate::spec::{Address, Diagnostic, ParamDoc, Params, SinkInput, redact, redact_all};
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "webhook",
@@ -128,15 +128,23 @@ struct Factory {
 
 fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     let c: Config = params.parse()?;
-    let url = c.url.get_ref().trim().to_owned();
-    let shown = redact(&url);
-    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-    if !matches!(scheme.as_deref(), Some("http" | "https")) || url.ends_with("://") {
+    let written = c.url.get_ref().trim();
+    let scheme = written
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) || written.ends_with("://") {
         return Err(Diagnostic::at(
             c.url.span(),
-            format!("url \"{shown}\": expected http://host/... or https://host/..."),
+            format!(
+                "url \"{}\": expected http://host/... or https://host/...",
+                redact(written)
+            ),
         ));
     }
+    // ureq is given the URL as this one parse writes it, and messages show it redacted.
+    let address =
+        Address::parse(written).map_err(|e| Diagnostic::at(c.url.span(), e.to_string()))?;
+    let (url, shown) = (address.expose(), address.to_string());
     let mut headers = Vec::new();
     for (k, v) in c.headers.iter().flat_map(|h| h.get_ref()) {
         let span = c.headers.as_ref().map_or(0..0, Spanned::span);
@@ -247,7 +255,7 @@ fn post(agent: &ureq::Agent, endpoint: &Endpoint, body: &[u8]) -> Result<(), Ref
         }
         // ureq's errors name the host, never the URL's password; redact anyway.
         Err(e) => Err(Refused {
-            why: redact(&e.to_string()),
+            why: redact_all(&e.to_string()),
             retry: true,
         }),
     }

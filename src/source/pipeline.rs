@@ -2,8 +2,9 @@
 //! location and credentials.
 //!
 //! Descriptions never contain a location: the element named `src` gets its `location` (a path,
-//! or an RTSP URL that may carry credentials) as a property after parsing, so a description can
-//! be logged or shown safely, and no quoting of paths is needed.
+//! or an RTSP URL without user and password) as a property after parsing, so a description can
+//! be logged or shown safely, and no quoting of paths is needed. User and password go to
+//! rtspsrc's `user-id` and `user-pw` alone.
 //!
 //! Memory: the appsink keeps one decoded frame (`max-buffers=1`), the callback hands over one
 //! more, and the source's queue holds `queue` frames: `queue + 2` decoder buffers per source,
@@ -18,7 +19,7 @@ use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
-use super::options::{SourceOptions, Transport};
+use super::options::{Secret, SourceOptions, Transport};
 use super::uri::{CameraFormat, SourceUri, TestPattern};
 
 /// Name of the element whose `location`/`device` property receives the URI.
@@ -120,11 +121,18 @@ pub(crate) fn build(
             SourceUri::File { path } => {
                 src.set_property("location", path.to_string_lossy().as_ref());
             }
-            SourceUri::Rtsp { url } => {
-                src.set_property("location", url.as_str());
-                if let Some(c) = &options.credentials {
-                    src.set_property("user-id", c.user.as_str());
-                    src.set_property("user-pw", c.password.expose());
+            SourceUri::Rtsp { address } => {
+                // The password never goes into the location, which GStreamer quotes in its
+                // messages: rtspsrc takes user and password apart, decoded (its own URL parser
+                // would refuse a user without a password, and decode nothing).
+                src.set_property("location", address.without_credentials().as_str());
+                let (user, password) = match &options.credentials {
+                    Some(c) => (c.user.as_str(), Some(c.password.expose())),
+                    None => (address.user(), address.password().map(Secret::expose)),
+                };
+                if !user.is_empty() {
+                    src.set_property("user-id", user);
+                    src.set_property("user-pw", password.unwrap_or_default());
                 }
             }
             SourceUri::V4l2 { device, .. } => {
@@ -241,5 +249,19 @@ mod tests {
             build(&SourceUri::parse(uri).unwrap(), &options)
                 .unwrap_or_else(|e| panic!("{uri}: {e}"));
         }
+    }
+
+    #[test]
+    fn rtspsrc_gets_the_password_apart_decoded_and_a_location_without_it() {
+        gst::init().unwrap();
+        let uri = SourceUri::parse("rtsp://ad%20min:p%23s%40s@127.0.0.1:9/cam?c=1").unwrap();
+        let (pipeline, _) = build(&uri, &SourceOptions::default()).unwrap();
+        let src = pipeline.by_name(SOURCE_ELEMENT).unwrap();
+        assert_eq!(
+            src.property::<String>("location"),
+            "rtsp://127.0.0.1:9/cam?c=1"
+        );
+        assert_eq!(src.property::<String>("user-id"), "ad min");
+        assert_eq!(src.property::<String>("user-pw"), "p#s@s");
     }
 }

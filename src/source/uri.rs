@@ -1,21 +1,24 @@
 //! Source URIs: what the user wrote in `uri = "..."`, parsed and checked.
 //!
-//! Credentials in a URI are kept for GStreamer but never shown: `Display` redacts the password
-//! as `***`, and every error and log line goes through `Display`.
+//! An RTSP URL is parsed once, as a [`spec::Address`](crate::spec::Address) (the `url` crate):
+//! that parse gives GStreamer its location (without user and password, which go to rtspsrc apart)
+//! and gives `Display` what it shows (the password as `***`); every error and log line goes
+//! through `Display`. How a password with `#`, `?`, `/`, `@` or `%` is written, and what is
+//! refused, is in `spec/address.rs`.
 
 use std::fmt;
 use std::path::PathBuf;
 
 pub use crate::spec::redact;
-use crate::spec::{Secret, percent_decode, url_credentials};
+use crate::spec::{Address, AddressError, Secret, percent_decode};
 
 /// A parsed source URI.
 #[derive(Clone, PartialEq, Eq)]
 pub enum SourceUri {
     /// `file:///path` or a plain path.
     File { path: PathBuf },
-    /// `rtsp://` or `rtsps://`, credentials included.
-    Rtsp { url: String },
+    /// `rtsp://` or `rtsps://`, its credentials taken apart.
+    Rtsp { address: Address },
     /// `v4l2:///dev/videoN?width=..&height=..&fps=..&format=mjpg|raw`.
     V4l2 {
         device: PathBuf,
@@ -60,6 +63,8 @@ pub enum UriError {
     Scheme(String),
     #[error("\"{uri}\": {reason}")]
     Invalid { uri: String, reason: String },
+    #[error(transparent)]
+    Address(#[from] AddressError),
 }
 
 /// Patterns of GStreamer's videotestsrc, by nick.
@@ -113,16 +118,9 @@ impl SourceUri {
                 }
                 Ok(Self::File { path: path.into() })
             }
-            "rtsp" | "rtsps" => {
-                let authority = rest.split(['/', '?']).next().unwrap_or_default();
-                let host = authority.rsplit('@').next().unwrap_or_default();
-                if host.is_empty() || host.starts_with(':') {
-                    return Err(invalid("missing host"));
-                }
-                Ok(Self::Rtsp {
-                    url: uri.to_owned(),
-                })
-            }
+            "rtsp" | "rtsps" => Ok(Self::Rtsp {
+                address: Address::parse(uri)?,
+            }),
             "v4l2" => {
                 let (path, query) = split_query(rest);
                 if !path.starts_with("/dev/") {
@@ -195,26 +193,19 @@ impl SourceUri {
         }
     }
 
-    /// Removes this URI's password from a text (GStreamer messages may quote the URL).
+    /// Removes this URI's password, in any spelling, from a text (GStreamer's messages).
     pub fn scrub(&self, text: &str) -> String {
-        let Self::Rtsp { url } = self else {
-            return text.to_owned();
-        };
-        match url_credentials(url) {
-            Some((_, Some(p))) => Secret::new(p.to_owned()).scrub(text),
+        match self {
+            Self::Rtsp { address } => address
+                .password()
+                .map_or_else(|| text.to_owned(), |p: &Secret| p.scrub(text)),
             _ => text.to_owned(),
         }
     }
 
     /// Whether the URI carries a user (and maybe a password) itself.
     pub fn has_credentials(&self) -> bool {
-        match self {
-            Self::Rtsp { url } => url
-                .split_once("://")
-                .map(|(_, rest)| &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())])
-                .is_some_and(|authority| authority.contains('@')),
-            _ => false,
-        }
+        matches!(self, Self::Rtsp { address } if address.has_credentials())
     }
 
     /// Whether this is a single picture (decoded to one frame) rather than a stream.
@@ -246,7 +237,7 @@ impl fmt::Display for SourceUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::File { path } => write!(f, "file://{}", path.display()),
-            Self::Rtsp { url } => f.write_str(&redact(url)),
+            Self::Rtsp { address } => address.fmt(f),
             Self::V4l2 { device, .. } => write!(f, "v4l2://{}", device.display()),
             Self::Test(t) => write!(f, "test://{}", t.pattern),
         }
@@ -377,5 +368,34 @@ mod tests {
             "could not open rtsp://admin:***@10.0.0.9 (***)"
         );
         assert_eq!(redact("rtsp://user@cam/x"), "rtsp://user@cam/x");
+    }
+
+    #[test]
+    fn a_raw_hash_question_mark_or_slash_in_a_password_is_a_config_error_without_it() {
+        for password in ["pa#ss", "pa?ss", "pa/ss", "12#ss", "12/ss", "pa%ss"] {
+            let uri = format!("rtsp://admin:{password}@127.0.0.1:9/cam");
+            let e = SourceUri::parse(&uri).unwrap_err().to_string();
+            assert!(
+                e.contains("127.0.0.1:9/cam") && e.contains("%23"),
+                "{uri}: {e}"
+            );
+            assert!(!e.contains(password) && !e.contains("ss@"), "{uri}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_encoded_password_is_decoded_for_the_camera_and_shown_as_stars() {
+        let uri = SourceUri::parse("rtsp://admin:p%23s%40s@127.0.0.1:9/cam").unwrap();
+        let SourceUri::Rtsp { address } = &uri else {
+            panic!("not rtsp: {uri:?}");
+        };
+        assert_eq!(address.password().map(Secret::expose), Some("p#s@s"));
+        assert_eq!(
+            address.without_credentials().as_str(),
+            "rtsp://127.0.0.1:9/cam"
+        );
+        assert_eq!(uri.to_string(), "rtsp://admin:***@127.0.0.1:9/cam");
+        assert!(uri.has_credentials());
+        assert_eq!(uri.scrub("p#s@s or p%23s%40s"), "*** or ***");
     }
 }

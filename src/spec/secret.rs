@@ -1,9 +1,38 @@
-//! Passwords: in a URL (`scheme://user:password@host/...`), in a file, or held as a [`Secret`].
-//! Shared by the source and the network sinks, so that every message that may quote a URL
-//! redacts it the same way: `Display`/`Debug` of what holds a password never show it.
+//! Passwords: held as a [`Secret`], read from a file, or decoded from a URL's %-escapes (a URL
+//! itself is parsed and redacted in `address.rs`). Shared by the source and the network sinks:
+//! `Debug` of what holds a password never shows it.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+use percent_encoding::{
+    AsciiSet, CONTROLS, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode,
+};
+
+/// What a decoded password is percent-encoded with to go back into a URL: the WHATWG URL
+/// standard's userinfo set (the `url` crate's, which it does not export), plus `%` itself.
+pub(crate) const USERINFO: &AsciiSet = &CONTROLS
+    .add(b'%')
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'/')
+    .add(b':')
+    .add(b';')
+    .add(b'=')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'|');
 
 /// A password that never prints.
 #[derive(Clone, PartialEq, Eq)]
@@ -18,17 +47,24 @@ impl Secret {
         &self.0
     }
 
-    /// `text` with this password (and its %-decoded form) replaced by `***`.
+    /// `text` with this password replaced by `***`: as it is, %-decoded, and %-encoded as a URL
+    /// holds it (the URL standard's way, and every byte but letters and digits).
     pub fn scrub(&self, text: &str) -> String {
         let p = &self.0;
         if p.is_empty() {
             return text.to_owned();
         }
-        let mut out = text.replace(p.as_str(), "***");
-        if let Some(decoded) = percent_decode(p).filter(|d| d != p) {
-            out = out.replace(&decoded, "***");
-        }
-        out
+        let mut forms = vec![
+            p.clone(),
+            utf8_percent_encode(p, USERINFO).to_string(),
+            utf8_percent_encode(p, NON_ALPHANUMERIC).to_string(),
+        ];
+        forms.extend(percent_decode(p));
+        // Longest first, so that a form holding another goes whole.
+        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+        forms.iter().fold(text.to_owned(), |out, form| {
+            out.replace(form.as_str(), "***")
+        })
     }
 }
 
@@ -38,70 +74,20 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Replaces the password of `scheme://user:password@host/...` with `***`.
-pub fn redact(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                format!("{scheme}://{user}@{host}{tail}")
-            }
-        }
-        None => uri.to_owned(),
-    }
-}
-
-/// `text` with the password of every `scheme://user:password@host/...` in it replaced by `***`:
-/// for text that may quote URLs among other words (GStreamer's messages).
-pub fn redact_all(text: &str) -> String {
-    let delimiter = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '(' | ')');
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let start = rest[..at].rfind(delimiter).map_or(0, |d| d + 1);
-        let end = rest[at..].find(delimiter).map_or(rest.len(), |e| at + e);
-        out.push_str(&rest[..start]);
-        out.push_str(&redact(&rest[start..end]));
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The user and password of `scheme://user:password@host`, as written (%-escaped), if any.
-pub fn url_credentials(uri: &str) -> Option<(&str, Option<&str>)> {
-    let rest = uri.split_once("://")?.1;
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let userinfo = authority.rsplit_once('@')?.0;
-    Some(match userinfo.split_once(':') {
-        Some((user, password)) => (user, Some(password)),
-        None => (userinfo, None),
-    })
-}
-
 /// `%41` -> `A`; `None` for a bad escape or bytes that are not UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let whole = |after: &str| {
+        after
+            .get(..2)
+            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    if !s.split('%').skip(1).all(whole) {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(Cow::into_owned)
 }
 
 /// Reads a password file (its trailing newline removed). A relative path is looked up in
@@ -121,31 +107,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_lose_only_their_password() {
-        assert_eq!(redact("mqtt://u:hunter2@h:1883"), "mqtt://u:***@h:1883");
-        assert_eq!(redact("rtsp://cam/x?a=b@c"), "rtsp://cam/x?a=b@c");
-        assert_eq!(
-            url_credentials("mqtt://u:p%40ss@h"),
-            Some(("u", Some("p%40ss")))
-        );
-        assert_eq!(url_credentials("mqtt://u@h"), Some(("u", None)));
-        assert_eq!(url_credentials("mqtt://h"), None);
-    }
-
-    #[test]
-    fn every_url_in_a_text_loses_its_password() {
-        assert_eq!(
-            redact_all("failed: <rtsp://u:pw@cam/x> and (mqtt://v:pw2@h:1) rtsp://w@c/y"),
-            "failed: <rtsp://u:***@cam/x> and (mqtt://v:***@h:1) rtsp://w@c/y"
-        );
-        assert_eq!(redact_all("no url here"), "no url here");
-        assert_eq!(redact_all("a://b://c"), "a://b://c");
-    }
-
-    #[test]
-    fn scrub_removes_both_spellings() {
+    fn scrub_removes_every_spelling() {
         let s = Secret::new("p%40ss".into());
         assert_eq!(s.scrub("bad p%40ss or p@ss"), "bad *** or ***");
         assert_eq!(format!("{s:?}"), "***");
+        assert_eq!(percent_decode("%+1"), None);
+        assert_eq!(percent_decode("a%2"), None);
+        assert_eq!(percent_decode("a%25%41"), Some("a%A".to_owned()));
+        let s = Secret::new("p#s s".into());
+        assert_eq!(s.scrub("p#s s, p%23s%20s, p%23s%20s"), "***, ***, ***");
     }
 }

@@ -8,12 +8,12 @@ use std::time::Duration;
 use rumqttc::QoS;
 use serde::Deserialize;
 use toml::Spanned;
+use url::Host;
 
 use super::super::net::{self, Mode};
 use super::super::{SinkError, SinkFactory};
-use crate::spec::{
-    Diagnostic, Params, Secret, percent_decode, read_password_file, redact, url_credentials,
-};
+
+use crate::spec::{Address, AddressError, Diagnostic, Params, Secret, read_password_file, redact};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -117,11 +117,12 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnost
     }))
 }
 
-/// `mqtt://[user[:password]@]host[:port][/]`, `mqtts://...`.
+/// `mqtt://[user[:password]@]host[:port][/]`, `mqtts://...`, parsed as an [`Address`]: the
+/// host, port and login given to rumqttc come from the same parse as what is shown.
 fn parse_url(url: &str) -> Result<Broker, String> {
     let shown = redact(url);
     let bad = |why: &str| format!("url \"{shown}\": {why}");
-    let (scheme, rest) = url
+    let (scheme, _) = url
         .split_once("://")
         .ok_or_else(|| bad("expected mqtt://host[:port] or mqtts://host[:port]"))?;
     let (tls, default_port) = match scheme {
@@ -133,45 +134,41 @@ fn parse_url(url: &str) -> Result<Broker, String> {
             )));
         }
     };
-    let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if authority.contains(['/', '?', '#']) {
+    let address = Address::parse(url).map_err(|e| match e {
+        AddressError::NoHost { .. } => bad("no host"),
+        e => e.to_string(),
+    })?;
+    let parsed = address.without_credentials();
+    if !matches!(parsed.path(), "" | "/") || parsed.query().is_some() || parsed.fragment().is_some()
+    {
         return Err(bad(
             "a broker url has no path or query (the topic is `topic`)",
         ));
     }
-    let login = match url_credentials(url) {
-        None => None,
-        Some((user, password)) => {
-            let user = percent_decode(user).ok_or_else(|| bad("bad %-escape in the user"))?;
-            let password = password
-                .map(|p| percent_decode(p).ok_or_else(|| bad("bad %-escape in the password")))
-                .transpose()?
-                .unwrap_or_default();
-            Some((user, Secret::new(password)))
-        }
+    let port = match parsed.port() {
+        Some(0) => return Err(bad("bad port \"0\"")),
+        Some(port) => port,
+        None => default_port,
     };
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let (host, port) = match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || !hostport.starts_with('[') || h.contains(']') => {
-            let port = p
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p > 0)
-                .ok_or_else(|| bad(&format!("bad port \"{p}\"")))?;
-            (h, port)
-        }
-        _ => (hostport, default_port),
+    let host = match parsed.host() {
+        Some(Host::Domain(name)) => name.to_owned(),
+        Some(Host::Ipv4(ip)) => ip.to_string(),
+        Some(Host::Ipv6(ip)) => ip.to_string(),
+        None => return Err(bad("no host")),
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(bad("no host"));
-    }
+    let login = address.has_credentials().then(|| {
+        let password = address.password().cloned();
+        (
+            address.user().to_owned(),
+            password.unwrap_or_else(|| Secret::new(String::new())),
+        )
+    });
     Ok(Broker {
-        host: host.to_owned(),
+        host,
         port,
         tls,
         login,
-        shown,
+        shown: address.to_string(),
     })
 }
 
@@ -230,6 +227,8 @@ mod tests {
         assert_eq!(b.shown, "mqtts://u:***@10.0.0.2:9999/");
         let b = parse_url("mqtt://[::1]:1884").unwrap();
         assert_eq!((b.host.as_str(), b.port), ("::1", 1884));
+        let e = parse_url("mqtt://u:p@s#s@h").unwrap_err();
+        assert!(e.contains("url \"mqtt://***@h\""), "{e}");
     }
 
     #[test]

@@ -1,0 +1,271 @@
+//! No password is ever printed: camera passwords with `#`, `?`, `/`, `@`, `:`, `%` and a space,
+//! raw and percent-encoded, each run through the real `vidflow run` (with `[http] listen`, a
+//! JSONL sink and `--stats-json`) against an RTSP port that refuses connections and against a
+//! real gst-rtsp-server (`tests/common/rtsp.rs`) behind basic auth. Whatever the run shows, on
+//! stderr, in the JSONL, on `/metrics` (fetched while it runs) and in the stats file, holds no
+//! piece of 4 characters of the password, as written, decoded or encoded. What a URL parser
+//! cannot read (a raw `#`, `?`, `/`, a lone `%`) is a configuration error (exit 78) that names
+//! the URI with its password hidden; an encoded password reaches the camera decoded (the server
+//! lets it play).
+//!
+//! The tests take turns: each runs an encoder and a decoder in real time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/http.rs"]
+mod http;
+#[path = "common/rtsp.rs"]
+mod rtsp;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use common::{Running, spawn, wait_for_lines, write};
+use rtsp::{RtspServer, RtspServerOptions, free_port};
+
+/// Bound for anything that should take a second or two; it only turns a hang into a failure.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The configuration error's exit code (sysexits `EX_CONFIG`).
+const EXIT_CONFIG: i32 = 78;
+
+/// What a user writes after `viewer:` in the URI, and the password the camera must get.
+/// Every one holds the same rare letters, so that any piece of it is found wherever it shows.
+const UNDERSTOOD: &[(&str, &str)] = &[
+    ("Kx@q7Lm", "Kx@q7Lm"),
+    ("Kx:q7Lm", "Kx:q7Lm"),
+    ("Kx q7Lm", "Kx q7Lm"),
+    ("Kx%23q7Lm", "Kx#q7Lm"),
+    ("Kx%40q7Lm", "Kx@q7Lm"),
+    ("Kx%25q7Lm", "Kx%q7Lm"),
+    ("Kx%20q7Lm", "Kx q7Lm"),
+    ("Kx%2Fq7Lm", "Kx/q7Lm"),
+    ("Kx%3Fq7Lm", "Kx?q7Lm"),
+];
+
+/// Written raw, these end the authority where no parser can tell: refused.
+const REFUSED: &[&str] = &[
+    "Kx#q7Lm", "Kx?q7Lm", "Kx/q7Lm", "12#q7Lm", "12/q7Lm", "Kx%q7Lm",
+];
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Percent-encodes every byte but letters and digits.
+fn encode_all(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Every 4-character piece of every form of a password: as written, decoded, encoded.
+fn pieces(written: &str, decoded: &str) -> Vec<String> {
+    let forms = [
+        written.to_owned(),
+        decoded.to_owned(),
+        encode_all(decoded),
+        decoded.replace(' ', "%20"),
+    ];
+    let mut out = Vec::new();
+    for form in forms {
+        let chars: Vec<char> = form.chars().collect();
+        out.extend(chars.windows(4).map(|w| w.iter().collect::<String>()));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Fails naming where a piece of the password shows.
+fn assert_hidden(what: &str, written: &str, decoded: &str, shown: &[(&str, String)]) {
+    for (place, text) in shown {
+        for piece in pieces(written, decoded) {
+            assert!(
+                !text.contains(&piece),
+                "{what}: {piece:?} of the password {written:?} shows in {place}:\n{text}"
+            );
+        }
+    }
+}
+
+/// A pipeline whose source `cam` is `source` (its keys), retried every 100 to 200 ms, with a
+/// JSONL sink and `/metrics` on `http_port`.
+fn pipeline(dir: &Path, source: &str, http_port: u16) -> std::path::PathBuf {
+    write(
+        dir,
+        "p.toml",
+        &format!(
+            "[sources.cam]\n{source}\n\
+             [sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 200\n\
+             [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n\
+             [http]\nlisten = \"127.0.0.1:{http_port}\"\n"
+        ),
+    )
+}
+
+/// `vidflow run` with everything it can say switched on.
+fn run(dir: &Path, pipeline: &Path) -> Running {
+    spawn(
+        dir,
+        &[
+            "run",
+            pipeline.to_str().unwrap(),
+            "--stats-json",
+            "stats.json",
+        ],
+        &[("VIDFLOW_LOG", "debug"), ("GST_DEBUG", "rtspsrc:5")],
+    )
+}
+
+/// `/metrics`, fetched while the run goes on.
+fn metrics(port: u16) -> String {
+    http::wait_until("/metrics answers", DEADLINE, || {
+        http::get(port, "/metrics").filter(|(status, _)| *status == 200)
+    })
+    .1
+}
+
+/// Runs source `cam` with keys `source` in `dir` until `ready` returns, fetches `/metrics`,
+/// stops the run and gathers what it showed: stderr, stdout, `/metrics`, JSONL, stats.
+fn everything_shown(
+    dir: &Path,
+    source: &str,
+    ready: impl FnOnce(&Running),
+) -> Vec<(&'static str, String)> {
+    let http_port = free_port().unwrap();
+    let running = run(dir, &pipeline(dir, source, http_port));
+    ready(&running);
+    let metrics = metrics(http_port);
+    running.signal("TERM");
+    let out = running.finish(DEADLINE);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    vec![
+        ("stderr", out.stderr),
+        ("stdout", out.stdout),
+        ("/metrics", metrics),
+        ("the jsonl", read("events.jsonl")),
+        ("the stats file", read("stats.json")),
+    ]
+}
+
+/// A camera that lets user `viewer` play with `password` alone.
+fn camera(password: &str) -> RtspServer {
+    RtspServer::start(RtspServerOptions {
+        credentials: Some(("viewer".to_owned(), password.to_owned())),
+        ..RtspServerOptions::default()
+    })
+    .unwrap()
+}
+
+/// Waits for frames: they arrive only if the server took the password.
+fn frames_arrive(dir: &Path) -> impl FnOnce(&Running) {
+    let events = dir.join("events.jsonl");
+    move |_| wait_for_lines(&events, 5, DEADLINE)
+}
+
+#[test]
+fn a_refusing_camera_never_shows_its_password() {
+    let _turn = serial();
+    let camera = free_port().unwrap();
+    for &(written, decoded) in UNDERSTOOD {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("uri = \"rtsp://viewer:{written}@127.0.0.1:{camera}/cam\"");
+        let shown = everything_shown(dir.path(), &uri, |running| {
+            running.wait_for_stderr_times("retry failed", 2, DEADLINE);
+        });
+        assert_hidden(written, written, decoded, &shown);
+        assert!(
+            shown[0]
+                .1
+                .contains(&format!("viewer:***@127.0.0.1:{camera}/cam")),
+            "{written}: the uri is not named: {}",
+            shown[0].1
+        );
+        assert!(
+            shown[0].1.contains("cannot connect; retrying"),
+            "{}",
+            shown[0].1
+        );
+    }
+}
+
+#[test]
+fn an_accepting_camera_gets_the_decoded_password_and_never_shows_it() {
+    let _turn = serial();
+    for &(written, decoded) in UNDERSTOOD {
+        let server = camera(decoded);
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!(
+            "uri = \"rtsp://viewer:{written}@127.0.0.1:{}/test\"",
+            server.port()
+        );
+        let shown = everything_shown(dir.path(), &uri, frames_arrive(dir.path()));
+        assert_hidden(written, written, decoded, &shown);
+        assert!(
+            shown[0].1.contains("viewer:***@127.0.0.1"),
+            "{written}: the uri is not named: {}",
+            shown[0].1
+        );
+    }
+}
+
+#[test]
+fn a_password_given_apart_from_the_uri_is_taken_raw_and_never_shown() {
+    let _turn = serial();
+    const RAW: &str = "Kx#?/@: %q7Lm";
+    let server = camera(RAW);
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cam.pw", &format!("{RAW}\n"));
+    let source = format!(
+        "uri = \"{}\"\nuser = \"viewer\"\npassword_file = \"cam.pw\"",
+        server.url()
+    );
+    let shown = everything_shown(dir.path(), &source, frames_arrive(dir.path()));
+    assert_hidden("password_file", RAW, RAW, &shown);
+}
+
+#[test]
+fn a_raw_hash_question_mark_slash_or_percent_is_a_config_error_that_hides_the_password() {
+    let _turn = serial();
+    let camera = free_port().unwrap();
+    for &written in REFUSED {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("uri = \"rtsp://viewer:{written}@127.0.0.1:{camera}/cam\"");
+        let p = pipeline(dir.path(), &uri, free_port().unwrap());
+        let out = run(dir.path(), &p).finish(DEADLINE);
+        assert_eq!(
+            out.status.code(),
+            Some(EXIT_CONFIG),
+            "{written}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr
+                .contains(&format!("***@127.0.0.1:{camera}/cam\"")),
+            "{written}: the uri is not named: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("%23"),
+            "{written}: no word on how to write it: {}",
+            out.stderr
+        );
+        let mut shown = vec![("stderr", out.stderr), ("stdout", out.stdout)];
+        for file in ["events.jsonl", "stats.json"] {
+            if let Ok(text) = std::fs::read_to_string(dir.path().join(file)) {
+                shown.push((file, text));
+            }
+        }
+        assert_hidden(written, written, written, &shown);
+    }
+}
