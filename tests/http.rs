@@ -12,7 +12,7 @@ mod rtsp;
 use std::time::Duration;
 
 use common::{read_json, spawn_run, write};
-use http_client::{get, scrape, value, wait_until};
+use http_client::{get, scrape, value, wait_for_frames, wait_until};
 use rtsp::{RtspServer, RtspServerOptions, free_port};
 
 /// Guards against a hang only: a loaded machine may be slow, never wrong.
@@ -126,15 +126,7 @@ fn healthz_turns_503_when_the_rtsp_server_is_gone_past_the_stall_limit_and_200_w
     );
     let run = spawn_run(&p, &[], dir.path());
     let healthz = || get(port, "/healthz");
-    wait_until("frames flowing", DEADLINE, || {
-        let s = scrape(port)?;
-        let decoded = value(
-            &s,
-            "vidflow_source_frames_decoded_total",
-            &[("source", "cam")],
-        )?;
-        (decoded >= 5.0).then_some(())
-    });
+    wait_for_frames(port, "cam", 5, DEADLINE);
     assert_eq!(healthz().unwrap(), (200, "ok\n".to_owned()));
 
     server.stop();

@@ -1,7 +1,8 @@
 //! The live preview on a real `vidflow` process: `/preview/SOURCE` streams JPEGs that decode
 //! and change, none is encoded before somebody watches, a source without a preview sink is a
-//! clear 404, and the page shows the moving preview and the counters in headless Chromium
-//! (Debian's `chromium`, installed by scripts/install-deps).
+//! clear 404, the page shows the moving preview and the counters in headless Chromium
+//! (Debian's `chromium`, installed by scripts/install-deps), and a stream ends (its slot
+//! freed) when its source stalls or a reload removes its preview sink.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -10,16 +11,18 @@ mod http_client;
 #[path = "common/rtsp.rs"]
 mod rtsp;
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use common::{Running, spawn_run, write};
-use http_client::{get, open, scrape, value, wait_until};
+use http_client::{
+    assert_healthz_answers_quickly, get, open, scrape, value, wait_for_frames, wait_until,
+};
 use opencv::core::{Mat, MatTraitConst, Rect, Vector};
 use opencv::imgcodecs;
-use rtsp::free_port;
+use rtsp::{RtspServer, RtspServerOptions, free_port};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -207,6 +210,89 @@ fn the_page_in_headless_chromium_shows_a_moving_preview_and_counters() {
     assert!(decoded > 0, "{dom}");
     assert!(dom.contains("id=\"preview-cam\""), "{dom}");
     assert!(dom.contains("no preview sink for this source"), "{dom}");
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// Reads a stream until the daemon closes it; what came after the parts read so far.
+fn read_to_close(reader: &mut impl Read) -> Vec<u8> {
+    let mut rest = Vec::new();
+    reader
+        .read_to_end(&mut rest)
+        .expect("the stream ends with a close, not a timeout");
+    rest
+}
+
+/// The preview streams of `source` the daemon counts now.
+fn watchers(port: u16, source: &str) -> Option<f64> {
+    value(
+        &scrape(port)?,
+        "vidflow_preview_watchers",
+        &[("source", source)],
+    )
+}
+
+#[test]
+fn a_watcher_whose_source_stalls_is_let_go_and_its_slot_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let port = free_port().unwrap();
+    // A long stall_timeout: the source keeps its session while the server sends no frame.
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"{}\"\nstall_timeout_ms = 60000\n\
+             [http]\nlisten = \"127.0.0.1:{port}\"\n\
+             [sinks.watch]\nkind = \"preview\"\nimage = \"$frame\"\n",
+            server.url()
+        ),
+    );
+    let run = spawn_run(&p, &[], dir.path());
+    wait_for_frames(port, "cam", 5, DEADLINE);
+    let (status, _, mut reader) = open(port, "/preview/cam").unwrap();
+    assert_eq!(status, 200);
+    decode(&read_part(&mut reader));
+    assert_eq!(watchers(port, "cam"), Some(1.0));
+
+    assert!(server.pause_frames() > 0, "no media to pause");
+    read_to_close(&mut reader);
+    wait_until("the watcher's slot freed", DEADLINE, || {
+        (watchers(port, "cam")? == 0.0).then_some(())
+    });
+    assert_healthz_answers_quickly(port);
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+#[test]
+fn a_watcher_whose_preview_sink_a_reload_removes_is_let_go_and_its_slot_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+    let (status, _, mut reader) = open(port, "/preview/cam").unwrap();
+    assert_eq!(status, 200);
+    decode(&read_part(&mut reader));
+    assert_eq!(watchers(port, "cam"), Some(1.0));
+
+    // The same pipeline with a JSONL sink in the preview sink's place.
+    let p = dir.path().join("p.toml");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let without = text.split("[sinks.watch]").next().unwrap().to_owned()
+        + "[sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n";
+    write(dir.path(), "p.toml", &without);
+    run.signal("HUP");
+    run.wait_for_stderr("reload applied", DEADLINE);
+    read_to_close(&mut reader);
+    wait_until("the watcher's slot freed", DEADLINE, || {
+        (watchers(port, "cam")? == 0.0).then_some(())
+    });
+    let (status, body) = get(port, "/preview/cam").unwrap();
+    assert_eq!(status, 404, "{body}");
 
     run.signal("TERM");
     let finished = run.finish(DEADLINE);

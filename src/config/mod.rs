@@ -16,15 +16,17 @@ use std::sync::Arc;
 
 use crate::spec::Diagnostic;
 
+mod http;
 mod raw;
 mod resolve;
 mod routing;
 mod source;
 mod written;
 
+pub use http::{BasicAuth, HttpConfig};
 pub use resolve::{
-    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, HttpConfig, OnStepError, Pipeline,
-    SinkConfig, StepConfig,
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
+    StepConfig,
 };
 pub use written::Written;
 

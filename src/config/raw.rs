@@ -79,6 +79,13 @@ pub(super) struct RawDaemon {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHttp {
     pub listen: Spanned<String>,
+    /// Host names (beside loopback and `listen`) a request's `Host` header may name.
+    pub allowed_hosts: Option<Vec<Spanned<String>>>,
+    /// A file holding the bearer token; relative to `$CREDENTIALS_DIRECTORY` when set.
+    pub token_file: Option<Spanned<std::path::PathBuf>>,
+    pub basic_user: Option<Spanned<String>>,
+    /// The SHA-256 of the basic-auth password, in hex (`printf %s PASSWORD | sha256sum`).
+    pub basic_password_sha256: Option<Spanned<String>>,
 }
 
 /// `[steps.NAME]` or `[sinks.NAME]`: a kind and the keys that kind interprets.

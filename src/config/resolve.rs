@@ -10,7 +10,7 @@ use toml::Spanned;
 use toml::de::DeValue;
 
 use super::Name;
-use super::raw::{RawComponent, RawDaemon, RawExecutor, RawHttp, RawPipeline};
+use super::raw::{RawComponent, RawDaemon, RawExecutor, RawPipeline};
 use super::written::Written;
 use crate::sinks::{self, Routing, SinkFactory, SinkKind};
 use crate::source::SourceConfig;
@@ -26,7 +26,7 @@ pub struct Pipeline {
     pub executor: ExecutorConfig,
     pub daemon: DaemonConfig,
     /// `[http]`: the metrics, health and preview endpoint; `None`: off.
-    pub http: Option<HttpConfig>,
+    pub http: Option<super::HttpConfig>,
     /// In an order where every step comes after the steps it reads from.
     pub steps: Vec<StepConfig>,
     pub sinks: Vec<SinkConfig>,
@@ -101,12 +101,6 @@ impl Default for DaemonConfig {
     }
 }
 
-/// `[http]`: where the metrics, health and preview endpoint listens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpConfig {
-    pub listen: std::net::SocketAddr,
-}
-
 pub struct StepConfig {
     pub name: Name,
     pub kind: &'static StepKind,
@@ -152,7 +146,10 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
     let sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
     let daemon = resolve_daemon(&raw.daemon, diags);
-    let http = raw.http.as_ref().and_then(|h| resolve_http(h, diags));
+    let http = raw
+        .http
+        .as_ref()
+        .and_then(|h| super::http::resolve_http(h, diags));
 
     let declared: Vec<Declared> = raw
         .steps
@@ -297,22 +294,6 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         steps,
         sinks,
         written: Written::default(),
-    }
-}
-
-fn resolve_http(raw: &RawHttp, diags: &mut Vec<Diagnostic>) -> Option<HttpConfig> {
-    match raw.listen.get_ref().parse() {
-        Ok(listen) => Some(HttpConfig { listen }),
-        Err(_) => {
-            diags.push(Diagnostic::at(
-                raw.listen.span(),
-                format!(
-                    "http: listen must be an IP address and a port, like \"127.0.0.1:9464\", not \"{}\"",
-                    raw.listen.get_ref()
-                ),
-            ));
-            None
-        }
     }
 }
 

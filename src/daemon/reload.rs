@@ -177,7 +177,7 @@ fn ignored(current: &Current<'_>, new: &Pipeline) -> Vec<String> {
             new.executor.workers, current.executor.workers
         ));
     }
-    let listen = new.http.map(|h| h.listen);
+    let listen = new.http.as_ref().map(|h| h.listen);
     if listen != current.http {
         out.push(format!(
             "[http] listen (stays {} until a restart)",

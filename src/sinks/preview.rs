@@ -12,7 +12,10 @@
 //! sink opens or closes, and once per source by a sink (then the channel is kept) or a watcher.
 //! The frame path (the executor) never touches the hub.
 //!
-//! Stop: [`Hub::wake_all`] wakes every watcher, which then checks its own stop flag.
+//! Wake-ups: a watcher waits at most the time it asks ([`Watch::next`]), so it can check for a
+//! lost client and a stalled source; [`Hub::wake_all`] (the run stopping, and every preview
+//! sink's close: a reload may have removed it) wakes every watcher at once, which then checks
+//! its own reasons to end.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -134,10 +137,11 @@ struct Preview {
 impl Sink for Preview {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
         let source = &result.frame().source;
-        let (channel, last) = self
-            .sources
-            .entry(source.clone())
-            .or_insert_with(|| (hub().channel(source), None));
+        let (channel, last) = self.sources.entry(source.clone()).or_insert_with(|| {
+            let channel = hub().channel(source);
+            channel.set_interval(self.interval);
+            (channel, None)
+        });
         if channel.watchers.load(Ordering::Relaxed) == 0
             || last.is_some_and(|t| t.elapsed() < self.interval)
         {
@@ -198,6 +202,14 @@ impl Hub {
             .map_or(0, |c| c.encodes.load(Ordering::Relaxed))
     }
 
+    /// Watchers of `source` now (an HTTP preview stream each).
+    pub fn watchers(&self, source: &str) -> usize {
+        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        channels
+            .get(source)
+            .map_or(0, |c| c.watchers.load(Ordering::Relaxed))
+    }
+
     /// Wakes every watcher (each then checks whether it should stop).
     pub fn wake_all(&self) {
         let channels: Vec<Arc<Channel>> = self
@@ -222,14 +234,18 @@ impl Hub {
         *sinks.entry(name.clone()).or_default() += 1;
     }
 
+    /// Counts the sink closed and wakes the watchers: theirs may be gone.
     fn close_sink(&self, name: &str) {
-        let mut sinks = self.sinks.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = sinks.get_mut(name) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                sinks.remove(name);
+        {
+            let mut sinks = self.sinks.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = sinks.get_mut(name) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    sinks.remove(name);
+                }
             }
         }
+        self.wake_all();
     }
 }
 
@@ -240,6 +256,9 @@ pub struct Channel {
     watchers: AtomicUsize,
     /// JPEGs published so far.
     encodes: AtomicU64,
+    /// The publishing sink's least interval between JPEGs, in microseconds (written by the
+    /// sink when it first sees the source, read by watchers; Relaxed: a hint for a stall limit).
+    interval_us: AtomicU64,
     latest: Mutex<Latest>,
     /// Notified when a JPEG is published, and by [`Hub::wake_all`].
     changed: Condvar,
@@ -261,6 +280,16 @@ impl Channel {
         self.changed.notify_all();
     }
 
+    fn set_interval(&self, interval: Duration) {
+        let us = u64::try_from(interval.as_micros()).unwrap_or(u64::MAX);
+        self.interval_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The least time between two JPEGs its sink publishes (zero before a sink saw the source).
+    pub fn interval(&self) -> Duration {
+        Duration::from_micros(self.interval_us.load(Ordering::Relaxed))
+    }
+
     /// Starts watching: the sink encodes while a `Watch` is held.
     pub fn watch(self: &Arc<Self>) -> Watch {
         self.watchers.fetch_add(1, Ordering::Relaxed);
@@ -280,30 +309,30 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Waits for a JPEG newer than the last one returned; `None` once `stop()` says so (it is
-    /// checked at each wake-up: a new JPEG, or [`Hub::wake_all`]).
-    pub fn next(&mut self, stop: impl Fn() -> bool) -> Option<Arc<[u8]>> {
-        let mut latest = self
+    /// Waits at most `within` for a JPEG newer than the last one returned; `None` when none
+    /// came in that time or [`Hub::wake_all`] woke the watcher first (it then checks why).
+    pub fn next(&mut self, within: Duration) -> Option<Arc<[u8]>> {
+        let latest = self
             .channel
             .latest
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if stop() {
-                return None;
-            }
-            if latest.seq > self.seen
-                && let Some(jpeg) = &latest.jpeg
-            {
-                self.seen = latest.seq;
-                return Some(jpeg.clone());
-            }
-            latest = self
-                .channel
+        let latest = if latest.seq > self.seen {
+            latest
+        } else {
+            self.channel
                 .changed
-                .wait(latest)
-                .unwrap_or_else(PoisonError::into_inner);
+                .wait_timeout(latest, within)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+        };
+        if latest.seq > self.seen
+            && let Some(jpeg) = &latest.jpeg
+        {
+            self.seen = latest.seq;
+            return Some(jpeg.clone());
         }
+        None
     }
 }
 

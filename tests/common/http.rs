@@ -219,3 +219,80 @@ pub fn scrape(port: u16) -> Option<Samples> {
     assert_eq!(status, 200, "{body}");
     Some(parse_prometheus(&body))
 }
+
+/// Sends `raw` as it is (a whole request, or a bad one) and reads the answer: status, headers
+/// and body. `None` when nothing listens or the connection fails before a status line.
+pub fn request(port: u16, raw: &str) -> Option<(u16, Vec<String>, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.write_all(raw.as_bytes()).ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let code = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, lines.map(str::to_owned).collect(), body.to_owned()))
+}
+
+/// The bound: a good client's `/healthz` is answered within this, whatever else is
+/// connected.
+pub const HEALTHZ_BOUND: Duration = Duration::from_secs(1);
+
+/// Asks `/healthz` as a good client and checks it is answered 200 within [`HEALTHZ_BOUND`].
+pub fn assert_healthz_answers_quickly(port: u16) {
+    let start = Instant::now();
+    let answer = get(port, "/healthz");
+    let took = start.elapsed();
+    assert_eq!(answer, Some((200, "ok\n".to_owned())));
+    assert!(took < HEALTHZ_BOUND, "/healthz took {took:?}");
+}
+
+/// A process's threads and open file descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    pub threads: usize,
+    pub fds: usize,
+}
+
+pub fn load(pid: u32) -> Load {
+    let count = |dir: &str| {
+        std::fs::read_dir(format!("/proc/{pid}/{dir}"))
+            .unwrap()
+            .count()
+    };
+    Load {
+        threads: count("task"),
+        fds: count("fd"),
+    }
+}
+
+/// Waits (up to `deadline`: a guard against a hang) until `pid` holds no more threads and file
+/// descriptors than `baseline`.
+pub fn wait_for_baseline(pid: u32, baseline: Load, deadline: Duration) {
+    let start = Instant::now();
+    loop {
+        let now = load(pid);
+        if now.threads <= baseline.threads && now.fds <= baseline.fds {
+            return;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "never back to the baseline {baseline:?}: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits (up to `deadline`: a guard against a hang) until `/metrics` says `source` decoded at
+/// least `n` frames.
+pub fn wait_for_frames(port: u16, source: &str, n: u32, deadline: Duration) {
+    wait_until("frames flowing", deadline, || {
+        let s = scrape(port)?;
+        let decoded = value(
+            &s,
+            "vidflow_source_frames_decoded_total",
+            &[("source", source)],
+        )?;
+        (decoded >= f64::from(n)).then_some(())
+    });
+}

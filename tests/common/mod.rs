@@ -265,6 +265,13 @@ impl Running {
         assert!(status.success());
     }
 
+    /// Sends SIGTERM and checks the run ends with success within `deadline`.
+    pub fn terminate_cleanly(self, deadline: Duration) {
+        self.signal("TERM");
+        let finished = self.finish(deadline);
+        assert!(finished.status.success(), "{}", finished.stderr);
+    }
+
     /// Waits for the exit; past `deadline` it kills the process and fails.
     pub fn finish(mut self, deadline: Duration) -> Finished {
         let start = Instant::now();

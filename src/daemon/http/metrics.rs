@@ -102,6 +102,18 @@ pub(super) fn render(live: &Live) -> String {
             hub().encodes(&s.name),
         );
     }
+    out.header(
+        "vidflow_preview_watchers",
+        "gauge",
+        "Preview streams (/preview/SOURCE) open now.",
+    );
+    for s in sources {
+        out.sample(
+            "vidflow_preview_watchers",
+            &[("source", &s.name)],
+            u64::try_from(hub().watchers(&s.name)).unwrap_or(u64::MAX),
+        );
+    }
 
     if let Some(executor) = &parts.executor {
         let steps = &executor.steps;

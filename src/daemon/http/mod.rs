@@ -2,24 +2,46 @@
 //! `/healthz`, `/preview/SOURCE` (MJPEG), `/stats.json` and `/` (a page with every source's
 //! preview and counters).
 //!
-//! A small HTTP/1.1 server on `std::net`, GET only, one request per connection
-//! (`Connection: close`): a streamed MJPEG body must reach the client as each JPEG is written,
-//! which a general server crate's buffered, chunked writer does not promise.
+//! A small HTTP/1.1 server on `std::net` and `poll(2)`, GET only, one request per connection
+//! (`Connection: close`). Not a server crate: `tiny_http` limits each read, not the request
+//! head, and serves from a pool that idle clients fill; `hyper` brings a tokio runtime to a
+//! daemon that has none, and the budgets below (and the Host and credential checks) would
+//! still be ours to write. A streamed MJPEG body must also reach the client as each JPEG is
+//! written.
 //!
-//! Threads: `vidflow-http` accepts connections; each connection is served on a thread of its
-//! own, `vidflow-http-conn`, at most [`MAX_CONNECTIONS`] at once (more are answered 503 by the
-//! acceptor). A request reads only [`Live`]: its atomics, and `Live::parts()` once per request
-//! (never cached, so a reload's new steps and sinks show at the next request); the preview
-//! reads the preview hub (`sinks::preview`). Nothing here takes a lock the frame path takes.
+//! Budgets, so that nobody can starve `/healthz` and `/metrics`:
+//! - Unparsed requests live on one event-loop thread, `vidflow-http` (`poll.rs`): an idle or
+//!   slow client costs a file descriptor, not a thread. Its whole head must arrive within
+//!   `poll::HEAD_DEADLINE` (one deadline from the accept, not per read) and within
+//!   `head::MAX_HEAD` bytes (past that: 431 at once, the rest unread). At most
+//!   `poll::MAX_CLIENTS` connections are held; a new one evicts the oldest still sending its
+//!   head, so 200 idle connections cannot keep a fresh request out.
+//! - Short answers (`/healthz`, `/metrics`, `/stats.json`, `/`, errors) are made and written
+//!   by that same loop, without blocking: a client that does not read its answer is dropped
+//!   after `ANSWER_DEADLINE` and holds nothing else meanwhile.
+//! - Long-lived preview streams have their own cap, [`MAX_PREVIEWS`] threads
+//!   (`vidflow-http-preview`); past it a preview is answered 503 and nothing else is
+//!   affected. A watcher ends when its client goes, when no JPEG came for a while (a stalled
+//!   source), when a reload removed its preview sink, and when the run stops (`preview.rs`).
+//!
+//! Access (`access.rs`): every request must name a `Host` this endpoint answers to
+//! (loopback names, the listen address, `[http] allowed_hosts`), or it gets 421: a web page
+//! that rebinds its own name to 127.0.0.1 still sends its own name. With `token_file` or
+//! `basic_user` set, every page but `/healthz` asks for credentials (401): a liveness probe
+//! has no token, and `/healthz` says only "ok" or why not.
+//!
+//! Threads: `vidflow-http` (above) and one `vidflow-http-preview` per MJPEG client. A request
+//! reads only [`Live`]: its atomics, and `Live::parts()` once per request (never cached, so a
+//! reload's new steps and sinks show at the next request); the preview reads the preview hub
+//! (`sinks::preview`). Nothing here takes a lock the frame path takes.
 //!
 //! Stop protocol: the port is bound by [`bind`] before the run starts anything (a port in use
-//! fails the run at once); [`Bound::serve`] starts the acceptor once `Live`'s parts are set;
+//! fails the run at once); [`Bound::serve`] starts the loop once `Live`'s parts are set;
 //! dropping the [`Server`] (at the end of the run) raises `stop`, wakes the preview watchers
-//! (`Hub::wake_all`) and the acceptor (a connection to itself), and joins the acceptor.
-//! Connection threads are not joined: each ends at its next wake-up (a JPEG or the stop) or
-//! when a read or write times out ([`READ_TIMEOUT`], [`WRITE_TIMEOUT`]).
+//! (`Hub::wake_all`) and the loop (a connection to itself), and joins the loop, which closes
+//! every connection it holds. Preview threads are not joined: each sees `stop` at its next
+//! wake-up, at most `preview::WATCH_TICK` later.
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,20 +51,20 @@ use std::time::Duration;
 use super::Live;
 use crate::config::HttpConfig;
 use crate::sinks::preview::hub;
+use access::{Access, Refusal};
 
+mod access;
+mod head;
 mod health;
 mod metrics;
 mod page;
+mod poll;
 mod preview;
 
-/// Connections served at once: a few browsers, a scraper and spare; more are refused (503).
-pub const MAX_CONNECTIONS: usize = 32;
-/// How long a client may take to send its request: a slow or idle client cannot hold a thread.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one write may block: a preview client that stopped reading is let go.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest request head read (GET needs no body).
-const MAX_REQUEST: usize = 8 * 1024;
+/// Preview streams served at once: a few browsers' pages, each showing every source.
+pub const MAX_PREVIEWS: usize = 16;
+/// How long the stop's self-connection may take (it only wakes the loop).
+const WAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -71,10 +93,11 @@ impl HttpError {
 pub struct Bound {
     listener: TcpListener,
     addr: SocketAddr,
+    access: Access,
 }
 
-/// Binds the endpoint's address (a warning if it is not loopback: the endpoint has no
-/// authentication).
+/// Binds the endpoint's address (a warning if it is not loopback and asks for no
+/// credentials).
 pub fn bind(config: &HttpConfig) -> Result<Bound, HttpError> {
     let bind_error = |source| HttpError::Bind {
         addr: config.listen,
@@ -82,18 +105,43 @@ pub fn bind(config: &HttpConfig) -> Result<Bound, HttpError> {
     };
     let listener = TcpListener::bind(config.listen).map_err(bind_error)?;
     let addr = listener.local_addr().map_err(bind_error)?;
-    if !config.listen.ip().is_loopback() {
-        tracing::warn!(listen = %addr, "http endpoint listens beyond this host; it has no authentication");
+    if !config.listen.ip().is_loopback() && !config.authenticates() {
+        tracing::warn!(listen = %addr, "http endpoint listens beyond this host without authentication (token_file, basic_user)");
     }
-    Ok(Bound { listener, addr })
+    Ok(Bound {
+        listener,
+        addr,
+        access: Access::new(config, addr),
+    })
 }
 
 /// The running endpoint; dropping it stops it (see the module's stop protocol).
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// What the loop and the preview threads share.
+#[derive(Debug)]
+struct Shared {
+    live: Arc<Live>,
+    access: Access,
+    /// Raised once by the `Server`'s drop (Release); read by the loop and each watcher (Acquire).
+    stop: AtomicBool,
+    /// Preview threads running: raised by the loop before it starts one, lowered by the
+    /// thread as it ends (AcqRel: the count alone matters).
+    previews: AtomicUsize,
+}
+
+/// What a complete request head gets.
+#[derive(Debug)]
+enum Reply {
+    /// A whole response, written by the loop.
+    Now(Vec<u8>),
+    /// An MJPEG stream of this source, on a preview thread.
+    Preview(String),
 }
 
 impl Bound {
@@ -103,18 +151,24 @@ impl Bound {
 
     /// Starts accepting connections.
     pub fn serve(self, live: Arc<Live>) -> std::io::Result<Server> {
-        let stop = Arc::new(AtomicBool::new(false));
         let addr = self.addr;
+        let shared = Arc::new(Shared {
+            live,
+            access: self.access,
+            stop: AtomicBool::new(false),
+            previews: AtomicUsize::new(0),
+        });
         let thread = {
-            let stop = stop.clone();
+            let shared = shared.clone();
+            let listener = self.listener;
             std::thread::Builder::new()
                 .name("vidflow-http".to_owned())
-                .spawn(move || accept(&self.listener, &live, &stop))?
+                .spawn(move || poll::run(&listener, &shared))?
         };
         tracing::info!(listen = %addr, "http endpoint: /metrics, /healthz, /preview/SOURCE, /");
         Ok(Server {
             addr,
-            stop,
+            shared,
             thread: Some(thread),
         })
     }
@@ -122,10 +176,10 @@ impl Bound {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::Release);
         hub().wake_all();
-        // Wakes the acceptor out of `accept`; it sees `stop` and returns.
-        let _ = TcpStream::connect_timeout(&reachable(self.addr), READ_TIMEOUT);
+        // Wakes the loop out of `poll`; it sees `stop` and returns.
+        let _ = TcpStream::connect_timeout(&reachable(self.addr), WAKE_TIMEOUT);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -145,94 +199,70 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-fn accept(listener: &TcpListener, live: &Arc<Live>, stop: &Arc<AtomicBool>) {
-    let open = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(mut stream) = stream else {
-            continue;
-        };
-        let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
-        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-        if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            open.fetch_sub(1, Ordering::AcqRel);
-            let _ = respond(&mut stream, 503, "text/plain", b"too many connections\n");
-            continue;
-        }
-        let (live, stop, done) = (live.clone(), stop.clone(), open.clone());
-        let spawned = std::thread::Builder::new()
-            .name("vidflow-http-conn".to_owned())
-            .spawn(move || {
-                if let Err(e) = serve(stream, &live, &stop) {
-                    tracing::debug!(error = %e, "http connection ended");
-                }
-                done.fetch_sub(1, Ordering::AcqRel);
-            });
-        if let Err(e) = spawned {
-            open.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!(error = %e, "http: cannot spawn a connection thread");
+/// The reply to a complete request head.
+fn answer(bytes: &[u8], shared: &Shared) -> Reply {
+    let Ok(head) = head::parse(bytes) else {
+        return Reply::Now(refusal(400, "bad request\n"));
+    };
+    match shared.access.check_host(head.host.as_deref()) {
+        Ok(()) => {}
+        Err(Refusal::NoHost) => return Reply::Now(refusal(400, "no Host header\n")),
+        Err(_) => {
+            return Reply::Now(refusal(
+                421,
+                "this endpoint does not answer to that Host (see [http] allowed_hosts)\n",
+            ));
         }
     }
-}
-
-/// Reads one request and answers it.
-fn serve(mut stream: TcpStream, live: &Live, stop: &AtomicBool) -> std::io::Result<()> {
-    let Some(target) = read_request(&mut stream)? else {
-        return respond(&mut stream, 405, "text/plain", b"only GET is served\n");
-    };
-    let path = target.split('?').next().unwrap_or_default();
-    match path {
-        "/" => respond(
-            &mut stream,
-            200,
-            "text/html; charset=utf-8",
-            page::HTML.as_bytes(),
-        ),
-        "/metrics" => respond(
-            &mut stream,
+    if head.method != "GET" {
+        return Reply::Now(refusal(405, "only GET is served\n"));
+    }
+    let live = &shared.live;
+    let path = head.target.split('?').next().unwrap_or_default();
+    if path == "/healthz" {
+        // Open without credentials: a liveness probe has none, and this says only "ok".
+        return Reply::Now(match health::check(live) {
+            Ok(()) => response(200, "text/plain", b"ok\n", ""),
+            Err(reasons) => response(503, "text/plain", reasons.as_bytes(), ""),
+        });
+    }
+    if shared
+        .access
+        .check_credentials(head.authorization.as_deref())
+        .is_err()
+    {
+        return Reply::Now(response(
+            401,
+            "text/plain",
+            b"credentials needed (see [http] token_file, basic_user)\n",
+            &shared.access.challenge(),
+        ));
+    }
+    Reply::Now(match path {
+        "/" => response(200, "text/html; charset=utf-8", page::HTML.as_bytes(), ""),
+        "/metrics" => response(
             200,
             "text/plain; version=0.0.4; charset=utf-8",
             metrics::render(live).as_bytes(),
+            "",
         ),
-        "/stats.json" => respond(&mut stream, 200, "application/json", &metrics::json(live)),
-        "/healthz" => match health::check(live) {
-            Ok(()) => respond(&mut stream, 200, "text/plain", b"ok\n"),
-            Err(reasons) => respond(&mut stream, 503, "text/plain", reasons.as_bytes()),
-        },
+        "/stats.json" => response(200, "application/json", &metrics::json(live), ""),
         _ => match path.strip_prefix("/preview/") {
-            Some(source) => preview::stream(stream, live, &percent_decoded(source), stop),
+            Some(source) => {
+                let source = percent_decoded(source);
+                return match preview::check(&live.parts(), &source) {
+                    Err(why) => Reply::Now(response(404, "text/plain", why.as_bytes(), "")),
+                    Ok(()) => Reply::Preview(source),
+                };
+            }
             None => {
                 let body = format!(
                     "no such page \"{path}\": try /, /metrics, /healthz, /preview/SOURCE\n"
                 );
-                respond(&mut stream, 404, "text/plain", body.as_bytes())
+                response(404, "text/plain", body.as_bytes(), "")
             }
         },
-    }
-}
-
-/// The target of a GET request, or `None` for another method.
-fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf)?;
-        if n == 0 || head.len() + n > MAX_REQUEST {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "incomplete or oversized request",
-            ));
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&head);
-    let mut words = text.lines().next().unwrap_or_default().split_whitespace();
-    match (words.next(), words.next()) {
-        (Some("GET"), Some(target)) => Ok(Some(target.to_owned())),
-        _ => Ok(None),
-    }
+    })
 }
 
 /// `%20` and the like decoded (a source name is letters, digits, `_` and `-`, but a browser
@@ -241,24 +271,30 @@ fn percent_decoded(s: &str) -> String {
     crate::spec::percent_decode(s).unwrap_or_else(|| s.to_owned())
 }
 
-fn respond(
-    stream: &mut TcpStream,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-) -> std::io::Result<()> {
+/// A plain-text refusal.
+fn refusal(status: u16, body: &str) -> Vec<u8> {
+    response(status, "text/plain", body.as_bytes(), "")
+}
+
+/// A whole response; `extra` is more header lines, each ending in CRLF.
+fn response(status: u16, content_type: &str, body: &[u8], extra: &str) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        421 => "Misdirected Request",
+        431 => "Request Header Fields Too Large",
         _ => "Service Unavailable",
     };
-    let head = format!(
+    let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+         Cache-Control: no-store\r\n{extra}Connection: close\r\n\r\n",
         body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    stream.flush()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
 }
