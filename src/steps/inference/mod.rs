@@ -5,10 +5,11 @@
 //! A step names `backend = "auto" | "opencv" | "onnxruntime" | "openvino"` and `precision =
 //! "f32" | "bf16"`. An engine asked for by name must be installed and load the model, or the
 //! step is a `validate` error that names the install step. `auto` (the default) loads every
-//! engine it can, runs each on the model's check input, and takes the fastest whose result
-//! agrees with full precision ([`auto`]): f32 engines must give OpenCV's outputs (or the first
-//! f32 engine's) within [`F32_TOLERANCE`]; a reduced precision must find the same objects on a
-//! check image that has some ([`MIN_AGREEMENT`] of them, both ways, at IoU 0.5). The log says
+//! engine it can, runs each on the model's check input, and takes the most precise of the
+//! nearly fastest whose result agrees with full precision ([`auto`]): f32 engines must give
+//! OpenCV's outputs (or the first f32 engine's) within [`auto::F32_TOLERANCE`]; a reduced
+//! precision must find the same objects on a check image that has some
+//! ([`auto::MIN_AGREEMENT`] of them, both ways, at IoU 0.5). The log says
 //! what it took and why; a missing runtime is one warning per process, and OpenCV always runs.
 //!
 //! Threads: an engine keeps one instance per worker that runs it at the same moment
