@@ -3,8 +3,8 @@
 //! decode their outputs the same way whichever runs.
 //!
 //! A step names `backend = "auto" | "opencv" | "onnxruntime" | "openvino"` and `precision =
-//! "f32" | "bf16" | "int8"`. An engine asked for by name must be installed and load the model, or the
-//! step is a `validate` error that names the install step. `auto` (the default) loads every
+//! "f32" | "bf16" | "int8"`. An engine asked for by name must be installed and load the model,
+//! or the step is a `validate` error that names the install step. `auto` (the default) loads every
 //! engine it can, runs each on the model's check input, and takes the most precise of the
 //! nearly fastest whose result agrees with full precision ([`auto`]): f32 engines must give
 //! OpenCV's outputs (or the first f32 engine's) within [`auto::F32_TOLERANCE`]; a reduced
