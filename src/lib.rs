@@ -22,5 +22,6 @@ pub mod sinks;
 pub mod source;
 pub mod spec;
 pub mod steps;
+pub mod storage;
 pub mod value;
 pub mod workflow;

@@ -20,7 +20,7 @@ use syn::visit::{self, Visit};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "vocabulary",
-        &["spec", "gst_setup", "frame", "value", "outcome"],
+        &["spec", "gst_setup", "frame", "value", "outcome", "storage"],
     ),
     ("kinds", &["steps", "sinks", "source"]),
     ("binding", &["config"]),

@@ -1,0 +1,242 @@
+//! The index of one folder: `.vidflow-files.jsonl`, beside the files vidflow wrote there.
+//!
+//! It is what makes deletion safe: a file is only ever deleted if a line here says vidflow
+//! created it, so a file a user puts in the folder (even one named like a segment) is never
+//! touched. One line per event, appended with one `write` (`O_APPEND`):
+//! - `{"add":NAME,"sink":..,"source":..,"class":..,"t":MS}` before the file is created, so no
+//!   file of ours exists unindexed (a crash between the two leaves a line for a missing file,
+//!   which loading drops);
+//! - `{"close":NAME,"t":MS,"bytes":N}` when it is finished;
+//! - `{"del":NAME}` once it is deleted.
+//!
+//! A partial last line (a crash mid-write) is skipped. Names are plain file names: a line
+//! naming a path (`/`, `..`) is refused, so an edited index cannot reach outside its folder.
+//! No thread: called under the storage's lock. Rewritten (to a temporary file, then renamed)
+//! when most of its lines describe deleted files.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::Class;
+
+/// The index's file name, in each folder vidflow writes to.
+pub const INDEX: &str = ".vidflow-files.jsonl";
+
+/// One line of an index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(super) enum Line {
+    Add {
+        add: String,
+        sink: String,
+        source: String,
+        class: Class,
+        t: u64,
+    },
+    Close {
+        close: String,
+        t: u64,
+        bytes: u64,
+    },
+    Del {
+        del: String,
+    },
+}
+
+/// A file the index says vidflow wrote and has not deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Listed {
+    pub name: String,
+    pub sink: String,
+    pub source: String,
+    pub class: Class,
+    pub created: SystemTime,
+    /// When it was finished, and its size then; `None` if the run writing it ended first.
+    pub closed: Option<(SystemTime, u64)>,
+}
+
+pub(super) fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+pub(super) fn from_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// Whether `name` is a plain file name in its folder (not a path, not hidden, not the index).
+pub(super) fn plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && !name.contains(['/', '\\', '\0']) && name != INDEX
+}
+
+/// An open index file.
+#[derive(Debug)]
+pub(super) struct Index {
+    path: PathBuf,
+    file: File,
+    /// Lines in the file, and lines that still describe a kept file (to know when to rewrite).
+    pub lines: u64,
+}
+
+impl Index {
+    /// Opens (creating) the index of `folder` and reads what it lists, in the order added.
+    pub(super) fn open(folder: &Path) -> std::io::Result<(Self, Vec<Listed>)> {
+        let path = folder.join(INDEX);
+        let mut listed: Vec<Listed> = Vec::new();
+        let mut lines = 0;
+        match File::open(&path) {
+            Ok(f) => {
+                for line in BufReader::new(f).split(b'\n') {
+                    let line = line?;
+                    lines += 1;
+                    // A partial or edited line is skipped: it cannot name a file to delete.
+                    let Ok(parsed) = serde_json::from_slice::<Line>(&line) else {
+                        continue;
+                    };
+                    apply(&mut listed, parsed);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let file = OpenOptions::new().append(true).create(true).open(&path)?;
+        Ok((Self { path, file, lines }, listed))
+    }
+
+    /// Appends one line (one `write`: whole or not at all, as far as readers go).
+    pub(super) fn append(&mut self, line: &Line) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec(line).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        self.file.write_all(&bytes)?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Rewrites the index to list `kept` only (temporary file, fsync, rename).
+    pub(super) fn rewrite(&mut self, kept: &[Line]) -> std::io::Result<()> {
+        let tmp = self.path.with_extension("jsonl.tmp");
+        {
+            let mut out = std::io::BufWriter::new(File::create(&tmp)?);
+            for line in kept {
+                serde_json::to_writer(&mut out, line).map_err(std::io::Error::other)?;
+                out.write_all(b"\n")?;
+            }
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        }
+        if let Err(e) = std::fs::rename(&tmp, &self.path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.lines = kept.len() as u64;
+        Ok(())
+    }
+}
+
+/// Applies one line to the list of kept files.
+fn apply(listed: &mut Vec<Listed>, line: Line) {
+    match line {
+        Line::Add {
+            add,
+            sink,
+            source,
+            class,
+            t,
+        } if plain_name(&add) => {
+            listed.retain(|l| l.name != add);
+            listed.push(Listed {
+                name: add,
+                sink,
+                source,
+                class,
+                created: from_millis(t),
+                closed: None,
+            });
+        }
+        Line::Close { close, t, bytes } => {
+            if let Some(l) = listed.iter_mut().rev().find(|l| l.name == close) {
+                l.closed = Some((from_millis(t), bytes));
+            }
+        }
+        Line::Del { del } => listed.retain(|l| l.name != del),
+        Line::Add { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(name: &str) -> Line {
+        Line::Add {
+            add: name.to_owned(),
+            sink: "rec".to_owned(),
+            source: "door".to_owned(),
+            class: Class::Continuous,
+            t: 1_000,
+        }
+    }
+
+    #[test]
+    fn an_index_lists_what_was_added_and_not_deleted_across_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut index, listed) = Index::open(dir.path()).unwrap();
+        assert!(listed.is_empty());
+        for line in [
+            add("a.mp4"),
+            add("b.mp4"),
+            Line::Close {
+                close: "a.mp4".to_owned(),
+                t: 2_000,
+                bytes: 7,
+            },
+            Line::Del {
+                del: "b.mp4".to_owned(),
+            },
+            add("c.mp4"),
+        ] {
+            index.append(&line).unwrap();
+        }
+        drop(index);
+        let (_, listed) = Index::open(dir.path()).unwrap();
+        let names: Vec<_> = listed.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["a.mp4", "c.mp4"]);
+        assert_eq!(listed[0].closed, Some((from_millis(2_000), 7)));
+        assert_eq!(listed[1].closed, None);
+    }
+
+    #[test]
+    fn a_partial_last_line_and_names_that_are_paths_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "{}\n{}\n{}\n{}\n{{\"add\":\"half",
+            serde_json::to_string(&add("ok.mp4")).unwrap(),
+            serde_json::to_string(&add("../outside.mp4")).unwrap(),
+            serde_json::to_string(&add("/etc/passwd")).unwrap(),
+            serde_json::to_string(&add(INDEX)).unwrap(),
+        );
+        std::fs::write(dir.path().join(INDEX), text).unwrap();
+        let (_, listed) = Index::open(dir.path()).unwrap();
+        let names: Vec<_> = listed.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["ok.mp4"]);
+    }
+
+    #[test]
+    fn a_rewritten_index_keeps_only_the_lines_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut index, _) = Index::open(dir.path()).unwrap();
+        for n in 0..10 {
+            index.append(&add(&format!("{n}.mp4"))).unwrap();
+        }
+        index.rewrite(&[add("9.mp4")]).unwrap();
+        index.append(&add("10.mp4")).unwrap();
+        let (index, listed) = Index::open(dir.path()).unwrap();
+        let names: Vec<_> = listed.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["9.mp4", "10.mp4"]);
+        assert_eq!(index.lines, 2);
+    }
+}

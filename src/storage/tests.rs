@@ -1,0 +1,272 @@
+//! Retention over real files in a temporary folder, with an injected clock.
+
+use std::sync::atomic::AtomicU64;
+
+use super::*;
+
+const DAY: u64 = 86_400_000;
+
+/// A clock the test moves by hand (milliseconds since the epoch).
+#[derive(Debug)]
+struct Manual(AtomicU64);
+
+impl Clock for Manual {
+    fn now(&self) -> SystemTime {
+        index::from_millis(self.0.load(Ordering::Relaxed))
+    }
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    clock: Arc<Manual>,
+    storage: Storage,
+}
+
+impl Fixture {
+    fn new(config: StorageConfig) -> Self {
+        let clock = Arc::new(Manual(AtomicU64::new(1_800_000_000_000)));
+        let storage = Storage::start(config, clock.clone()).unwrap();
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            clock,
+            storage,
+        }
+    }
+
+    fn advance(&self, ms: u64) {
+        self.clock.0.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// (The storage thread may run a pass between two steps of a test, so tests look at files
+    /// and totals after an explicit pass, never at what one pass returned.)
+    /// Writes a finished file of `bytes` through `files`, then moves the clock a second on.
+    fn write(&self, files: &SinkFiles, name: &str, bytes: usize) {
+        let writing = files.create(&self.path(name), "door").unwrap();
+        std::fs::write(self.path(name), vec![7u8; bytes]).unwrap();
+        drop(writing);
+        self.advance(1_000);
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.path(name).exists()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.storage.stop();
+    }
+}
+
+fn policy(class: Class, retain_days: Option<u64>, max_bytes: Option<u64>) -> FilePolicy {
+    FilePolicy {
+        class,
+        retention: Retention {
+            max_age: retain_days.map(|d| Duration::from_secs(d * 86_400)),
+            max_bytes,
+        },
+        expected_file: 0,
+    }
+}
+
+#[test]
+fn files_older_than_retain_days_go_and_younger_ones_stay() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, Some(7), None));
+    f.write(&rec, "old.mp4", 10);
+    f.advance(3 * DAY);
+    f.write(&rec, "young.mp4", 10);
+    f.advance(4 * DAY + 1);
+    f.storage.pass();
+    assert!(!f.exists("old.mp4"));
+    assert!(f.exists("young.mp4"));
+    assert_eq!(f.storage.report().sinks["rec"].purged_files, 1);
+}
+
+#[test]
+fn a_sink_over_max_gb_loses_its_oldest_files_never_the_one_being_written() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, None, Some(250)));
+    for n in 0..4 {
+        f.write(&rec, &format!("{n}.mp4"), 100);
+    }
+    let writing = rec.create(&f.path("4.mp4"), "door").unwrap();
+    std::fs::write(f.path("4.mp4"), vec![0u8; 300]).unwrap();
+    f.storage.pass();
+    // The open file alone is over the cap: every finished file goes, the open one stays.
+    for n in 0..4 {
+        assert!(!f.exists(&format!("{n}.mp4")), "{n}.mp4 kept");
+    }
+    assert!(f.exists("4.mp4"));
+    drop(writing);
+    f.write(&rec, "5.mp4", 100);
+    f.storage.pass();
+    assert!(
+        !f.exists("4.mp4"),
+        "the finished 300-byte file is over the cap"
+    );
+    assert!(f.exists("5.mp4"));
+    let totals = f.storage.report().sinks["rec"];
+    assert_eq!((totals.kept_files, totals.kept_bytes), (1, 100));
+    assert_eq!((totals.purged_files, totals.purged_bytes), (5, 700));
+}
+
+#[test]
+fn files_vidflow_did_not_write_survive_every_purge() {
+    let f = Fixture::new(StorageConfig {
+        floor: Floor {
+            min_free_bytes: None,
+            min_free_percent: Some(100.0),
+        },
+        ..StorageConfig::default()
+    });
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, Some(1), Some(1)));
+    // A user's files, one named like a segment, one in a folder of its own.
+    std::fs::write(f.path("notes.txt"), "mine").unwrap();
+    std::fs::write(f.path("seg-20261202T000000Z.mp4"), "mine too").unwrap();
+    std::fs::create_dir(f.path("keep")).unwrap();
+    std::fs::write(f.path("keep/x.mp4"), "mine").unwrap();
+    f.write(&rec, "seg-1.mp4", 10);
+    f.advance(10 * DAY);
+    f.storage.pass();
+    let sink = f.storage.report().sinks["rec"];
+    assert!(!f.exists("seg-1.mp4"));
+    assert_eq!(sink.purged_files, 1);
+    for foreign in ["notes.txt", "seg-20261202T000000Z.mp4", "keep/x.mp4"] {
+        assert!(f.exists(foreign), "{foreign} was deleted");
+    }
+}
+
+#[test]
+fn under_a_source_cap_continuous_footage_goes_before_older_event_clips() {
+    let f = Fixture::new(StorageConfig {
+        sources: HashMap::from([(
+            "door".to_owned(),
+            Retention {
+                max_age: None,
+                max_bytes: Some(15),
+            },
+        )]),
+        ..StorageConfig::default()
+    });
+    let rec = f.storage.sink("rec", policy(Class::Continuous, None, None));
+    let clips = f.storage.sink("clips", policy(Class::Event, None, None));
+    f.write(&clips, "event-old.mp4", 10);
+    f.write(&rec, "cont-1.mp4", 10);
+    f.write(&rec, "cont-2.mp4", 10);
+    f.storage.pass();
+    assert!(
+        f.exists("event-old.mp4"),
+        "the event clip went before continuous footage"
+    );
+    assert!(!f.exists("cont-1.mp4") && !f.exists("cont-2.mp4"));
+}
+
+#[test]
+fn under_a_free_space_floor_every_kept_file_but_the_open_one_may_go() {
+    // A floor no filesystem can meet.
+    let f = Fixture::new(StorageConfig {
+        floor: Floor {
+            min_free_bytes: Some(u64::MAX),
+            min_free_percent: None,
+        },
+        ..StorageConfig::default()
+    });
+    let rec = f.storage.sink("rec", policy(Class::Continuous, None, None));
+    let log = f.storage.sink("log", policy(Class::Log, None, None));
+    f.write(&log, "events.1.jsonl", 10);
+    f.write(&rec, "cont-1.mp4", 10);
+    let writing = rec.create(&f.path("cont-2.mp4"), "door").unwrap();
+    std::fs::write(f.path("cont-2.mp4"), "being written").unwrap();
+    f.storage.pass();
+    assert!(!f.exists("events.1.jsonl") && !f.exists("cont-1.mp4"));
+    assert!(f.exists("cont-2.mp4"));
+    let space = &f.storage.report().filesystems[0];
+    assert!(space.size_bytes > 0 && space.free_bytes <= space.size_bytes);
+    drop(writing);
+}
+
+#[test]
+fn a_restarted_storage_goes_on_purging_the_files_of_the_earlier_run_from_its_index() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f.storage.sink("rec", policy(Class::Continuous, None, None));
+    f.write(&rec, "a.mp4", 100);
+    // Killed while writing b.mp4: its Writing never dropped (no close line).
+    std::mem::forget(rec.create(&f.path("b.mp4"), "door").unwrap());
+    std::fs::write(f.path("b.mp4"), vec![0u8; 100]).unwrap();
+    std::fs::write(f.path("c.mp4"), vec![0u8; 100]).unwrap(); // not ours
+    f.storage.stop();
+
+    let again = Storage::start(StorageConfig::default(), f.clock.clone()).unwrap();
+    let rec = again.sink("rec", policy(Class::Continuous, None, Some(150)));
+    f.write(&rec, "d.mp4", 100);
+    again.pass();
+    again.stop();
+    assert!(
+        !f.exists("a.mp4") && !f.exists("b.mp4"),
+        "the earlier run's files kept"
+    );
+    assert!(f.exists("c.mp4") && f.exists("d.mp4"));
+}
+
+#[test]
+fn without_a_policy_a_full_disk_deletes_nothing() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f.storage.sink("rec", policy(Class::Continuous, None, None));
+    f.write(&rec, "a.mp4", 100);
+    assert_eq!(rec.disk_full(&f.path("b.mp4")), 0);
+    assert!(f.exists("a.mp4"));
+    assert_eq!(f.storage.report().sinks["rec"].disk_full, 1);
+}
+
+#[test]
+fn with_a_policy_a_full_disk_deletes_the_oldest_footage_to_make_room() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, Some(30), None));
+    f.write(&rec, "a.mp4", 100);
+    f.write(&rec, "b.mp4", 100);
+    let writing = rec.create(&f.path("c.mp4"), "door").unwrap();
+    // The room asked for is far more than this folder holds: all but the open file go.
+    assert_eq!(rec.disk_full(&f.path("c.mp4")), 200);
+    assert!(!f.exists("a.mp4") && !f.exists("b.mp4"));
+    drop(writing);
+}
+
+#[test]
+fn retain_days_and_max_gb_are_checked_with_their_place() {
+    let spanned = |v: f64| Spanned::new(3..7, v);
+    let e = Retention::parse(Some(spanned(0.0)), None, None).unwrap_err();
+    assert!(
+        e.message.contains("retain_days must be more than 0"),
+        "{}",
+        e.message
+    );
+    let e = Retention::parse(Some(spanned(-1.0)), None, None).unwrap_err();
+    assert_eq!(e.span, Some(3..7));
+    let e = Retention::parse(None, Some(spanned(0.001)), Some((2_000_000, "segment"))).unwrap_err();
+    assert!(
+        e.message.contains("smaller than one segment"),
+        "{}",
+        e.message
+    );
+    let ok = Retention::parse(
+        Some(spanned(1.5)),
+        Some(spanned(0.01)),
+        Some((2_000_000, "segment")),
+    )
+    .unwrap();
+    assert_eq!(ok.max_bytes, Some(10_000_000));
+    assert_eq!(ok.max_age, Some(Duration::from_secs(129_600)));
+}
