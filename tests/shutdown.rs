@@ -81,7 +81,12 @@ struct Witness {
 }
 
 impl SinkFactory for Witness {
-    fn open(&self, _: &str, _: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        _: &str,
+        _: &[SinkInput],
+        _: &vidflow::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         Ok(Box::new(self.clone()))
     }
 }
@@ -414,7 +419,12 @@ struct Rendezvous {
 }
 
 impl SinkFactory for Rendezvous {
-    fn open(&self, _: &str, _: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        _: &str,
+        _: &[SinkInput],
+        _: &vidflow::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         Ok(Box::new(self.clone()))
     }
 }

@@ -79,6 +79,7 @@ fn snapshots(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".jpg"))
         .collect();
     names.sort();
     names

@@ -21,6 +21,7 @@ mod raw;
 mod resolve;
 mod routing;
 mod source;
+mod storage;
 mod written;
 
 pub use http::{BasicAuth, HttpConfig};

@@ -23,6 +23,7 @@ pub(super) struct RawPipeline<'i> {
     pub executor: RawExecutor,
     pub daemon: RawDaemon,
     pub http: Option<RawHttp>,
+    pub storage: RawStorage,
     pub steps: Vec<RawComponent<'i>>,
     pub sinks: Vec<RawComponent<'i>>,
 }
@@ -45,6 +46,9 @@ pub(super) struct RawSource {
     #[serde(rename = "loop")]
     pub looping: Option<Spanned<bool>>,
     pub reconnect: Option<RawReconnect>,
+    /// Retention of every file written of this source, by any sink.
+    pub retain_days: Option<Spanned<f64>>,
+    pub max_gb: Option<Spanned<f64>>,
 }
 
 /// `[sources.NAME.reconnect]`.
@@ -72,6 +76,14 @@ pub(super) struct RawExecutor {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDaemon {
     pub stop_timeout_s: Option<Spanned<i64>>,
+}
+
+/// `[storage]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStorage {
+    pub min_free_gb: Option<Spanned<f64>>,
+    pub min_free_percent: Option<Spanned<f64>>,
 }
 
 /// `[http]`.
@@ -115,7 +127,7 @@ impl<'i> RawComponent<'i> {
     }
 }
 
-const SECTIONS: &str = "sources, executor, daemon, http, steps, sinks";
+const SECTIONS: &str = "sources, executor, daemon, http, storage, steps, sinks";
 
 pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<RawPipeline<'i>> {
     let (doc, errors) = DeTable::parse_recoverable(text);
@@ -148,6 +160,11 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
                 }
             }
             "http" => raw.http = deserialize::<RawHttp>("http", value, diags),
+            "storage" => {
+                if let Some(s) = deserialize::<RawStorage>("storage", value, diags) {
+                    raw.storage = s;
+                }
+            }
             "steps" => raw.steps = components("steps", key, value, diags),
             "sinks" => raw.sinks = components("sinks", key, value, diags),
             other => diags.push(Diagnostic::at(

@@ -27,6 +27,8 @@ pub struct Pipeline {
     pub daemon: DaemonConfig,
     /// `[http]`: the metrics, health and preview endpoint; `None`: off.
     pub http: Option<super::HttpConfig>,
+    /// `[storage]` and the sources' retention.
+    pub storage: crate::storage::StorageConfig,
     /// In an order where every step comes after the steps it reads from.
     pub steps: Vec<StepConfig>,
     pub sinks: Vec<SinkConfig>,
@@ -143,6 +145,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         .iter()
         .map(|(n, _)| n.get_ref().clone())
         .collect();
+    let storage = super::storage::resolve_storage(&raw.storage, &raw.sources, diags);
     let sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
     let daemon = resolve_daemon(&raw.daemon, diags);
@@ -291,6 +294,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         executor,
         daemon,
         http,
+        storage,
         steps,
         sinks,
         written: Written::default(),

@@ -71,6 +71,7 @@ pub struct Parts {
     pub sinks: Vec<LiveSink>,
     pub executor: Option<Arc<ExecutorMetrics>>,
     pub pool: Option<Arc<PoolMetrics>>,
+    pub storage: Option<crate::storage::Storage>,
 }
 
 /// Shared between the run and its observers (`Arc<Live>`).

@@ -112,6 +112,8 @@ pub struct Report {
     pub pool: PoolReport,
     /// Per source, the last value of every step that outputs counts (see `counts.rs`).
     pub counts: FinalCounts,
+    /// Per sink, the files kept and purged; per filesystem, its free space.
+    pub storage: crate::storage::StorageReport,
 }
 
 /// Pool activity: each dispatch queues one step; a wake-up is a worker leaving an idle wait.

@@ -21,6 +21,7 @@ use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, noti
 use crate::config::Pipeline;
 use crate::sinks::SinkRunner;
 use crate::source;
+use crate::storage::{Storage, SystemClock};
 use crate::workflow::{Executor, Graph, Pool, PoolError};
 
 /// Runs a pipeline until its source ends or `shutdown` is requested.
@@ -38,6 +39,7 @@ pub fn run(
         steps,
         sinks: sink_configs,
         http: http_config,
+        storage: storage_config,
         written,
     } = pipeline;
     // Bound before anything starts: a port in use fails the run at once.
@@ -55,11 +57,22 @@ pub fn run(
         tracing::warn!(error = %e, "cannot limit OpenCV's threads");
     }
 
+    // Stopped after the sinks are closed: they index their last files as they finish them.
+    let storage = match Storage::start(storage_config, Arc::new(SystemClock)) {
+        Ok(storage) => storage,
+        Err(e) => {
+            return Err(Failure::before_start(DaemonError::Sink {
+                name: "storage".to_owned(),
+                source: crate::sinks::SinkError::Other(format!("cannot start its thread: {e}")),
+            }));
+        }
+    };
+    let _stop_storage = storage.stop_on_drop();
     let mut sinks: Vec<OpenSink> = Vec::new();
     for config in sink_configs {
         let opened = config
             .factory
-            .open(&config.name, &config.inputs)
+            .open(&config.name, &config.inputs, &storage)
             .and_then(|sink| SinkRunner::spawn(&config.name, sink, config.routing.clone()));
         match opened {
             Ok(runner) => sinks.push(OpenSink {
@@ -142,6 +155,7 @@ pub fn run(
             sources: running,
             queues,
             sinks,
+            storage: storage.clone(),
             graph,
             written,
             executor_config,
@@ -309,6 +323,7 @@ pub fn run(
             panics,
         },
         counts: sup.parts.last_counts.take(),
+        storage: sup.parts.storage.report(),
     };
     let mut errors: Vec<DaemonError> = stopped
         .errors

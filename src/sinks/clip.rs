@@ -36,12 +36,15 @@ use super::video_file::VideoFile;
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
+use crate::storage::{Class, FilePolicy, Retention, SinkFiles, Writing};
 use crate::value::Value;
 
 /// Longest wait for a clip's file to be finished, or for an encoder to give its last frames.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Frame rate assumed when the source does not say.
 const DEFAULT_FPS: (i32, i32) = (30, 1);
+/// Free space a clip needs to be opened after its disk was full (less, and it fails at once).
+const ROOM_TO_OPEN: u64 = 4 << 20;
 /// The index of written clips, in the clips' folder.
 const INDEX: &str = "clips.jsonl";
 
@@ -92,6 +95,8 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "2048",
             doc: "target bitrate",
         },
+        super::RETAIN_DAYS_DOC,
+        super::MAX_GB_DOC,
     ],
     build,
 };
@@ -106,6 +111,8 @@ struct Config {
     keyframe_s: Option<Spanned<f64>>,
     preset: Option<Spanned<String>>,
     bitrate_kbps: Option<Spanned<u32>>,
+    retain_days: Option<Spanned<f64>>,
+    max_gb: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Clone)]
@@ -155,14 +162,31 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         preset,
         bitrate_kbps,
     };
-    Ok(Box::new(Factory(settings)))
+    // A clip of an event as short as it can be (pre-roll and post-roll) must fit.
+    let bytes_per_s = u64::from(settings.bitrate_kbps) * 125;
+    let shortest = (settings.pre_roll + settings.post_roll).as_secs().max(1) * bytes_per_s;
+    let policy = FilePolicy {
+        class: Class::Event,
+        retention: Retention::parse(
+            c.retain_days,
+            c.max_gb,
+            Some((shortest, "clip of pre_roll_s + post_roll_s")),
+        )?,
+        expected_file: shortest,
+    };
+    Ok(Box::new(Factory(settings, policy)))
 }
 
 #[derive(Debug)]
-struct Factory(Settings);
+struct Factory(Settings, FilePolicy);
 
 impl SinkFactory for Factory {
-    fn open(&self, _name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         let dir = &self.0.dir;
         std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
             path: dir.clone(),
@@ -183,6 +207,7 @@ impl SinkFactory for Factory {
             .map(|i| i.from)
             .collect();
         Ok(Box::new(ClipSink {
+            files: storage.sink(name, self.1),
             settings: self.0.clone(),
             image,
             when,
@@ -192,6 +217,7 @@ impl SinkFactory for Factory {
 }
 
 struct ClipSink {
+    files: SinkFiles,
     settings: Settings,
     image: Ref,
     when: Vec<Ref>,
@@ -219,11 +245,14 @@ struct Writer {
     first_frame: u64,
     /// When its first frame left the decoder.
     first_captured: std::time::SystemTime,
+    /// Keeps the clip from retention while it is written.
+    _writing: Option<Writing>,
 }
 
 /// The encoder, ring and clip of one source.
 struct SourceClips {
     source: Arc<str>,
+    files: SinkFiles,
     pipeline: gst::Pipeline,
     appsrc: gst_app::AppSrc,
     appsink: gst_app::AppSink,
@@ -256,6 +285,7 @@ impl SourceClips {
         height: i32,
         fps: (i32, i32),
         first: Duration,
+        files: SinkFiles,
     ) -> Result<Self, SinkError> {
         let dir = &settings.dir;
         let err = |m: String| gst_err(dir, m);
@@ -299,6 +329,7 @@ impl SourceClips {
             .unwrap_or(gst::ClockTime::from_mseconds(33));
         Ok(Self {
             source,
+            files,
             pipeline,
             appsrc,
             appsink,
@@ -457,6 +488,20 @@ impl SourceClips {
                 (*seq, *at)
             });
         let path = new_clip_path(settings, &self.source, first_captured);
+        // A full disk: the storage makes room by its policies, or the clip waits in the ring.
+        let room = |dir: &std::path::Path| {
+            crate::storage::space(dir).is_ok_and(|s| s.free >= ROOM_TO_OPEN)
+        };
+        if !room(&settings.dir) && (self.files.disk_full(&path) == 0 || !room(&settings.dir)) {
+            return Ok(());
+        }
+        let writing = match self.files.create(&path, &self.source) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "clip not indexed; retention will not delete it");
+                None
+            }
+        };
         let err = |m: String| gst_err(&path, m);
         let desc = "appsrc name=src format=time ! h264parse ! \
                     mp4mux fragment-duration=1000 ! filesink name=file buffer-mode=unbuffered";
@@ -486,6 +531,7 @@ impl SourceClips {
             frames: 0,
             first_frame,
             first_captured,
+            _writing: writing,
         });
         Ok(())
     }
@@ -613,7 +659,16 @@ impl Sink for ClipSink {
         let (width, height, _) = image.shape();
         if !self.sources.contains_key(&frame.source) {
             let fps = frame.fps.unwrap_or(DEFAULT_FPS);
-            let c = SourceClips::start(settings, frame.source.clone(), width, height, fps, at)?;
+            let files = self.files.clone();
+            let c = SourceClips::start(
+                settings,
+                frame.source.clone(),
+                width,
+                height,
+                fps,
+                at,
+                files,
+            )?;
             self.sources.insert(frame.source.clone(), c);
         }
         let Some(clips) = self.sources.get_mut(&frame.source) else {

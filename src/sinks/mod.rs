@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
+use crate::storage::Storage;
 use crate::value::ValueType;
 
 mod clip;
@@ -55,7 +56,14 @@ pub struct SinkKind {
 
 /// A configured sink, opened when the pipeline starts (not when it is validated).
 pub trait SinkFactory: Send + Sync + fmt::Debug {
-    fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError>;
+    /// Opens the sink; a sink that writes files indexes them in `storage` (which keeps them
+    /// by its retention).
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        storage: &Storage,
+    ) -> Result<Box<dyn Sink>, SinkError>;
 
     /// What delivery does when this sink's queue is full, unless the file says `on_full`:
     /// files wait (nothing lost), network sinks should drop their oldest.
@@ -101,9 +109,27 @@ pub enum SinkError {
         path: std::path::PathBuf,
         message: String,
     },
+    #[error("{}: disk full; frames are lost until there is room", path.display())]
+    DiskFull { path: std::path::PathBuf },
     #[error("{0}")]
     Other(String),
 }
+
+/// `retain_days` of a sink that writes files.
+const RETAIN_DAYS_DOC: ParamDoc = ParamDoc {
+    name: "retain_days",
+    ty: "float",
+    default: "forever",
+    doc: "files older than this are deleted (only files this sink wrote, never one being written)",
+};
+
+/// `max_gb` of a sink that writes files.
+const MAX_GB_DOC: ParamDoc = ParamDoc {
+    name: "max_gb",
+    ty: "float",
+    default: "no cap",
+    doc: "the sink's files are kept under this many GB, the oldest deleted first",
+};
 
 /// The image a `snapshot` or `clip` records.
 const IMAGE_PORT: SinkPort = SinkPort {

@@ -103,7 +103,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
 }
 
 impl SinkFactory for Factory {
-    fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        _storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         let image = inputs
             .iter()
             .find(|i| i.port == "image")

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ use toml::Spanned;
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
+use crate::storage::{Class, FilePolicy, Retention, SinkFiles};
 use crate::value::{Detection, Image, Value, ValueType};
 
 pub(super) static KIND: SinkKind = SinkKind {
@@ -60,6 +61,8 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "0.1",
             doc: "with crops: share of a box's size added on each side",
         },
+        super::RETAIN_DAYS_DOC,
+        super::MAX_GB_DOC,
     ],
     build,
 };
@@ -75,6 +78,8 @@ struct Config {
     cooldown_s: Option<Spanned<f64>>,
     quality: Option<Spanned<i32>>,
     padding: Option<Spanned<f32>>,
+    retain_days: Option<Spanned<f64>>,
+    max_gb: Option<Spanned<f64>>,
 }
 
 #[derive(Debug)]
@@ -83,6 +88,7 @@ struct Factory {
     cooldown: Duration,
     quality: i32,
     padding: f32,
+    policy: FilePolicy,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
@@ -121,11 +127,21 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         cooldown,
         quality,
         padding,
+        policy: FilePolicy {
+            class: Class::Event,
+            retention: Retention::parse(c.retain_days, c.max_gb, None)?,
+            expected_file: 0,
+        },
     }))
 }
 
 impl SinkFactory for Factory {
-    fn open(&self, _name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         std::fs::create_dir_all(&self.dir).map_err(|source| SinkError::Io {
             path: self.dir.clone(),
             source,
@@ -149,6 +165,7 @@ impl SinkFactory for Factory {
             when: of("when"),
             crops: of("crops"),
             last: HashMap::new(),
+            files: storage.sink(name, self.policy),
         }))
     }
 }
@@ -164,11 +181,19 @@ struct Snapshot {
     crops: Vec<Ref>,
     /// Per source, the time of its last snapshot (see [`source_time`]).
     last: HashMap<Arc<str>, Duration>,
+    files: SinkFiles,
 }
 
 /// Writes `bytes` to a new file at `path`, or at `path` with `-1`, `-2`... before its extension
-/// when that name is taken: an existing file is never replaced.
-fn write_new(path: &Path, bytes: &[u8]) -> Result<PathBuf, SinkError> {
+/// when that name is taken: an existing file is never replaced. The file is indexed in `files`
+/// once made (so a name taken by someone else is never claimed); on a full disk the storage
+/// purges by its policies and the write is tried once more, else the empty file is removed.
+fn write_new(
+    path: &Path,
+    bytes: &[u8],
+    files: &SinkFiles,
+    source: &str,
+) -> Result<PathBuf, SinkError> {
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
     let mut candidate = path.to_owned();
     for n in 1.. {
@@ -178,13 +203,33 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<PathBuf, SinkError> {
             .open(&candidate)
         {
             Ok(mut file) => {
-                return file
-                    .write_all(bytes)
-                    .map(|()| candidate.clone())
-                    .map_err(|source| SinkError::Io {
-                        path: candidate,
-                        source,
-                    });
+                let io = |source| SinkError::Io {
+                    path: candidate.clone(),
+                    source,
+                };
+                let writing = files.create(&candidate, source).map_err(io)?;
+                let mut written = file.write_all(bytes);
+                if let Err(e) = &written
+                    && crate::storage::is_full(e)
+                    && files.disk_full(&candidate) > 0
+                {
+                    written = file
+                        .set_len(0)
+                        .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
+                        .and_then(|_| file.write_all(bytes));
+                }
+                return match written {
+                    Ok(()) => {
+                        files.wrote();
+                        Ok(candidate.clone())
+                    }
+                    Err(e) if crate::storage::is_full(&e) => {
+                        let _ = file.set_len(0);
+                        writing.discard_if_empty();
+                        Err(SinkError::DiskFull { path: candidate })
+                    }
+                    Err(e) => Err(io(e)),
+                };
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 candidate = path.with_file_name(format!("{stem}-{n}.jpg"));
@@ -248,6 +293,8 @@ impl Sink for Snapshot {
             write_new(
                 &self.dir.join(format!("{name}.jpg")),
                 self.encode(mat)?.as_slice(),
+                &self.files,
+                &frame.source,
             )?;
             written += 1;
         } else {
@@ -271,6 +318,8 @@ impl Sink for Snapshot {
                 write_new(
                     &self.dir.join(format!("{name}-{i}-{class}.jpg")),
                     self.encode(&crop)?.as_slice(),
+                    &self.files,
+                    &frame.source,
                 )?;
                 written += 1;
             }
@@ -293,14 +342,31 @@ mod tests {
     use crate::value::BBox;
 
     #[test]
-    fn a_taken_name_gets_a_counter_and_the_old_file_is_kept() {
+    fn a_taken_name_gets_a_counter_and_the_old_file_is_kept_and_never_claimed() {
         let dir = tempfile::tempdir().unwrap();
+        let storage = crate::storage::Storage::start(
+            crate::storage::StorageConfig::default(),
+            Arc::new(crate::storage::SystemClock),
+        )
+        .unwrap();
+        let policy = FilePolicy {
+            class: Class::Event,
+            retention: Retention::default(),
+            expected_file: 0,
+        };
+        let files = storage.sink("snap", policy);
         let path = dir.path().join("cam-000001-x.jpg");
-        assert_eq!(write_new(&path, b"first").unwrap(), path);
-        let second = write_new(&path, b"second").unwrap();
-        assert_eq!(second, dir.path().join("cam-000001-x-1.jpg"));
-        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        std::fs::write(&path, b"a user's").unwrap();
+        let first = write_new(&path, b"first", &files, "cam").unwrap();
+        let second = write_new(&path, b"second", &files, "cam").unwrap();
+        assert_eq!(first, dir.path().join("cam-000001-x-1.jpg"));
+        assert_eq!(second, dir.path().join("cam-000001-x-2.jpg"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"a user's");
         assert_eq!(std::fs::read(&second).unwrap(), b"second");
+        let index = std::fs::read_to_string(dir.path().join(crate::storage::index::INDEX)).unwrap();
+        assert!(!index.contains("\"cam-000001-x.jpg\""), "{index}");
+        assert!(index.contains("\"cam-000001-x-2.jpg\""), "{index}");
+        storage.stop();
     }
 
     #[test]

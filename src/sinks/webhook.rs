@@ -202,7 +202,12 @@ impl SinkFactory for Factory {
         super::OnFull::DropOldest
     }
 
-    fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        _storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(self.endpoint.timeout))
             .http_status_as_error(false)

@@ -36,6 +36,11 @@ pub mod index;
 mod purge;
 
 pub use disk::{Space, is_full};
+
+/// The free space of the filesystem holding `path`.
+pub fn space(path: &Path) -> std::io::Result<Space> {
+    disk::space(path)
+}
 pub use purge::{PASS_BUDGET, Pass, Reason, SinkTotals};
 
 /// How often a pass runs when nothing wakes the thread sooner and a policy is set.
@@ -256,6 +261,18 @@ impl Storage {
         }
     }
 
+    /// Takes a new `[storage]` floor and new source retention (a reload).
+    pub fn configure(&self, config: StorageConfig) {
+        let periodic = {
+            let mut state = lock(&self.shared.state);
+            state.floor = config.floor;
+            state.sources = config.sources;
+            state.has_policy()
+        };
+        lock(&self.shared.control).periodic = periodic;
+        self.poke();
+    }
+
     /// Runs one pass now, on the caller's thread.
     pub fn pass(&self) -> Pass {
         let now = self.shared.clock.now();
@@ -286,6 +303,11 @@ impl Storage {
         }
     }
 
+    /// A guard that stops the storage when dropped (on every way out of a run).
+    pub fn stop_on_drop(&self) -> StopOnDrop {
+        StopOnDrop(self.clone())
+    }
+
     /// Stops the thread and joins it (see the module header). Idempotent.
     pub fn stop(&self) {
         lock(&self.shared.control).stop = true;
@@ -296,6 +318,16 @@ impl Storage {
         {
             tracing::error!("the storage thread panicked");
         }
+    }
+}
+
+/// Stops its storage when dropped.
+#[derive(Debug)]
+pub struct StopOnDrop(Storage);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
@@ -415,6 +447,15 @@ pub struct Writing {
 impl Writing {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Finishes the file, removing it if nothing was written to it (a disk that was full
+    /// from its first byte).
+    pub fn discard_if_empty(self) {
+        if disk::file_size(&self.path) == Some(0) {
+            let shared = &self.files.storage.shared;
+            lock(&shared.state).forget(&self.path);
+        }
     }
 }
 

@@ -239,6 +239,26 @@ impl State {
         }
     }
 
+    /// Deletes `path`, one of ours, at once (an empty file the disk had no room for).
+    pub(super) fn forget(&mut self, path: &Path) {
+        if let Some(&id) = self.by_path.get(path) {
+            let _ = std::fs::remove_file(path);
+            self.remove(id);
+        }
+    }
+
+    /// Forgets entry `id` (its file is gone): the index says so.
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let e = self.entries.remove(&id)?;
+        self.by_path.remove(&e.path());
+        if let Some(f) = self.folders.get_mut(&e.folder) {
+            let _ = f.index.append(&Line::Del {
+                del: e.name.clone(),
+            });
+        }
+        Some(e)
+    }
+
     /// Counts a write that found the filesystem full.
     pub(super) fn count_disk_full(&mut self, sink: &str) {
         self.totals.entry(sink.to_owned()).or_default().disk_full += 1;

@@ -248,6 +248,10 @@ pub(super) fn render(live: &Live) -> String {
         );
     }
 
+    if let Some(storage) = &parts.storage {
+        storage_metrics(&mut out, &storage.report());
+    }
+
     let (delivered, failed) = live.delivered();
     out.header(
         "vidflow_frames_delivered_total",
@@ -294,6 +298,68 @@ pub(super) fn render(live: &Live) -> String {
         out.sample("process_resident_memory_bytes", &[], rss);
     }
     out.0
+}
+
+/// Retention: per sink, the files kept and purged; per filesystem, its space.
+fn storage_metrics(out: &mut Text, report: &crate::storage::StorageReport) {
+    type Pick = fn(&crate::storage::SinkTotals) -> u64;
+    let per_sink: [(&str, &str, &str, Pick); 5] = [
+        (
+            "vidflow_storage_kept_bytes",
+            "gauge",
+            "Bytes of the sink's files kept.",
+            |t| t.kept_bytes,
+        ),
+        (
+            "vidflow_storage_kept_files",
+            "gauge",
+            "Files of the sink kept.",
+            |t| t.kept_files,
+        ),
+        (
+            "vidflow_storage_purged_bytes_total",
+            "counter",
+            "Bytes of the sink's files deleted by retention.",
+            |t| t.purged_bytes,
+        ),
+        (
+            "vidflow_storage_purged_files_total",
+            "counter",
+            "Files of the sink deleted by retention.",
+            |t| t.purged_files,
+        ),
+        (
+            "vidflow_storage_disk_full_total",
+            "counter",
+            "Writes of the sink that found their filesystem full.",
+            |t| t.disk_full,
+        ),
+    ];
+    for (name, kind, help, pick) in per_sink {
+        out.header(name, kind, help);
+        for (sink, totals) in &report.sinks {
+            out.sample(name, &[("sink", sink)], pick(totals));
+        }
+    }
+    for (name, help, free) in [
+        (
+            "vidflow_storage_free_bytes",
+            "Free bytes of a filesystem vidflow writes to (labelled by its first folder).",
+            true,
+        ),
+        (
+            "vidflow_storage_size_bytes",
+            "Size of a filesystem vidflow writes to.",
+            false,
+        ),
+    ] {
+        out.header(name, "gauge", help);
+        for fs in &report.filesystems {
+            let folder = fs.folder.to_string_lossy();
+            let value = if free { fs.free_bytes } else { fs.size_bytes };
+            out.sample(name, &[("folder", &folder)], value);
+        }
+    }
 }
 
 /// The counters the page shows, as JSON.

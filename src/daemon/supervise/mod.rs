@@ -159,6 +159,8 @@ pub(super) struct RunParts {
     /// that ended or were stopped by a reload (the executor drains what they hold).
     pub queues: Vec<Receiver<Frame>>,
     pub sinks: Vec<OpenSink>,
+    /// Where the sinks index their files; a reload's sinks are opened with it too.
+    pub storage: crate::storage::Storage,
     pub graph: Arc<Graph>,
     pub written: Written,
     pub executor_config: ExecutorConfig,
@@ -208,6 +210,7 @@ impl Supervisor {
                 .collect(),
             executor: Some(self.parts.executor_metrics.clone()),
             pool: self.parts.pool.as_ref().map(|p| p.metrics().clone()),
+            storage: Some(self.parts.storage.clone()),
         });
     }
 

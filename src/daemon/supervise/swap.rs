@@ -97,7 +97,7 @@ impl Supervisor {
             self.reload_done();
             return;
         }
-        let Some(opened) = open_sinks(&new.sinks, &plan.kept_sinks) else {
+        let Some(opened) = open_sinks(&new.sinks, &plan.kept_sinks, &self.parts.storage) else {
             tracing::error!("reload refused: keeping the running pipeline");
             self.reload_done();
             return;
@@ -341,6 +341,7 @@ impl Supervisor {
     /// Settings a reload changes without a swap.
     pub(super) fn adopt_settings(&mut self, new: &Pipeline) {
         self.parts.stop_timeout = new.daemon.stop_timeout;
+        self.parts.storage.configure(new.storage.clone());
         if new.executor.opencv_threads != self.parts.executor_config.opencv_threads {
             let threads = i32::try_from(new.executor.opencv_threads).unwrap_or(1);
             if let Err(e) = opencv::core::set_num_threads(threads) {
@@ -410,7 +411,11 @@ fn load(path: &std::path::Path) -> Result<Pipeline, String> {
 
 /// Opens the sinks a reload does not keep; `None` (and every one opened closed again) if one
 /// cannot be opened.
-fn open_sinks(configs: &[SinkConfig], kept: &[Option<usize>]) -> Option<Vec<Option<SinkRunner>>> {
+fn open_sinks(
+    configs: &[SinkConfig],
+    kept: &[Option<usize>],
+    storage: &crate::storage::Storage,
+) -> Option<Vec<Option<SinkRunner>>> {
     let mut opened = Vec::new();
     for (config, kept) in configs.iter().zip(kept) {
         if kept.is_some() {
@@ -419,7 +424,7 @@ fn open_sinks(configs: &[SinkConfig], kept: &[Option<usize>]) -> Option<Vec<Opti
         }
         let runner = config
             .factory
-            .open(&config.name, &config.inputs)
+            .open(&config.name, &config.inputs, storage)
             .and_then(|sink| SinkRunner::spawn(&config.name, sink, config.routing.clone()));
         match runner {
             Ok(runner) => opened.push(Some(runner)),

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::sinks::SinkError;
+use crate::storage::{SinkFiles, Writing};
 
 /// With `fsync = "interval"`, the longest a written line stays only in the page cache.
 pub(super) const FSYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -85,6 +86,8 @@ fn today() -> (String, u64) {
 pub(super) struct Files {
     rotation: Rotation,
     open: HashMap<Arc<str>, Current>,
+    /// Where each file is indexed for retention (none in unit tests).
+    index: Option<SinkFiles>,
 }
 
 #[derive(Debug)]
@@ -100,19 +103,48 @@ impl Files {
         Self {
             rotation,
             open: HashMap::new(),
+            index: None,
         }
+    }
+
+    /// Indexes every file opened in `files` (kept by the sink's retention).
+    pub(super) fn indexed_in(mut self, files: SinkFiles) -> Self {
+        self.index = Some(files);
+        self
+    }
+
+    /// Opens `path` for `source`'s lines, indexed first.
+    fn open_file(
+        index: Option<&SinkFiles>,
+        path: &Path,
+        source: &str,
+    ) -> Result<AppendFile, SinkError> {
+        let writing = index
+            .map(|files| files.create(path, source))
+            .transpose()
+            .map_err(|source| SinkError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+        let mut file = AppendFile::open(path)?;
+        file.writing = writing;
+        Ok(file)
     }
 
     /// Opens (or repairs and appends to) the file `source`'s lines go to now: the last
     /// numbered file of today's name, so a restart goes on where the last run stopped.
-    fn open_for(rotation: &Rotation, source: &str) -> Result<Current, SinkError> {
+    fn open_for(
+        rotation: &Rotation,
+        index: Option<&SinkFiles>,
+        source: &str,
+    ) -> Result<Current, SinkError> {
         let (date, day) = today();
         let base = rotation.base(source, &date);
         let mut number = 0;
         while numbered(&base, number + 1).exists() {
             number += 1;
         }
-        let file = AppendFile::open(&numbered(&base, number))?;
+        let file = Self::open_file(index, &numbered(&base, number), source)?;
         Ok(Current {
             file,
             base,
@@ -133,8 +165,9 @@ impl Files {
         } else {
             Arc::from("")
         };
+        let index = self.index.as_ref();
         if !self.open.contains_key(&key) {
-            let current = Self::open_for(&self.rotation, source)?;
+            let current = Self::open_for(&self.rotation, index, source)?;
             self.open.insert(key.clone(), current);
         }
         let rotation = &self.rotation;
@@ -149,7 +182,7 @@ impl Files {
             .max_age
             .is_some_and(|max| current.file.opened.elapsed() >= max);
         if new_day {
-            let next = Self::open_for(rotation, source)?;
+            let next = Self::open_for(rotation, index, source)?;
             let previous = std::mem::replace(current, next);
             previous.file.close(rotation.fsync)?;
         } else if full || old {
@@ -159,7 +192,7 @@ impl Files {
             }
             let path = numbered(&current.base, number);
             tracing::info!(path = %path.display(), "rotating to a new file");
-            let next = AppendFile::open(&path)?;
+            let next = Self::open_file(index, &path, source)?;
             let previous = std::mem::replace(&mut current.file, next);
             current.number = number;
             previous.close(rotation.fsync)?;
@@ -167,11 +200,26 @@ impl Files {
         Ok(&mut current.file)
     }
 
-    /// Appends one whole line (ending in `\n`) to `source`'s file.
+    /// Appends one whole line (ending in `\n`) to `source`'s file. On a full disk, the storage
+    /// purges by its policies and the line is tried once more.
     pub(super) fn write_line(&mut self, source: &Arc<str>, line: &[u8]) -> Result<(), SinkError> {
         let fsync = self.rotation.fsync;
+        let index = self.index.clone();
         let file = self.current(source)?;
-        file.append(line)?;
+        match (file.append(line), &index) {
+            (Err(SinkError::Io { path, source }), Some(index))
+                if crate::storage::is_full(&source) =>
+            {
+                if index.disk_full(&path) == 0 {
+                    return Err(SinkError::DiskFull { path });
+                }
+                file.append(line)?;
+            }
+            (result, _) => result?,
+        }
+        if let Some(index) = &index {
+            index.wrote();
+        }
         match fsync {
             Fsync::Always => file.sync(),
             Fsync::Interval if file.synced.elapsed() >= FSYNC_INTERVAL => file.sync(),
@@ -229,6 +277,8 @@ pub(super) struct AppendFile {
     /// Lines written since the last sync.
     dirty: bool,
     synced: Instant,
+    /// Keeps the file from retention while it is written.
+    writing: Option<Writing>,
 }
 
 impl AppendFile {
@@ -264,6 +314,7 @@ impl AppendFile {
             opened: now,
             dirty: false,
             synced: now,
+            writing: None,
         })
     }
 

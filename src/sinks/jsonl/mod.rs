@@ -9,6 +9,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 use toml::Spanned;
 
+use crate::storage::{Class, FilePolicy, Retention};
+
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
@@ -51,6 +53,8 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "none",
             doc: "start a new file once a file has been written to for this long",
         },
+        super::RETAIN_DAYS_DOC,
+        super::MAX_GB_DOC,
     ],
     build,
 };
@@ -62,6 +66,8 @@ struct Config {
     fsync: Option<Spanned<String>>,
     rotate_mb: Option<Spanned<u64>>,
     rotate_hours: Option<Spanned<f64>>,
+    retain_days: Option<Spanned<f64>>,
+    max_gb: Option<Spanned<f64>>,
 }
 
 /// The largest `rotate_mb`: a terabyte.
@@ -70,6 +76,7 @@ const MAX_ROTATE_MB: u64 = 1 << 20;
 #[derive(Debug)]
 struct Factory {
     rotation: Rotation,
+    policy: FilePolicy,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
@@ -113,6 +120,23 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     if c.path.get_ref().trim().is_empty() {
         return Err(Diagnostic::at(c.path.span(), "path is empty"));
     }
+    let rotates = max_bytes.is_some() || max_age.is_some() || c.path.get_ref().contains("{date}");
+    let retention_span = c
+        .retain_days
+        .as_ref()
+        .map(Spanned::span)
+        .or_else(|| c.max_gb.as_ref().map(Spanned::span));
+    if let Some(span) = retention_span.filter(|_| !rotates) {
+        return Err(Diagnostic::at(
+            span,
+            "retention needs files that end: set rotate_mb or rotate_hours, or put {date} in the path",
+        ));
+    }
+    let retention = Retention::parse(
+        c.retain_days,
+        c.max_gb,
+        max_bytes.map(|b| (b, "file at rotate_mb")),
+    )?;
     Ok(Box::new(Factory {
         rotation: Rotation {
             template: c.path.into_inner(),
@@ -120,12 +144,23 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
             max_age,
             fsync,
         },
+        policy: FilePolicy {
+            class: Class::Log,
+            retention,
+            expected_file: max_bytes.unwrap_or(0),
+        },
     }))
 }
 
 impl SinkFactory for Factory {
-    fn open(&self, _name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
-        let mut files = Files::new(self.rotation.clone());
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
+        let mut files =
+            Files::new(self.rotation.clone()).indexed_in(storage.sink(name, self.policy));
         // Fail now, not at the first frame, if the file cannot be opened (one without
         // placeholders is the file itself; others are opened at their first line).
         if !self.rotation.per_source() {

@@ -30,6 +30,7 @@ use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
 use crate::sinks::SinkError;
+use crate::storage::{SinkFiles, Writing};
 
 /// Longest wait for the muxer to finish the last segment after the last frame.
 pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,6 +43,8 @@ const QUEUE_BYTES: u64 = 32 << 20;
 pub(super) const MP4_FRAGMENT_MS: u32 = 1000;
 
 /// What an encoder is asked to write.
+/// (Each segment is indexed in the sink's [`SinkFiles`] as it is named, and marked finished when
+/// `splitmuxsink` says it closed it, or when the encoder ends.)
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
     /// File name template: `{source}` and `{start}` (UTC, `20261201T061500Z`) placeholders.
@@ -60,6 +63,10 @@ struct State {
     full: bool,
     eos: bool,
     error: Option<String>,
+    /// The error was a write that found the disk full.
+    no_space: bool,
+    /// Segments named and not yet closed, kept from deletion while written.
+    writing: Vec<Writing>,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +94,23 @@ struct Namer {
     source: String,
     /// The next counter to try for a name without `{start}`.
     next: u32,
+}
+
+/// Names the next segment and indexes it as being written.
+fn name_segment(namer: &Mutex<Namer>, files: &SinkFiles, shared: &Shared) -> PathBuf {
+    let (name, source) = {
+        let mut namer = namer.lock().unwrap_or_else(PoisonError::into_inner);
+        (namer.next_name(), namer.source.clone())
+    };
+    match files.create(&name, &source) {
+        Ok(writing) => shared.lock().writing.push(writing),
+        // The file is written all the same: it is only never deleted by retention.
+        Err(e) => {
+            tracing::warn!(path = %name.display(), error = %e, "segment not indexed; retention will not delete it");
+        }
+    }
+    tracing::info!(path = %name.display(), "new video segment");
+    name
 }
 
 impl Namer {
@@ -147,6 +171,7 @@ impl Encoder {
         width: u32,
         height: u32,
         fps: (i32, i32),
+        files: &SinkFiles,
     ) -> Result<Self, SinkError> {
         let path = PathBuf::from(settings.template.replace("{source}", &settings.source));
         let err = |message: String| SinkError::Gstreamer {
@@ -188,12 +213,10 @@ impl Encoder {
             source: settings.source.clone(),
             next: 0,
         });
+        let shared = Arc::new(Shared::default());
+        let (on_name, files) = (shared.clone(), files.clone());
         split.connect("format-location", false, move |_| {
-            let name = namer
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .next_name();
-            tracing::info!(path = %name.display(), "new video segment");
+            let name = name_segment(&namer, &files, &on_name);
             Some(name.to_string_lossy().into_owned().to_value())
         });
         let appsrc = pipeline
@@ -207,7 +230,6 @@ impl Encoder {
         let caps = info.to_caps().map_err(|e| err(e.to_string()))?;
         appsrc.set_caps(Some(&caps));
 
-        let shared = Arc::new(Shared::default());
         let (on_need, on_enough) = (shared.clone(), shared.clone());
         appsrc.set_callbacks(
             gst_app::AppSrcCallbacks::builder()
@@ -221,6 +243,7 @@ impl Encoder {
             match msg.view() {
                 gst::MessageView::Error(e) => on_bus.update(|s| {
                     if s.error.is_none() {
+                        s.no_space = e.error().matches(gst::ResourceError::NoSpaceLeft);
                         s.error = Some(format!(
                             "{}{}",
                             e.error(),
@@ -229,6 +252,24 @@ impl Encoder {
                     }
                 }),
                 gst::MessageView::Eos(_) => on_bus.update(|s| s.eos = true),
+                gst::MessageView::Element(e) => {
+                    let closed = e
+                        .structure()
+                        .filter(|s| s.name() == "splitmuxsink-fragment-closed")
+                        .and_then(|s| s.get::<String>("location").ok());
+                    if let Some(location) = closed {
+                        // Dropped outside the lock: finishing it takes the storage's.
+                        let done: Vec<Writing> = {
+                            let mut state = on_bus.lock();
+                            let (done, open) = std::mem::take(&mut state.writing)
+                                .into_iter()
+                                .partition(|w| w.path() == Path::new(&location));
+                            state.writing = open;
+                            done
+                        };
+                        drop(done);
+                    }
+                }
                 _ => {}
             }
             gst::BusSyncReply::Drop
@@ -265,7 +306,31 @@ impl Encoder {
     fn fail(&mut self, message: String) -> SinkError {
         let _ = self.pipeline.set_state(gst::State::Null);
         self.failed = Some(message.clone());
+        self.release();
         self.error(message)
+    }
+
+    /// Whether the encoder failed because its disk was full.
+    pub(super) fn out_of_space(&self) -> bool {
+        self.shared.lock().no_space
+    }
+
+    /// The segment being written, if any.
+    pub(super) fn segment(&self) -> Option<PathBuf> {
+        self.shared
+            .lock()
+            .writing
+            .last()
+            .map(|w| w.path().to_owned())
+    }
+
+    /// Marks every segment still open finished (the pipeline is stopped); one the disk had no
+    /// room for at all is removed.
+    fn release(&self) {
+        let writing = std::mem::take(&mut self.shared.lock().writing);
+        for w in writing {
+            w.discard_if_empty();
+        }
     }
 
     /// Pushes one buffer, waiting for room at most [`PUSH_TIMEOUT`].
@@ -311,6 +376,7 @@ impl Encoder {
     /// Finalizes the last segment (see the module header).
     pub(super) fn close(self) -> Result<(), SinkError> {
         if let Some(message) = &self.failed {
+            self.release();
             return Err(self.error(message.clone()));
         }
         let _ = self.appsrc.end_of_stream();
@@ -341,6 +407,7 @@ impl Encoder {
             }
         };
         let _ = self.pipeline.set_state(gst::State::Null);
+        self.release();
         outcome.map_err(|m| self.error(m))
     }
 }

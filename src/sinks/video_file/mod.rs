@@ -19,6 +19,7 @@ use toml::Spanned;
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
+use crate::storage::{Class, FilePolicy, Retention, SinkFiles};
 use crate::value::{Image, Value, ValueType};
 
 mod encoder;
@@ -69,6 +70,8 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "2048",
             doc: "target bitrate",
         },
+        super::RETAIN_DAYS_DOC,
+        super::MAX_GB_DOC,
     ],
     build,
 };
@@ -93,6 +96,8 @@ struct Config {
     keyframe_seconds: Option<Spanned<u32>>,
     preset: Option<Spanned<String>>,
     bitrate_kbps: Option<Spanned<u32>>,
+    retain_days: Option<Spanned<f64>>,
+    max_gb: Option<Spanned<f64>>,
 }
 
 /// The longest `segment_seconds` and `keyframe_seconds`: a day.
@@ -101,6 +106,7 @@ const MAX_SECONDS: u32 = 86_400;
 #[derive(Debug)]
 struct Factory {
     settings: Settings,
+    policy: FilePolicy,
     /// Reported by validation when the sink takes several sources and the path has no
     /// `{source}`.
     mixes_sources: Option<Diagnostic>,
@@ -134,6 +140,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     let segment_seconds = seconds(c.segment_seconds, "segment_seconds", 60)?;
     let keyframe_seconds = seconds(c.keyframe_seconds, "keyframe_seconds", 2)?;
     let (preset, bitrate_kbps) = encoder_options(c.preset, c.bitrate_kbps)?;
+    let segment_bytes = u64::from(bitrate_kbps) * 125 * u64::from(segment_seconds);
+    let retention = Retention::parse(
+        c.retain_days,
+        c.max_gb,
+        Some((segment_bytes, "segment at bitrate_kbps")),
+    )?;
     let mixes_sources = (!c.path.get_ref().contains("{source}")).then(|| {
         Diagnostic::at(
             c.path.span(),
@@ -153,6 +165,11 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
             bitrate_kbps,
             segment: Duration::from_secs(segment_seconds.into()),
             keyframe_seconds,
+        },
+        policy: FilePolicy {
+            class: Class::Continuous,
+            retention,
+            expected_file: segment_bytes,
         },
         mixes_sources,
     }))
@@ -191,7 +208,12 @@ pub(super) fn encoder_options(
 }
 
 impl SinkFactory for Factory {
-    fn open(&self, _name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         let first = std::path::PathBuf::from(&self.settings.template);
         // Fail now, not at the first frame, if the folder cannot take files (a folder named
         // after the source is made at the source's first image).
@@ -215,6 +237,8 @@ impl SinkFactory for Factory {
             settings: self.settings.clone(),
             image,
             encoders: HashMap::new(),
+            files: storage.sink(name, self.policy),
+            full: HashMap::new(),
         }))
     }
 
@@ -239,7 +263,16 @@ pub(super) struct VideoFile {
     image: crate::spec::Ref,
     /// One per source, made at its first image.
     encoders: HashMap<Arc<str>, Encoder>,
+    files: SinkFiles,
+    /// Sources whose encoder stopped on a full disk: when to look for room again.
+    full: HashMap<Arc<str>, (std::time::Instant, std::path::PathBuf)>,
 }
+
+/// After a full disk, how often a source looks for room to start a new segment (frames in
+/// between are counted as lost). Each look is one `statvfs`.
+const FULL_RETRY: Duration = Duration::from_millis(500);
+/// Free space a new segment needs after a full disk: less, and it would fail at once.
+const ROOM_TO_RESTART: u64 = 4 << 20;
 
 /// An image's BGR bytes, for a GStreamer buffer that borrows them. Only built for images whose
 /// BGR Mat exists and is continuous (checked in `buffer_for`).
@@ -296,6 +329,50 @@ impl VideoFile {
     }
 }
 
+impl VideoFile {
+    /// A source whose disk was full: `Some(error)` (the frame is lost) until there is room for
+    /// a new segment, looked for every [`FULL_RETRY`].
+    fn waiting_for_room(&mut self, source: &Arc<str>) -> Option<SinkError> {
+        let (at, path) = self.full.get(source)?;
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let folder = folder.unwrap_or(std::path::Path::new("."));
+        let lost = || SinkError::DiskFull { path: path.clone() };
+        if at.elapsed() < FULL_RETRY {
+            return Some(lost());
+        }
+        let room = crate::storage::space(folder).is_ok_and(|s| s.free >= ROOM_TO_RESTART)
+            || self.files.disk_full(path) > 0;
+        if !room {
+            let e = lost();
+            self.full
+                .insert(source.clone(), (std::time::Instant::now(), path.clone()));
+            return Some(e);
+        }
+        tracing::info!(source = %source, "room on the disk again: recording goes on in a new segment");
+        self.full.remove(source);
+        None
+    }
+
+    /// An encoder failed: on a full disk it is dropped (its segment ends at its last fragment),
+    /// the storage purges by its policies, and a new segment starts as soon as there is room.
+    fn after_failure(&mut self, source: &Arc<str>, e: SinkError) -> SinkError {
+        let Some(enc) = self.encoders.get(source).filter(|enc| enc.out_of_space()) else {
+            return e;
+        };
+        let path = enc
+            .segment()
+            .unwrap_or_else(|| std::path::PathBuf::from(&self.settings.template));
+        if let Some(enc) = self.encoders.remove(source) {
+            let _ = enc.close();
+        }
+        tracing::warn!(source = %source, path = %path.display(), "disk full: the segment ends at its last complete fragment");
+        self.files.disk_full(&path);
+        self.full
+            .insert(source.clone(), (std::time::Instant::now(), path.clone()));
+        SinkError::DiskFull { path }
+    }
+}
+
 impl Sink for VideoFile {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
         let Some(Value::Image(image)) = result.value(self.image) else {
@@ -303,6 +380,10 @@ impl Sink for VideoFile {
         };
         let (width, height, _) = image.shape();
         let frame = result.frame();
+        if let Some(lost) = self.waiting_for_room(&frame.source) {
+            return Err(lost);
+        }
+        let files = &self.files;
         let enc = match self.encoders.entry(frame.source.clone()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -314,7 +395,7 @@ impl Sink for VideoFile {
                 let bad = |what: &str| SinkError::Other(format!("video_file: bad image {what}"));
                 let w = u32::try_from(width).map_err(|_| bad("width"))?;
                 let h = u32::try_from(height).map_err(|_| bad("height"))?;
-                e.insert(Encoder::start(&settings, w, h, fps)?)
+                e.insert(Encoder::start(&settings, w, h, fps, files)?)
             }
         };
         if width != enc.info.width() as i32 || height != enc.info.height() as i32 {
@@ -346,7 +427,10 @@ impl Sink for VideoFile {
             b.set_pts(pts);
             b.set_duration(enc.frame_duration);
         }
-        enc.push(buffer)?;
+        if let Err(e) = enc.push(buffer) {
+            return Err(self.after_failure(&frame.source, e));
+        }
+        self.files.wrote();
         Ok(true)
     }
 
