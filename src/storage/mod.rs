@@ -280,7 +280,8 @@ impl Storage {
     }
 
     pub fn report(&self) -> StorageReport {
-        let state = lock(&self.shared.state);
+        let mut state = lock(&self.shared.state);
+        state.recount();
         StorageReport {
             sinks: state.totals.clone(),
             filesystems: state

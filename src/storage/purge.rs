@@ -9,8 +9,9 @@
 //!    clips and snapshots before logs;
 //! 4. for each filesystem under `[storage] min_free_*`: the oldest files on it, in that order.
 //!
-//! A file being written counts as at least its sink's expected file size (a segment grows to
-//! it), so a cap holds while it grows. At most [`PASS_BUDGET`] files go per pass; a pass that
+//! A file being written counts as its size plus its sink's expected file size (a segment grows
+//! by up to that before it ends, and a pass runs as each file starts and ends), so a cap holds
+//! while it grows. At most [`PASS_BUDGET`] files go per pass; a pass that
 //! stopped there asks for the next at once.
 
 use std::collections::{BTreeMap, HashMap};
@@ -131,6 +132,8 @@ impl State {
     /// The index of `folder`, opened (and its files taken in) on first use.
     fn folder(&mut self, folder: &Path) -> std::io::Result<&mut Folder> {
         if !self.folders.contains_key(folder) {
+            // The sink is about to make a file there.
+            std::fs::create_dir_all(folder)?;
             let (index, listed) = Index::open(folder)?;
             let dev = disk::device(folder)?;
             for l in listed {
@@ -323,15 +326,15 @@ impl State {
         }
     }
 
-    /// The size `e` counts for against a cap: a file being written, at least its expected
-    /// size.
+    /// The size `e` counts for against a cap: a file being written, its size and room for
+    /// one more expected file's worth (it grows until the next pass, at its end at the latest).
     fn counted(&self, e: &Entry) -> u64 {
         let expected = if e.open {
             self.sinks.get(&e.sink).map_or(0, |p| p.expected_file)
         } else {
             0
         };
-        e.bytes.max(expected)
+        e.bytes + expected
     }
 
     fn plan_sink_caps(&self, plan: &mut Plan) {
@@ -478,7 +481,7 @@ impl State {
     }
 
     /// Refreshes each sink's kept files and bytes.
-    fn recount(&mut self) {
+    pub(super) fn recount(&mut self) {
         for t in self.totals.values_mut() {
             t.kept_files = 0;
             t.kept_bytes = 0;

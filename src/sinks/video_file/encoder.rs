@@ -67,6 +67,10 @@ struct State {
     no_space: bool,
     /// Segments named and not yet closed, kept from deletion while written.
     writing: Vec<Writing>,
+    /// Segments named that could not be indexed (the disk was full even for that).
+    unindexed: Vec<PathBuf>,
+    /// The segment named last.
+    last: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -102,11 +106,13 @@ fn name_segment(namer: &Mutex<Namer>, files: &SinkFiles, shared: &Shared) -> Pat
         let mut namer = namer.lock().unwrap_or_else(PoisonError::into_inner);
         (namer.next_name(), namer.source.clone())
     };
+    shared.lock().last = Some(name.clone());
     match files.create(&name, &source) {
         Ok(writing) => shared.lock().writing.push(writing),
         // The file is written all the same: it is only never deleted by retention.
         Err(e) => {
             tracing::warn!(path = %name.display(), error = %e, "segment not indexed; retention will not delete it");
+            shared.lock().unindexed.push(name.clone());
         }
     }
     tracing::info!(path = %name.display(), "new video segment");
@@ -267,7 +273,10 @@ impl Encoder {
                             state.writing = open;
                             done
                         };
-                        drop(done);
+                        // A segment the disk had no room for at all is removed.
+                        for w in done {
+                            w.discard_if_empty();
+                        }
                     }
                 }
                 _ => {}
@@ -327,9 +336,21 @@ impl Encoder {
     /// Marks every segment still open finished (the pipeline is stopped); one the disk had no
     /// room for at all is removed.
     fn release(&self) {
-        let writing = std::mem::take(&mut self.shared.lock().writing);
+        let (writing, unindexed) = {
+            let mut state = self.shared.lock();
+            (
+                std::mem::take(&mut state.writing),
+                std::mem::take(&mut state.unindexed),
+            )
+        };
         for w in writing {
             w.discard_if_empty();
+        }
+        // Named by this encoder (so never someone else's file) and left empty.
+        for path in unindexed {
+            if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                let _ = std::fs::remove_file(&path);
+            }
         }
     }
 

@@ -439,8 +439,14 @@ impl Sink for VideoFile {
             tracing::warn!(path = %self.settings.template, "no image was produced; no video file was written");
         }
         let mut first = Ok(());
-        for (_, enc) in self.encoders {
+        for (source, enc) in self.encoders {
+            let out_of_space = enc.out_of_space();
             let closed = enc.close();
+            if out_of_space && let Err(e) = &closed {
+                // Counted already as lost frames; not a failure of the run on its own.
+                tracing::warn!(source = %source, error = %e, "disk full at the stop: the last segment ends at its last complete fragment");
+                continue;
+            }
             if first.is_ok() {
                 first = closed;
             }
