@@ -86,7 +86,7 @@ impl Index {
     /// Opens (creating) the index of `folder` and reads what it lists, in the order added.
     pub(super) fn open(folder: &Path) -> std::io::Result<(Self, Vec<Listed>)> {
         let path = folder.join(INDEX);
-        let mut listed: Vec<Listed> = Vec::new();
+        let mut listed = Listing::default();
         let mut lines = 0;
         match File::open(&path) {
             Ok(f) => {
@@ -97,14 +97,14 @@ impl Index {
                     let Ok(parsed) = serde_json::from_slice::<Line>(&line) else {
                         continue;
                     };
-                    apply(&mut listed, parsed);
+                    listed.apply(parsed);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
         let file = OpenOptions::new().append(true).create(true).open(&path)?;
-        Ok((Self { path, file, lines }, listed))
+        Ok((Self { path, file, lines }, listed.into_vec()))
     }
 
     /// Appends one line (one `write`: whole or not at all, as far as readers go).
@@ -137,33 +137,53 @@ impl Index {
     }
 }
 
-/// Applies one line to the list of kept files.
-fn apply(listed: &mut Vec<Listed>, line: Line) {
-    match line {
-        Line::Add {
-            add,
-            sink,
-            source,
-            class,
-            t,
-        } if plain_name(&add) => {
-            listed.retain(|l| l.name != add);
-            listed.push(Listed {
-                name: add,
+/// The files an index lists, as its lines are read: in the order added, a name added again
+/// moving to the end.
+#[derive(Debug, Default)]
+struct Listing {
+    order: Vec<Option<Listed>>,
+    at: std::collections::HashMap<String, usize>,
+}
+
+impl Listing {
+    fn apply(&mut self, line: Line) {
+        match line {
+            Line::Add {
+                add,
                 sink,
                 source,
                 class,
-                created: from_millis(t),
-                closed: None,
-            });
-        }
-        Line::Close { close, t, bytes } => {
-            if let Some(l) = listed.iter_mut().rev().find(|l| l.name == close) {
-                l.closed = Some((from_millis(t), bytes));
+                t,
+            } if plain_name(&add) => {
+                if let Some(i) = self.at.remove(&add) {
+                    self.order[i] = None;
+                }
+                self.at.insert(add.clone(), self.order.len());
+                self.order.push(Some(Listed {
+                    name: add,
+                    sink,
+                    source,
+                    class,
+                    created: from_millis(t),
+                    closed: None,
+                }));
             }
+            Line::Close { close, t, bytes } => {
+                if let Some(l) = self.at.get(&close).and_then(|&i| self.order[i].as_mut()) {
+                    l.closed = Some((from_millis(t), bytes));
+                }
+            }
+            Line::Del { del } => {
+                if let Some(i) = self.at.remove(&del) {
+                    self.order[i] = None;
+                }
+            }
+            Line::Add { .. } => {}
         }
-        Line::Del { del } => listed.retain(|l| l.name != del),
-        Line::Add { .. } => {}
+    }
+
+    fn into_vec(self) -> Vec<Listed> {
+        self.order.into_iter().flatten().collect()
     }
 }
 

@@ -8,8 +8,9 @@
 //! policy nothing is deleted at all.
 //!
 //! Threads: one, `vidflow-storage`, runs the purge passes ([`purge`]) off the frame path. It
-//! blocks on a condvar: woken when a sink adds or finishes a file, every [`PASS_INTERVAL`] when
-//! a policy is set (ages and free space change with time alone), and to stop. Sinks call in
+//! blocks on a condvar: woken when a sink adds or finishes a file (at most once per
+//! [`PASS_GAP`]), every [`PASS_INTERVAL`] when a policy is set (ages and free space change with
+//! time alone), and to stop. Sinks call in
 //! from their own threads (and GStreamer's, when a segment is named): [`SinkFiles::create`]
 //! and [`Writing`]'s drop take the storage's lock for one index line; a sink whose write found
 //! the disk full calls [`SinkFiles::disk_full`], which purges on its thread at once (bounded
@@ -45,6 +46,9 @@ pub use purge::{PASS_BUDGET, Pass, Reason, SinkTotals};
 
 /// How often a pass runs when nothing wakes the thread sooner and a policy is set.
 pub const PASS_INTERVAL: Duration = Duration::from_secs(10);
+/// The least time between two passes woken by files starting and ending: however many files
+/// a second the sinks make (snapshots), passes stay at one a second.
+pub const PASS_GAP: Duration = Duration::from_secs(1);
 
 /// What kind of file: the purge order under a shared limit (continuous footage goes first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -334,7 +338,21 @@ impl Drop for StopOnDrop {
 
 /// The storage thread's loop (see the module header).
 fn run(shared: &Shared) {
+    let mut last: Option<std::time::Instant> = None;
     loop {
+        // At most one woken pass per PASS_GAP (a stop still ends the wait at once).
+        if let Some(gap) = last.map(|t| PASS_GAP.saturating_sub(t.elapsed()))
+            && !gap.is_zero()
+        {
+            let control = lock(&shared.control);
+            let (control, _) = shared
+                .wake
+                .wait_timeout_while(control, gap, |c| !c.stop)
+                .unwrap_or_else(PoisonError::into_inner);
+            if control.stop {
+                return;
+            }
+        }
         {
             let mut control = lock(&shared.control);
             loop {
@@ -364,6 +382,7 @@ fn run(shared: &Shared) {
         }
         let now = shared.clock.now();
         let pass = lock(&shared.state).pass(now);
+        last = (!pass.more).then(std::time::Instant::now);
         log_pass(&pass, "purged old files");
         if pass.more {
             lock(&shared.control).poked = true;

@@ -1,0 +1,95 @@
+//! One purge pass over 100,000 kept segments (real empty files in a temporary folder, indexed
+//! through the storage's own API), against a baseline measured in the same run: listing and
+//! stat-ing that folder, which is what a purger working from a directory scan does each pass.
+//! Also: loading the index of 100,000 files (a restart), and a pass that deletes its budget.
+//!
+//!     cargo bench --bench purge
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vidflow::storage::{
+    Class, FilePolicy, PASS_BUDGET, Retention, Storage, StorageConfig, SystemClock,
+};
+
+const FILES: usize = 100_000;
+
+fn policy(max_bytes: Option<u64>) -> FilePolicy {
+    FilePolicy {
+        class: Class::Continuous,
+        retention: Retention {
+            max_age: Some(Duration::from_secs(86_400 * 365)),
+            max_bytes,
+        },
+        expected_file: 0,
+    }
+}
+
+/// The fastest of `n` runs of `f`.
+fn best(n: usize, mut f: impl FnMut()) -> Duration {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .unwrap()
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::start(StorageConfig::default(), Arc::new(SystemClock)).unwrap();
+    let files = storage.sink("rec", policy(None));
+    let t = Instant::now();
+    for n in 0..FILES {
+        let path = dir.path().join(format!("cam-{n:08}.mp4"));
+        let writing = files.create(&path, "cam").unwrap();
+        std::fs::write(&path, b"x").unwrap();
+        drop(writing);
+    }
+    println!(
+        "indexed {FILES} files in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let scan = best(5, || {
+        let mut bytes = 0;
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            bytes += e.unwrap().metadata().unwrap().len();
+        }
+        assert!(bytes >= FILES as u64);
+    });
+    let pass = best(5, || {
+        let p = storage.pass();
+        assert_eq!(p.files, 0);
+    });
+    println!(
+        "pass over {FILES} kept files, nothing due: {:.2} ms; directory scan (baseline): {:.2} ms; ratio {:.2}x",
+        pass.as_secs_f64() * 1e3,
+        scan.as_secs_f64() * 1e3,
+        pass.as_secs_f64() / scan.as_secs_f64()
+    );
+    storage.stop();
+
+    // A restart: the index is read and every listed file's size taken.
+    let again = Storage::start(StorageConfig::default(), Arc::new(SystemClock)).unwrap();
+    let t = Instant::now();
+    let files = again.sink("rec", policy(Some(FILES as u64 - 10 * PASS_BUDGET as u64)));
+    let probe = dir.path().join("probe.mp4");
+    drop(files.create(&probe, "cam").unwrap());
+    let load = t.elapsed();
+    let t = Instant::now();
+    let p = again.pass();
+    let deleting = t.elapsed();
+    println!(
+        "index load of {FILES} files: {:.1} ms ({:.2}x the scan); a pass deleting {} files: {:.2} ms ({:.2}x the scan)",
+        load.as_secs_f64() * 1e3,
+        load.as_secs_f64() / scan.as_secs_f64(),
+        p.files,
+        deleting.as_secs_f64() * 1e3,
+        deleting.as_secs_f64() / scan.as_secs_f64()
+    );
+    again.stop();
+}
