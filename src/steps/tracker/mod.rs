@@ -8,20 +8,26 @@
 //! tracks behind their own lock, the map's lock never held while tracking); the kind is
 //! stateful, so the executor hands this step one source's frames in order and one at a time.
 //! After a panic on a frame of a source, the executor drops that source's tracks
-//! ([`Step::reset_source`]): its IDs start again at 1. No thread or channel of its own.
+//! ([`Step::reset_source`]): its IDs start again at 1. When a source's frames change size (a
+//! camera back at another size), its tracks end ([`Step::source_resized`]): each confirmed one
+//! is reported once on `events` as `ended` (place `"resize"`), and IDs go on from where they
+//! were. No thread or channel of its own.
 //!
 //! Frames without detections: `detections` is an optional input. When the detector did not run
 //! on a frame (`every_n_frames`, or its branch was skipped), the tracker still runs and only
 //! predicts. Gaps in frame numbers (frames a live source dropped from its full queue) are
 //! predicted across: a frame `n` numbers after the last is `n` steps of the filter.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::per_source::PerSource;
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{Detection, Value, ValueType};
+use crate::value::{Detection, Event, EventKind, Value, ValueType};
 
 mod assign;
 mod kalman;
@@ -41,11 +47,18 @@ pub(super) static KIND: StepKind = StepKind {
         ty: ValueType::Detections,
         optional: true,
     }],
-    outputs: &[Port {
-        name: "tracks",
-        ty: ValueType::Tracks,
-        optional: false,
-    }],
+    outputs: &[
+        Port {
+            name: "tracks",
+            ty: ValueType::Tracks,
+            optional: false,
+        },
+        Port {
+            name: "events",
+            ty: ValueType::Events,
+            optional: false,
+        },
+    ],
     params: &[
         ParamDoc {
             name: "method",
@@ -195,9 +208,13 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 #[derive(Debug)]
 struct Tracker {
     settings: Settings,
-    /// The tracks of each source (see the module header).
-    sources: PerSource<Tracks>,
+    /// The tracks of each source (see the module header), and the `ended` events its next
+    /// frame reports.
+    sources: PerSource<(Tracks, Vec<Event>)>,
 }
+
+/// `place` of the events of tracks ended by a change of their source's size.
+const RESIZE: &str = "resize";
 
 impl Tracker {
     fn new(settings: Settings) -> Self {
@@ -211,22 +228,48 @@ impl Tracker {
 impl Step for Tracker {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let detections = input.optional::<[Detection]>(0)?;
-        let out = self.sources.with(&input.frame.source, |tracks| {
-            tracks.update(&self.settings, input.frame.seq, detections)
+        let (out, ended) = self.sources.with(&input.frame.source, |(tracks, ended)| {
+            let out = tracks.update(&self.settings, input.frame.seq, detections);
+            (out, std::mem::take(ended))
         });
-        Ok(StepOutput::Values(vec![Value::Tracks(out.into())]))
+        Ok(StepOutput::Values(vec![
+            Value::Tracks(out.into()),
+            Value::Events(ended.into()),
+        ]))
     }
 
     fn reset_source(&self, source: &str) -> bool {
         self.sources.reset(source);
         true
     }
+
+    fn source_resized(&self, source: &str, _from: Format, _to: Format) -> Option<String> {
+        let source: Arc<str> = source.into();
+        let ids = self.sources.with(&source, |(tracks, ended)| {
+            let place: Arc<str> = RESIZE.into();
+            let now = tracks.end_all();
+            let ids: Vec<String> = now.iter().map(|t| t.track_id.to_string()).collect();
+            ended.extend(now.into_iter().map(|t| Event {
+                event: EventKind::Ended,
+                track_id: t.track_id,
+                class: t.detection.class,
+                place: place.clone(),
+                bbox: t.detection.bbox,
+            }));
+            ids
+        });
+        Some(match ids.len() {
+            0 => "it had no track; new objects get new IDs".to_owned(),
+            _ => format!(
+                "its tracks end (ID {}, each an \"ended\" event); new objects get new IDs",
+                ids.join(", ")
+            ),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::frame::Frame;
     use crate::value::{BBox, Track};
