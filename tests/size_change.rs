@@ -2,7 +2,7 @@
 //! a real RTSP camera (`tests/common/rtsp.rs`) restarted at another size and back, and a file
 //! whose caps change mid-stream (MPEG-TS pieces of different sizes and rates, concatenated).
 //! Every decoded frame is in some `video_file` segment, each segment plays at one size, the
-//! `clip` and `snapshot` sinks go on at the new size, the stateful steps are told (the tracker
+//! `clip`, `snapshot` and `preview` sinks go on at the new size, the stateful steps are told (the tracker
 //! ends its tracks with `ended` events, motion restarts, zones warn), and the change is counted
 //! per source in the stats and `/metrics`.
 //!
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use http_client::{scrape, value};
+use http_client::{open, read_part, scrape, value};
 use opencv::core::MatTraitConst;
 use rtsp::{RtspServer, RtspServerOptions, free_port};
 
@@ -123,6 +123,17 @@ fn wait_for_frames_after(events: &Path, k: usize, n: usize) {
     panic!("never saw {n} frames after reconnection {k}");
 }
 
+/// The size of a JPEG of `/preview/cam` encoded while it is watched (its first part may be the
+/// latest JPEG of an earlier watcher: the second is not).
+fn preview_size(port: u16) -> (i32, i32) {
+    let (status, _, mut reader) = open(port, "/preview/cam").unwrap();
+    assert_eq!(status, 200);
+    read_part(&mut reader);
+    let jpeg = opencv::core::Vector::<u8>::from_slice(&read_part(&mut reader));
+    let mat = opencv::imgcodecs::imdecode(&jpeg, opencv::imgcodecs::IMREAD_COLOR).unwrap();
+    (mat.cols(), mat.rows())
+}
+
 #[test]
 fn a_camera_back_at_another_size_is_recorded_in_new_segments_both_ways() {
     let dir = tempfile::tempdir().unwrap();
@@ -136,7 +147,8 @@ fn a_camera_back_at_another_size_is_recorded_in_new_segments_both_ways() {
              [sources.cam.reconnect]\ninitial_delay_ms = 100\nmax_delay_ms = 500\n\n\
              [http]\nlisten = \"127.0.0.1:{port}\"\n{STEPS}\n\
              [sinks.video]\nkind = \"video_file\"\npath = \"video/cam.mkv\"\nimage = \"$frame\"\n\
-             segment_seconds = 3600\n",
+             segment_seconds = 3600\n\n\
+             [sinks.watch]\nkind = \"preview\"\nimage = \"$frame\"\n",
             server.url()
         ),
     );
@@ -146,14 +158,18 @@ fn a_camera_back_at_another_size_is_recorded_in_new_segments_both_ways() {
         &["run", p.to_str().unwrap(), "--stats-json", "stats.json"],
         &[],
     );
-    // 320x240, then 640x480, then 320x240 again: bigger, then smaller.
+    // 320x240, then 640x480, then 320x240 again: bigger, then smaller. At each size, a JPEG
+    // of the live preview.
     wait_for_frames_after(&events, 0, 45);
+    let mut previews = vec![preview_size(port)];
     for (k, (w, h)) in [(640, 480), (320, 240)].into_iter().enumerate() {
         server.stop();
         run.wait_for_stderr_times("source lost; reconnecting", k + 1, DEADLINE);
         server.restart_with(options(w, h)).unwrap();
         wait_for_frames_after(&events, k + 1, 45);
+        previews.push(preview_size(port));
     }
+    assert_eq!(previews, [(320, 240), (640, 480), (320, 240)]);
     let samples = scrape(port).unwrap();
     assert_eq!(
         value(

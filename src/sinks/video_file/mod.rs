@@ -408,3 +408,29 @@ impl Sink for VideoFile {
         first
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_size_or_frame_rate_is_a_change_and_the_same_rate_written_otherwise_is_not() {
+        gst::init().unwrap();
+        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, 320, 240)
+            .fps(gst::Fraction::new(15, 1))
+            .build()
+            .unwrap();
+        assert_eq!(changed(&info, 320, 240, (15, 1)), None);
+        assert_eq!(changed(&info, 320, 240, (30, 2)), None);
+        let (from, to) = changed(&info, 640, 480, (15, 1)).unwrap();
+        assert_eq!(
+            (from.to_string(), to.to_string()),
+            (
+                "320x240 at 15 fps".to_owned(),
+                "640x480 at 15 fps".to_owned()
+            )
+        );
+        assert!(changed(&info, 320, 240, (30000, 1001)).is_some());
+        assert!(changed(&info, 240, 320, (15, 1)).is_some());
+    }
+}

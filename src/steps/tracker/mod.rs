@@ -276,6 +276,16 @@ mod tests {
     use opencv::core::Mat;
 
     fn run(step: &Tracker, source: &str, seq: u64, x: Option<f32>) -> Vec<Track> {
+        run_with_events(step, source, seq, x).0
+    }
+
+    /// The tracks and the events of one frame with (or, `None`, without) a detection at `x`.
+    fn run_with_events(
+        step: &Tracker,
+        source: &str,
+        seq: u64,
+        x: Option<f32>,
+    ) -> (Vec<Track>, Vec<Event>) {
         let frame = Frame::from_mat(source.into(), seq, None, Mat::default());
         let values = [x.map(|x| {
             Value::Detections(Arc::from(vec![Detection::new(
@@ -294,9 +304,44 @@ mod tests {
             values: &values,
         };
         match step.run(&input).unwrap() {
-            StepOutput::Values(v) => v[0].get::<[Track]>().unwrap().to_vec(),
+            StepOutput::Values(v) => (
+                v[0].get::<[Track]>().unwrap().to_vec(),
+                v[1].get::<[Event]>().unwrap().to_vec(),
+            ),
             StepOutput::EndBranch => panic!("a tracker never ends its branch"),
         }
+    }
+
+    #[test]
+    fn a_new_size_ends_every_track_once_with_an_event_and_ids_go_on() {
+        let step = Tracker::new(Settings {
+            min_hits: 1,
+            ..Settings::default()
+        });
+        for seq in 0..3 {
+            run(&step, "a", seq, Some(0.0));
+            run(&step, "b", seq, Some(0.0));
+        }
+        let format = |width, height| Format {
+            width,
+            height,
+            fps: None,
+        };
+        let said = step.source_resized("a", format(320, 240), format(640, 480));
+        assert!(said.is_some_and(|s| s.contains("ID 1")));
+        // The same place at the new size is a new object: the old track ended, reported once.
+        let (tracks, events) = run_with_events(&step, "a", 3, Some(0.0));
+        let ended: Vec<_> = events
+            .iter()
+            .map(|e| (e.event, e.track_id, &*e.place))
+            .collect();
+        assert_eq!(ended, [(EventKind::Ended, 1, "resize")]);
+        assert_eq!(tracks.iter().map(|t| t.track_id).collect::<Vec<_>>(), [2]);
+        assert!(run_with_events(&step, "a", 4, Some(0.0)).1.is_empty());
+        // Another source keeps its tracks.
+        let b = run_with_events(&step, "b", 3, Some(0.0));
+        assert_eq!(b.0.iter().map(|t| t.track_id).collect::<Vec<_>>(), [1]);
+        assert!(b.1.is_empty());
     }
 
     #[test]
