@@ -11,7 +11,7 @@ mod http_client;
 #[path = "common/rtsp.rs"]
 mod rtsp;
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
