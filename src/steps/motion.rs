@@ -142,6 +142,10 @@ impl Step for Motion {
 
     fn source_resized(&self, source: &str, _from: Format, _to: Format) -> Option<String> {
         self.models.reset(source);
-        Some("its background model restarts (no motion is found until it has learnt the new picture)".to_owned())
+        Some(
+            "its background model restarts (no motion is found until it has learnt the new \
+             picture)"
+                .to_owned(),
+        )
     }
 }

@@ -5,8 +5,9 @@
 //! protocol. When a source's images change size or frame rate (a camera back at another size),
 //! its encoder is closed, on this thread, finalizing its segment, and a new one is built for
 //! the image that changed: its first segment takes the next free name and starts with that
-//! image as a keyframe. This sink runs on its runner's thread; encoders are closed one after another at
-//! close (each bounded by [`encoder::CLOSE_TIMEOUT`], and the whole by the stop deadline).
+//! image as a keyframe. This sink runs on its runner's thread; encoders are closed one after
+//! another at close (each bounded by [`encoder::CLOSE_TIMEOUT`], and the whole by the stop
+//! deadline).
 
 use std::collections::HashMap;
 use std::sync::Arc;
