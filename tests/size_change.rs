@@ -187,18 +187,20 @@ fn a_camera_back_at_another_size_is_recorded_in_new_segments_both_ways() {
     let cam = &stats["sources"]["cam"];
     assert_eq!(cam["size_changes"], 2, "{stats}");
     assert_eq!(cam["reconnects"], 2, "{stats}");
-    let decoded = cam["decoded"].as_u64().unwrap();
+    // A live source on a busy machine may drop a frame from its full queue (counted): every
+    // other decoded frame reaches the workflow, and every one of those is in a segment.
+    let delivered = cam["decoded"].as_u64().unwrap() - cam["dropped"].as_u64().unwrap();
+    assert_eq!(stats["frames_processed"], delivered, "{stats}");
     let video = &stats["sinks"]["video"];
-    assert_eq!(video["written"], decoded, "{stats}");
+    assert_eq!(video["written"], delivered, "{stats}");
     assert_eq!(video["skipped"], 0, "{stats}");
 
     let segs = segment_sizes(&dir.path().join("video/cam.mkv"));
     let sizes: Vec<(i32, i32)> = segs.iter().map(|s| s.1).collect();
     assert_eq!(sizes, [(320, 240), (640, 480), (320, 240)], "{segs:?}");
-    assert_eq!(segs.iter().map(|s| s.0).sum::<u64>(), decoded, "{segs:?}");
-    // The stats count what reached the sink; the JSONL agrees.
+    assert_eq!(segs.iter().map(|s| s.0).sum::<u64>(), delivered, "{segs:?}");
     let lines = jsonl(&events);
-    assert_eq!(lines.len() as u64, decoded);
+    assert_eq!(lines.len() as u64, delivered);
 
     // The tracker ended its tracks at each change, on the first frame at the new size (the
     // first after the reconnection), and the IDs that followed are new.
