@@ -83,6 +83,45 @@ pub fn keep_freed_images() {
     }
 }
 
+/// The size and nominal frame rate of a source's frames: what a camera reconfigured, a
+/// sub-stream swapped or a file whose caps change mid-stream changes. Not the pixel format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Format {
+    pub width: i32,
+    pub height: i32,
+    /// Frames per second (numerator, denominator), when the stream says.
+    pub fps: Option<(i32, i32)>,
+}
+
+impl Format {
+    /// The format GStreamer's `info` describes.
+    pub fn of(info: &gst_video::VideoInfo) -> Self {
+        let fps = info.fps();
+        Self {
+            width: i32::try_from(info.width()).unwrap_or(i32::MAX),
+            height: i32::try_from(info.height()).unwrap_or(i32::MAX),
+            fps: (fps.numer() > 0).then(|| (fps.numer(), fps.denom())),
+        }
+    }
+
+    /// Whether `other` has the same width and height.
+    pub fn same_size(&self, other: &Self) -> bool {
+        (self.width, self.height) == (other.width, other.height)
+    }
+}
+
+/// `640x480 at 30 fps`, `640x480 at 30000/1001 fps`, or `640x480` without a frame rate.
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)?;
+        match self.fps {
+            Some((n, 1)) => write!(f, " at {n} fps"),
+            Some((n, d)) => write!(f, " at {n}/{d} fps"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// One frame of one source.
 pub struct Frame {
     /// Name of the source (`[sources.NAME]`).
@@ -294,8 +333,7 @@ impl Frame {
                 Planes::I420 { y, u, v, packed }
             }
         };
-        let fps = info.fps();
-        let fps = (fps.numer() > 0).then(|| (fps.numer(), fps.denom()));
+        let fps = Format::of(info).fps;
         Ok(Self {
             source,
             seq,
@@ -463,6 +501,15 @@ impl Frame {
 
     pub fn height(&self) -> i32 {
         self.height
+    }
+
+    /// Its size and nominal frame rate.
+    pub fn format(&self) -> Format {
+        Format {
+            width: self.width,
+            height: self.height,
+            fps: self.fps,
+        }
     }
 }
 

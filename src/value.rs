@@ -257,9 +257,10 @@ pub struct Event {
     pub event: EventKind,
     pub track_id: u64,
     pub class: Arc<str>,
-    /// The zone entered or left, or the line crossed.
+    /// The zone entered or left, the line crossed, or for a track that ended, why
+    /// (`"resize"`: its source's frames changed size).
     pub place: Arc<str>,
-    /// The track's box on this frame.
+    /// The track's box on this frame (for a track that ended, where it was last seen).
     #[serde(rename = "box")]
     pub bbox: BBox,
 }
@@ -276,6 +277,8 @@ pub enum EventKind {
     In,
     /// Crossed a line to its "out" side.
     Out,
+    /// The tracker ended the track (its source's frames changed size).
+    Ended,
 }
 
 impl BBox {

@@ -57,6 +57,7 @@ fn metrics_parse_as_prometheus_text_and_match_the_jsonl_lines_and_the_stats() {
         "vidflow_source_frames_throttled_total",
         "vidflow_source_frames_copied_total",
         "vidflow_source_reconnects_total",
+        "vidflow_source_size_changes_total",
         "vidflow_step_runs_total",
         "vidflow_step_failures_total",
         "vidflow_step_state_resets_total",

@@ -11,14 +11,15 @@ mod http_client;
 #[path = "common/rtsp.rs"]
 mod rtsp;
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use common::{Running, spawn_run, write};
 use http_client::{
-    assert_healthz_answers_quickly, get, open, scrape, value, wait_for_frames, wait_until,
+    assert_healthz_answers_quickly, get, open, read_part, scrape, value, wait_for_frames,
+    wait_until,
 };
 use opencv::core::{Mat, MatTraitConst, Rect, Vector};
 use opencv::imgcodecs;
@@ -41,25 +42,6 @@ fn start(dir: &Path) -> (Running, u16) {
         ),
     );
     (spawn_run(&p, &[], dir), port)
-}
-
-/// Reads one part of a multipart stream: its JPEG bytes.
-fn read_part(reader: &mut impl BufRead) -> Vec<u8> {
-    let mut length = None;
-    loop {
-        let mut line = String::new();
-        assert!(reader.read_line(&mut line).unwrap() > 0, "stream ended");
-        let line = line.trim_end();
-        if let Some(n) = line.strip_prefix("Content-Length: ") {
-            length = Some(n.parse::<usize>().unwrap());
-        }
-        if line.is_empty() && length.is_some() {
-            break;
-        }
-    }
-    let mut jpeg = vec![0; length.unwrap()];
-    reader.read_exact(&mut jpeg).unwrap();
-    jpeg
 }
 
 fn decode(bytes: &[u8]) -> Mat {

@@ -10,6 +10,10 @@
 //! Then the file is finished (fragmented MP4, so a crash leaves it playable up to its last
 //! fragment) and a line naming it is appended to `clips.jsonl` in the same folder.
 //!
+//! A source whose images change size or frame rate (a camera back at another size) has its
+//! encoder closed (the clip being written finished and indexed) and a new one started at the
+//! new size, with an empty ring; an event still within its post-roll goes on in a new clip.
+//!
 //! Threads: none of its own; GStreamer runs each encoder and writer in its streaming threads,
 //! and this sink's thread pushes images, pulls what the encoder made (never waiting for it while
 //! frames flow) and waits, bounded by [`FINISH_TIMEOUT`], only when a clip is finished and at
@@ -647,6 +651,38 @@ fn append_index(settings: &Settings, line: &serde_json::Value) -> Result<(), Sin
         .map_err(|source| SinkError::Io { path, source })
 }
 
+impl ClipSink {
+    /// Closes the encoder of `source` (its clip finished and indexed) when its images are now
+    /// `(width, height, fps)` and it encodes another size or frame rate, so that a new one
+    /// starts at `at`. An event still within its post-roll goes on into a clip at the new size:
+    /// the trigger returned is the new encoder's (its start: the post-roll counts again from
+    /// the change). A failure to finish the old clip is logged.
+    fn close_if_changed(
+        &mut self,
+        source: &Arc<str>,
+        (width, height, fps): (i32, i32, (i32, i32)),
+        at: Duration,
+    ) -> Option<gst::ClockTime> {
+        let clips = self.sources.get(source)?;
+        let size = |v: i32| u32::try_from(v).unwrap_or(0);
+        let (from, to) = super::video_file::changed(&clips.info, size(width), size(height), fps)?;
+        let last_trigger = clips.trigger.map(|t| clips.first + Duration::from(t));
+        tracing::info!(
+            source = %source,
+            "clip: images of \"{source}\" went from {from} to {to}; its encoder starts again \
+             (a clip being written is finished, and goes on in a new file)"
+        );
+        if let Some(clips) = self.sources.remove(source)
+            && let Err(e) = clips.close(&self.settings)
+        {
+            tracing::error!(source = %source, error = %e, "clip: the clip before the change was not finished");
+        }
+        last_trigger
+            .filter(|&t| at.saturating_sub(t) <= self.settings.post_roll)
+            .map(|_| gst::ClockTime::ZERO)
+    }
+}
+
 impl Sink for ClipSink {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
         let Some(Value::Image(image)) = result.value(self.image) else {
@@ -655,12 +691,13 @@ impl Sink for ClipSink {
         let frame = result.frame();
         let at = super::source_time(result);
         let triggered = super::any_non_empty(result, self.when.iter().copied());
-        let settings = &self.settings;
         let (width, height, _) = image.shape();
+        let fps = frame.fps.unwrap_or(DEFAULT_FPS);
+        let carried = self.close_if_changed(&frame.source, (width, height, fps), at);
+        let settings = &self.settings;
         if !self.sources.contains_key(&frame.source) {
-            let fps = frame.fps.unwrap_or(DEFAULT_FPS);
             let files = self.files.clone();
-            let c = SourceClips::start(
+            let mut c = SourceClips::start(
                 settings,
                 frame.source.clone(),
                 width,
@@ -669,14 +706,12 @@ impl Sink for ClipSink {
                 at,
                 files,
             )?;
+            c.trigger = carried;
             self.sources.insert(frame.source.clone(), c);
         }
         let Some(clips) = self.sources.get_mut(&frame.source) else {
             return Ok(false);
         };
-        if width != clips.info.width() as i32 || height != clips.info.height() as i32 {
-            return Ok(false);
-        }
         let pts = clips.push(settings, result, &image, at)?;
         if triggered {
             clips.trigger = Some(pts);

@@ -31,7 +31,7 @@ use crossbeam_channel::{Receiver, Sender};
 use gstreamer as gst;
 use serde::Serialize;
 
-use crate::frame::Frame;
+use crate::frame::{Format, Frame};
 
 mod options;
 mod pipeline;
@@ -105,6 +105,9 @@ pub struct SourceCounters {
     pub dropped: AtomicU64,
     /// Times the stream came back after a loss.
     pub reconnects: AtomicU64,
+    /// Times the frames changed size or frame rate (a camera reconfigured or back at another
+    /// size, a file whose caps change mid-stream).
+    pub size_changes: AtomicU64,
     /// Pipelines started (the first connection and every retry).
     pub attempts: AtomicU64,
     /// Frames discarded by `max_fps` before conversion.
@@ -174,6 +177,7 @@ pub struct SourceStats {
     pub decoded: u64,
     pub dropped: u64,
     pub reconnects: u64,
+    pub size_changes: u64,
     pub attempts: u64,
     pub throttled: u64,
     pub copied: u64,
@@ -230,6 +234,7 @@ impl SourceCounters {
             decoded: get(&self.decoded),
             dropped: get(&self.dropped),
             reconnects: get(&self.reconnects),
+            size_changes: get(&self.size_changes),
             attempts: get(&self.attempts),
             throttled: get(&self.throttled),
             copied: get(&self.copied),
@@ -276,6 +281,10 @@ struct Shared {
     reconnecting: AtomicBool,
     /// Set by the streaming thread at the source's first copied frame, which it logs.
     copying: AtomicBool,
+    /// The format of the frames delivered last, across reconnections, to count and log a
+    /// change. Written and read by the streaming thread of the pipeline running now, when its
+    /// caps change (so at most once per connection and caps, never per frame).
+    format: Mutex<Option<Format>>,
 }
 
 impl Shared {
@@ -406,6 +415,7 @@ pub fn start_from(
         pts_end: AtomicU64::new(resume.pts_end_ns),
         reconnecting: AtomicBool::new(false),
         copying: AtomicBool::new(false),
+        format: Mutex::new(None),
     });
     stream::preflight(&shared)?;
     // A live source drops its oldest queued frame to make room: it needs the receiving end.

@@ -1,7 +1,7 @@
 //! One connection of a source: build the pipeline, watch its bus, tear it down.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
-use crate::frame::{Frame, Pins, PoolSize};
+use crate::frame::{Format, Frame, Pins, PoolSize};
 
 /// How long to look for the error that explains a pipeline refusing to start.
 const START_ERROR_WAIT: gst::ClockTime = gst::ClockTime::from_seconds(1);
@@ -308,6 +308,7 @@ fn callbacks(
                 if info.is_none() {
                     count_frames_ahead(&shared, sink, &parsed);
                 }
+                count_format(&shared, Format::of(&parsed));
                 let pins = Pins::new(PoolSize::of(&buffer));
                 tracing::debug!(source = %shared.name, pool = %pins.pool(), limit = ?pins.limit(), "decoder buffers held at most");
                 info = Some((caps, parsed, pins));
@@ -362,6 +363,26 @@ fn callbacks(
             Ok(gst::FlowSuccess::Ok)
         })
         .build()
+}
+
+/// Takes the format of the frames from now on (the first ones, or new caps): a change from the
+/// frames delivered before, on this connection or an earlier one, is counted and logged.
+fn count_format(shared: &Shared, format: Format) {
+    let before = shared
+        .format
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .replace(format);
+    if let Some(before) = before.filter(|b| *b != format) {
+        shared.counters.size_changes.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            source = %shared.name,
+            from = %before,
+            to = %format,
+            "source \"{}\" changed from {before} to {format}",
+            shared.name
+        );
+    }
 }
 
 /// Counts a frame copied out of the decoder's buffer; the source's first copy is logged.

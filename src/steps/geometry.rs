@@ -6,6 +6,7 @@
 
 use serde::Deserialize;
 
+use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc};
 use crate::value::BBox;
 
@@ -183,6 +184,25 @@ impl Segment {
     fn cross(&self, p: Point) -> f32 {
         (self.b[0] - self.a[0]) * (p[1] - self.a[1]) - (self.b[1] - self.a[1]) * (p[0] - self.a[0])
     }
+}
+
+/// What a change of the source's size from `from` to `to` means for `places` ("its zones are",
+/// "its line is") given in pixels: they stay at the same pixels, on another part of the scene.
+pub(super) fn stay_in_pixels(places: &str, from: Format, to: Format) -> String {
+    let scale = |a: i32, b: i32| f64::from(b) / f64::from(a.max(1));
+    format!(
+        "{places} in pixels and stay at the same pixels, which now show another part of the \
+         scene ({}x{} is {:.2} times as wide and {:.2} times as high as {}x{}); counting goes on \
+         there: if the camera's view is the same, redraw for {}x{} and reload",
+        to.width,
+        to.height,
+        scale(from.width, to.width),
+        scale(from.height, to.height),
+        from.width,
+        from.height,
+        to.width,
+        to.height
+    )
 }
 
 #[cfg(test)]

@@ -19,10 +19,11 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Point, RawPoints, Segment};
+use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Point, RawPoints, Segment, stay_in_pixels};
 use super::per_source::PerSource;
 use super::zone_count::{COUNTS_EVENTS_OUT, TRACKS_IN};
 use super::{Step, StepError, StepInput, StepKind, StepOutput};
+use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Counts, Event, EventKind, Track, Value};
 
@@ -126,6 +127,10 @@ impl Step for LineCounter {
     fn reset_source(&self, source: &str) -> bool {
         self.states.reset(source);
         true
+    }
+
+    fn source_resized(&self, _source: &str, from: Format, to: Format) -> Option<String> {
+        Some(stay_in_pixels("its line is", from, to))
     }
 }
 

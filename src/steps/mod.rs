@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::frame::Frame;
+use crate::frame::{Format, Frame};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Detection, FromValue, Image, Value, ValueType};
 
@@ -159,6 +159,17 @@ pub trait Step: Send + Sync + fmt::Debug {
     /// nothing it can forget (the default); a stateful kind returns true, state or none.
     fn reset_source(&self, _source: &str) -> bool {
         false
+    }
+
+    /// The frames of `source` changed size, from `from` to `to` (a camera reconfigured or back
+    /// at another size, a file whose caps change). The executor calls it for a stateful step
+    /// just before the step's first run on a frame of the new size, on the thread that runs
+    /// it, between two frames of the source (like [`Step::reset_source`]). A step whose state
+    /// for the source is in pixels restarts it (totals are kept) and returns what the change
+    /// means for it, which the executor logs at warning with the step's name; `None` (the
+    /// default): nothing it keeps depends on the size.
+    fn source_resized(&self, _source: &str, _from: Format, _to: Format) -> Option<String> {
+        None
     }
 }
 

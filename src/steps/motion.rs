@@ -3,7 +3,9 @@
 //! The background model is state carried from frame to frame, one model per source
 //! ([`PerSource`]), so the kind is declared stateful: the executor hands it the frames of a
 //! source in order. After a panic on a frame of a source, the executor drops that source's
-//! model ([`Step::reset_source`]): it learns the background again from the next frame.
+//! model ([`Step::reset_source`]): it learns the background again from the next frame. So it
+//! does when the source's frames change size ([`Step::source_resized`]): a model of the old
+//! size says nothing about the new picture.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use serde::Deserialize;
 
 use super::per_source::PerSource;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value};
 
@@ -135,5 +138,14 @@ impl Step for Motion {
     fn reset_source(&self, source: &str) -> bool {
         self.models.reset(source);
         true
+    }
+
+    fn source_resized(&self, source: &str, _from: Format, _to: Format) -> Option<String> {
+        self.models.reset(source);
+        Some(
+            "its background model restarts (no motion is found until it has learnt the new \
+             picture)"
+                .to_owned(),
+        )
     }
 }

@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints};
+use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels};
 use super::per_source::PerSource;
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Counts, Event, EventKind, Track, Value, ValueType};
 
@@ -118,6 +119,10 @@ impl Step for ZoneCount {
     fn reset_source(&self, source: &str) -> bool {
         self.states.reset(source);
         true
+    }
+
+    fn source_resized(&self, _source: &str, from: Format, to: Format) -> Option<String> {
+        Some(stay_in_pixels("its zones are", from, to))
     }
 }
 

@@ -1,6 +1,6 @@
 //! A plain HTTP client for vidflow's endpoint (one GET per connection, as it serves) and a
 //! strict parser of Prometheus' text format (version 0.0.4), for `tests/http.rs` and
-//! `tests/preview.rs`.
+//! `tests/preview.rs`, with a reader of the preview's multipart stream.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -23,6 +23,25 @@ pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut body = String::new();
     reader.read_to_string(&mut body).ok()?;
     Some((status, body))
+}
+
+/// Reads one part of a multipart stream: its JPEG bytes.
+pub fn read_part(reader: &mut impl BufRead) -> Vec<u8> {
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "stream ended");
+        let line = line.trim_end();
+        if let Some(n) = line.strip_prefix("Content-Length: ") {
+            length = Some(n.parse::<usize>().unwrap());
+        }
+        if line.is_empty() && length.is_some() {
+            break;
+        }
+    }
+    let mut jpeg = vec![0; length.unwrap()];
+    reader.read_exact(&mut jpeg).unwrap();
+    jpeg
 }
 
 /// Sends a GET and reads the status line and headers; the body is left in the reader.

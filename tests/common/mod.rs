@@ -53,6 +53,12 @@ pub fn make_h264_mp4(path: &Path, frames: u32, width: u32, height: u32) {
 
 /// Decodes a video file completely and counts its frames (fails if it does not play).
 pub fn count_video_frames(path: &Path) -> u64 {
+    frames_and_sizes(path).0
+}
+
+/// Decodes a video file completely: its frame count, and the sizes (width, height) its frames
+/// came in, in order of appearance (fails if it does not play).
+pub fn frames_and_sizes(path: &Path) -> (u64, Vec<(i32, i32)>) {
     gst_init();
     let pipeline = gst::parse::launch(&format!(
         "filesrc location={} ! decodebin ! videoconvert ! appsink name=out sync=false",
@@ -67,9 +73,16 @@ pub fn count_video_frames(path: &Path) -> u64 {
         .downcast::<gstreamer_app::AppSink>()
         .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
-    let mut n = 0;
-    while sink.pull_sample().is_ok() {
+    let (mut n, mut sizes) = (0, Vec::<(i32, i32)>::new());
+    while let Ok(sample) = sink.pull_sample() {
         n += 1;
+        let caps = sample.caps().and_then(|c| c.structure(0));
+        let size = caps.map(|s| (s.get("width").unwrap(), s.get("height").unwrap()));
+        if let Some(size) = size
+            && sizes.last() != Some(&size)
+        {
+            sizes.push(size);
+        }
     }
     let bus = pipeline.bus().unwrap();
     let error = bus.pop_filtered(&[gst::MessageType::Error]);
@@ -79,7 +92,7 @@ pub fn count_video_frames(path: &Path) -> u64 {
     {
         panic!("{} does not play: {}", path.display(), e.error());
     }
-    n
+    (n, sizes)
 }
 
 /// The segment files of a `video_file` path without `{start}`: the path itself, then

@@ -18,7 +18,7 @@
 //! client connection, removes every session from the pool (which unprepares the shared media) and
 //! quits the loop; the loop thread then drains what is still pending on its context and the caller
 //! joins it. `restart` binds the same port again with a fresh server object and loop thread, so
-//! nothing of the previous run survives.
+//! nothing of the previous run survives; `restart_with` does so serving another size or rate.
 #![allow(dead_code, unreachable_pub)]
 
 use std::fmt::Write as _;
@@ -152,6 +152,13 @@ impl RtspServer {
     /// Sends frames again on every media constructed so far; returns how many it reached.
     pub fn resume_frames(&self) -> usize {
         self.running.as_ref().map_or(0, |r| r.set_drop(false))
+    }
+
+    /// Serves the stream `options` describe (a camera reconfigured: another size or frame rate)
+    /// on the same port, stopping first if still running. The port is kept, not `options`'.
+    pub fn restart_with(&mut self, options: RtspServerOptions) -> anyhow::Result<()> {
+        self.options = options;
+        self.restart()
     }
 
     /// Serves the same stream on the same port again (stopping first if still running).

@@ -61,6 +61,14 @@ pub(super) fn render(live: &Live) -> String {
         "Times the stream came back after a loss.",
         &|i| get(&sources[i].counters.reconnects),
     );
+    per_source(
+        &mut out,
+        "vidflow_source_size_changes_total",
+        "counter",
+        "Times the source's frames changed size or frame rate (a camera reconfigured or back at \
+         another size).",
+        &|i| get(&sources[i].counters.size_changes),
+    );
     out.header(
         "vidflow_source_state",
         "gauge",
@@ -379,6 +387,7 @@ pub(super) fn json(live: &Live) -> Vec<u8> {
                 "dropped": get(&c.dropped),
                 "throttled": get(&c.throttled),
                 "reconnects": get(&c.reconnects),
+                "size_changes": get(&c.size_changes),
                 "preview": super::preview::available(&parts, &s.name),
             })
         })

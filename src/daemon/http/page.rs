@@ -81,6 +81,7 @@ async function refresh() {
       row(c.table, "dropped", s.dropped);
       row(c.table, "throttled", s.throttled);
       row(c.table, "reconnects", s.reconnects);
+      row(c.table, "size changes", s.size_changes);
     }
     const sinks = stats.sinks.map((k) => `${k.name}: ${k.written} written, ${k.skipped} skipped, ${k.dropped} dropped, queue ${k.queue}`);
     const run = document.getElementById("run");

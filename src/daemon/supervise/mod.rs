@@ -383,6 +383,7 @@ pub(super) fn add_source_stats(total: &mut SourceStats, more: &SourceStats) {
     total.decoded += more.decoded;
     total.dropped += more.dropped;
     total.reconnects += more.reconnects;
+    total.size_changes += more.size_changes;
     total.attempts += more.attempts;
     total.throttled += more.throttled;
     total.copied += more.copied;

@@ -168,7 +168,6 @@ pub(super) struct Encoder {
     /// Set once the encoder failed: the error, reported at close too.
     failed: Option<String>,
     path: PathBuf,
-    pub size_warned: bool,
 }
 
 impl Encoder {
@@ -300,7 +299,6 @@ impl Encoder {
             written: 0,
             failed: None,
             path,
-            size_warned: false,
         })
     }
 

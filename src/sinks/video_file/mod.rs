@@ -2,8 +2,12 @@
 //!
 //! An encoder is built at the first image of its source (its size fixes the caps); see
 //! [`encoder`] for its pipeline, its threads, how errors are seen while it writes, and its stop
-//! protocol. This sink runs on its runner's thread; encoders are closed one after another at
-//! close (each bounded by [`encoder::CLOSE_TIMEOUT`], and the whole by the stop deadline).
+//! protocol. When a source's images change size or frame rate (a camera back at another size),
+//! its encoder is closed, on this thread, finalizing its segment, and a new one is built for
+//! the image that changed: its first segment takes the next free name and starts with that
+//! image as a keyframe. This sink runs on its runner's thread; encoders are closed one after
+//! another at close (each bounded by [`encoder::CLOSE_TIMEOUT`], and the whole by the stop
+//! deadline).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use crate::frame::Format;
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::storage::{Class, FilePolicy, Retention, SinkFiles};
@@ -373,6 +378,52 @@ impl VideoFile {
     }
 }
 
+/// The format an encoder of `info` encodes and the one of an image `width` x `height` at `fps`,
+/// when they differ in size or frame rate (30/1 and 60/2 are the same rate); `None` when the
+/// encoder fits the image.
+pub(super) fn changed(
+    info: &gst_video::VideoInfo,
+    width: u32,
+    height: u32,
+    fps: (i32, i32),
+) -> Option<(Format, Format)> {
+    let rate = gst::Fraction::new(fps.0, fps.1);
+    if (info.width(), info.height(), info.fps()) == (width, height, rate) {
+        return None;
+    }
+    let to = Format {
+        width: i32::try_from(width).unwrap_or(i32::MAX),
+        height: i32::try_from(height).unwrap_or(i32::MAX),
+        fps: Some(fps),
+    };
+    Some((Format::of(info), to))
+}
+
+impl VideoFile {
+    /// Closes the encoder of `source` (finalizing its segment) when its images are now
+    /// `width` x `height` at `fps` and it encodes another size or frame rate: the next image
+    /// starts a new encoder, whose first segment takes a new name and starts with a keyframe.
+    /// A failure to finalize the old segment is logged: the new one is written all the same.
+    fn close_if_changed(&mut self, source: &Arc<str>, width: u32, height: u32, fps: (i32, i32)) {
+        let Some(enc) = self.encoders.get(source) else {
+            return;
+        };
+        let Some((from, to)) = changed(&enc.info, width, height, fps) else {
+            return;
+        };
+        tracing::info!(
+            source = %source,
+            "video_file: images of \"{source}\" went from {from} to {to}; its segment is closed \
+             and a new one starts"
+        );
+        if let Some(enc) = self.encoders.remove(source)
+            && let Err(e) = enc.close()
+        {
+            tracing::error!(source = %source, error = %e, "video_file: the segment before the change was not finalized");
+        }
+    }
+}
+
 impl Sink for VideoFile {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
         let Some(Value::Image(image)) = result.value(self.image) else {
@@ -383,28 +434,22 @@ impl Sink for VideoFile {
         if let Some(lost) = self.waiting_for_room(&frame.source) {
             return Err(lost);
         }
+        let bad = |what: &str| SinkError::Other(format!("video_file: bad image {what}"));
+        let w = u32::try_from(width).map_err(|_| bad("width"))?;
+        let h = u32::try_from(height).map_err(|_| bad("height"))?;
+        let fps = frame.fps.unwrap_or(DEFAULT_FPS);
+        self.close_if_changed(&frame.source, w, h, fps);
         let files = &self.files;
         let enc = match self.encoders.entry(frame.source.clone()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let fps = frame.fps.unwrap_or(DEFAULT_FPS);
                 let settings = Settings {
                     source: frame.source.to_string(),
                     ..self.settings.clone()
                 };
-                let bad = |what: &str| SinkError::Other(format!("video_file: bad image {what}"));
-                let w = u32::try_from(width).map_err(|_| bad("width"))?;
-                let h = u32::try_from(height).map_err(|_| bad("height"))?;
                 e.insert(Encoder::start(&settings, w, h, fps, files)?)
             }
         };
-        if width != enc.info.width() as i32 || height != enc.info.height() as i32 {
-            if !enc.size_warned {
-                tracing::warn!(source = %frame.source, "image size changed; frames of the new size are not written");
-                enc.size_warned = true;
-            }
-            return Ok(false);
-        }
         let mut buffer = Self::buffer_for(&image, &enc.info)?;
         // Timestamps follow the source's, relative to the first frame written; without them,
         // the nominal frame rate. Either way they only ever increase.
@@ -452,5 +497,31 @@ impl Sink for VideoFile {
             }
         }
         first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_size_or_frame_rate_is_a_change_and_the_same_rate_written_otherwise_is_not() {
+        gst::init().unwrap();
+        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, 320, 240)
+            .fps(gst::Fraction::new(15, 1))
+            .build()
+            .unwrap();
+        assert_eq!(changed(&info, 320, 240, (15, 1)), None);
+        assert_eq!(changed(&info, 320, 240, (30, 2)), None);
+        let (from, to) = changed(&info, 640, 480, (15, 1)).unwrap();
+        assert_eq!(
+            (from.to_string(), to.to_string()),
+            (
+                "320x240 at 15 fps".to_owned(),
+                "640x480 at 15 fps".to_owned()
+            )
+        );
+        assert!(changed(&info, 320, 240, (30000, 1001)).is_some());
+        assert!(changed(&info, 240, 320, (15, 1)).is_some());
     }
 }

@@ -8,20 +8,26 @@
 //! tracks behind their own lock, the map's lock never held while tracking); the kind is
 //! stateful, so the executor hands this step one source's frames in order and one at a time.
 //! After a panic on a frame of a source, the executor drops that source's tracks
-//! ([`Step::reset_source`]): its IDs start again at 1. No thread or channel of its own.
+//! ([`Step::reset_source`]): its IDs start again at 1. When a source's frames change size (a
+//! camera back at another size), its tracks end ([`Step::source_resized`]): each confirmed one
+//! is reported once on `events` as `ended` (place `"resize"`), and IDs go on from where they
+//! were. No thread or channel of its own.
 //!
 //! Frames without detections: `detections` is an optional input. When the detector did not run
 //! on a frame (`every_n_frames`, or its branch was skipped), the tracker still runs and only
 //! predicts. Gaps in frame numbers (frames a live source dropped from its full queue) are
 //! predicted across: a frame `n` numbers after the last is `n` steps of the filter.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::per_source::PerSource;
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{Detection, Value, ValueType};
+use crate::value::{Detection, Event, EventKind, Value, ValueType};
 
 mod assign;
 mod kalman;
@@ -41,11 +47,18 @@ pub(super) static KIND: StepKind = StepKind {
         ty: ValueType::Detections,
         optional: true,
     }],
-    outputs: &[Port {
-        name: "tracks",
-        ty: ValueType::Tracks,
-        optional: false,
-    }],
+    outputs: &[
+        Port {
+            name: "tracks",
+            ty: ValueType::Tracks,
+            optional: false,
+        },
+        Port {
+            name: "events",
+            ty: ValueType::Events,
+            optional: false,
+        },
+    ],
     params: &[
         ParamDoc {
             name: "method",
@@ -195,9 +208,13 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 #[derive(Debug)]
 struct Tracker {
     settings: Settings,
-    /// The tracks of each source (see the module header).
-    sources: PerSource<Tracks>,
+    /// The tracks of each source (see the module header), and the `ended` events its next
+    /// frame reports.
+    sources: PerSource<(Tracks, Vec<Event>)>,
 }
+
+/// `place` of the events of tracks ended by a change of their source's size.
+const RESIZE: &str = "resize";
 
 impl Tracker {
     fn new(settings: Settings) -> Self {
@@ -211,28 +228,64 @@ impl Tracker {
 impl Step for Tracker {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let detections = input.optional::<[Detection]>(0)?;
-        let out = self.sources.with(&input.frame.source, |tracks| {
-            tracks.update(&self.settings, input.frame.seq, detections)
+        let (out, ended) = self.sources.with(&input.frame.source, |(tracks, ended)| {
+            let out = tracks.update(&self.settings, input.frame.seq, detections);
+            (out, std::mem::take(ended))
         });
-        Ok(StepOutput::Values(vec![Value::Tracks(out.into())]))
+        Ok(StepOutput::Values(vec![
+            Value::Tracks(out.into()),
+            Value::Events(ended.into()),
+        ]))
     }
 
     fn reset_source(&self, source: &str) -> bool {
         self.sources.reset(source);
         true
     }
+
+    fn source_resized(&self, source: &str, _from: Format, _to: Format) -> Option<String> {
+        let source: Arc<str> = source.into();
+        let ids = self.sources.with(&source, |(tracks, ended)| {
+            let place: Arc<str> = RESIZE.into();
+            let now = tracks.end_all();
+            let ids: Vec<String> = now.iter().map(|t| t.track_id.to_string()).collect();
+            ended.extend(now.into_iter().map(|t| Event {
+                event: EventKind::Ended,
+                track_id: t.track_id,
+                class: t.detection.class,
+                place: place.clone(),
+                bbox: t.detection.bbox,
+            }));
+            ids
+        });
+        Some(match ids.len() {
+            0 => "it had no track; new objects get new IDs".to_owned(),
+            _ => format!(
+                "its tracks end (ID {}, each an \"ended\" event); new objects get new IDs",
+                ids.join(", ")
+            ),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::frame::Frame;
     use crate::value::{BBox, Track};
     use opencv::core::Mat;
 
     fn run(step: &Tracker, source: &str, seq: u64, x: Option<f32>) -> Vec<Track> {
+        run_with_events(step, source, seq, x).0
+    }
+
+    /// The tracks and the events of one frame with (or, `None`, without) a detection at `x`.
+    fn run_with_events(
+        step: &Tracker,
+        source: &str,
+        seq: u64,
+        x: Option<f32>,
+    ) -> (Vec<Track>, Vec<Event>) {
         let frame = Frame::from_mat(source.into(), seq, None, Mat::default());
         let values = [x.map(|x| {
             Value::Detections(Arc::from(vec![Detection::new(
@@ -251,9 +304,44 @@ mod tests {
             values: &values,
         };
         match step.run(&input).unwrap() {
-            StepOutput::Values(v) => v[0].get::<[Track]>().unwrap().to_vec(),
+            StepOutput::Values(v) => (
+                v[0].get::<[Track]>().unwrap().to_vec(),
+                v[1].get::<[Event]>().unwrap().to_vec(),
+            ),
             StepOutput::EndBranch => panic!("a tracker never ends its branch"),
         }
+    }
+
+    #[test]
+    fn a_new_size_ends_every_track_once_with_an_event_and_ids_go_on() {
+        let step = Tracker::new(Settings {
+            min_hits: 1,
+            ..Settings::default()
+        });
+        for seq in 0..3 {
+            run(&step, "a", seq, Some(0.0));
+            run(&step, "b", seq, Some(0.0));
+        }
+        let format = |width, height| Format {
+            width,
+            height,
+            fps: None,
+        };
+        let said = step.source_resized("a", format(320, 240), format(640, 480));
+        assert!(said.is_some_and(|s| s.contains("ID 1")));
+        // The same place at the new size is a new object: the old track ended, reported once.
+        let (tracks, events) = run_with_events(&step, "a", 3, Some(0.0));
+        let ended: Vec<_> = events
+            .iter()
+            .map(|e| (e.event, e.track_id, &*e.place))
+            .collect();
+        assert_eq!(ended, [(EventKind::Ended, 1, "resize")]);
+        assert_eq!(tracks.iter().map(|t| t.track_id).collect::<Vec<_>>(), [2]);
+        assert!(run_with_events(&step, "a", 4, Some(0.0)).1.is_empty());
+        // Another source keeps its tracks.
+        let b = run_with_events(&step, "b", 3, Some(0.0));
+        assert_eq!(b.0.iter().map(|t| t.track_id).collect::<Vec<_>>(), [1]);
+        assert!(b.1.is_empty());
     }
 
     #[test]

@@ -115,6 +115,26 @@ impl Tracks {
         out
     }
 
+    /// Ends every track (the source's frames changed size: boxes of the old size match nothing
+    /// in the new picture). Returns the confirmed ones, in ID order, as they were last seen;
+    /// IDs go on from where they were, so none is ever reused.
+    pub(super) fn end_all(&mut self) -> Vec<Track> {
+        let mut ended: Vec<Track> = self
+            .tracks
+            .drain(..)
+            .filter_map(|t| {
+                Some(Track {
+                    track_id: t.id?,
+                    detection: t.last,
+                    predicted: false,
+                })
+            })
+            .collect();
+        ended.sort_by_key(|t| t.track_id);
+        self.last_frame = None;
+        ended
+    }
+
     /// Stages 1 to 4 of the module header.
     fn associate(&mut self, settings: &Settings, seq: u64, detections: &[Detection]) {
         let (mut high, low): (Vec<usize>, Vec<usize>) =

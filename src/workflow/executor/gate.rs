@@ -5,17 +5,24 @@
 //! makes the node ready for a frame (`enter`) and by the thread that finishes it (`leave`), only
 //! for the bookkeeping, never while a step runs. A frame that is ready before its turn is kept
 //! in the gate (`waiting`) and handed back by `leave` to the thread finishing the frame before
-//! it, which queues it: nobody waits on the lock for a turn.
+//! it, which queues it: nobody waits on the lock for a turn. Each gate also keeps the format
+//! of the last frame its node ran on (`ran_on`, checked by the frame whose turn it is just
+//! before the step runs), so a step hears of its source's new size between two frames
+//! (`Step::source_resized`), at its first run on the new size.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
 use super::super::graph::Graph;
+use crate::frame::Format;
 
 /// Lets one node run for frames one at a time, in order of their index in the lane.
 pub(super) struct Gate<T> {
     state: Mutex<GateState<T>>,
+    /// The format of the last frame the node ran on: taken only by the frame whose turn it
+    /// is, while its step runs ([`Gate::ran_on`]), so never contended.
+    seen: Mutex<Option<Format>>,
 }
 
 struct GateState<T> {
@@ -32,6 +39,7 @@ impl<T> Default for Gate<T> {
                 next: 0,
                 waiting: BTreeMap::new(),
             }),
+            seen: Mutex::new(None),
         }
     }
 }
@@ -55,6 +63,14 @@ impl<T> Gate<T> {
         let next = index + 1;
         state.next = next;
         state.waiting.remove(&next)
+    }
+
+    /// The node runs on a frame of `format`: the format it last ran on in this lane when that
+    /// had another size (`None` on its first run, and while the size stays).
+    pub(super) fn ran_on(&self, format: Format) -> Option<Format> {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = seen.replace(format);
+        before.filter(|b| !b.same_size(&format))
     }
 }
 
@@ -93,6 +109,14 @@ impl<T> Gates<T> {
         }
     }
 
+    /// `node` runs on a frame of `format`: see [`Gate::ran_on`] (always `None` without a gate).
+    pub(super) fn ran_on(&self, node: usize, format: Format) -> Option<Format> {
+        match self.nodes.get(node) {
+            Some(Some(gate)) => gate.ran_on(format),
+            _ => None,
+        }
+    }
+
     /// Frame `index` is done with `node`: the next frame waiting at its gate, if any.
     pub(super) fn leave(&self, node: usize, index: u64) -> Option<T> {
         match self.nodes.get(node) {
@@ -116,5 +140,26 @@ mod tests {
         assert_eq!(gate.leave(1), Some("two"));
         assert_eq!(gate.leave(2), None);
         assert!(gate.enter(3, || "three"), "the turn is 3's once 2 left");
+    }
+
+    #[test]
+    fn a_node_hears_of_a_new_size_once_at_its_first_run_on_it() {
+        let gate = Gate::<()>::default();
+        let format = |width, height, fps| Format {
+            width,
+            height,
+            fps: Some((fps, 1)),
+        };
+        let (small, large) = (format(320, 240, 15), format(640, 480, 15));
+        assert_eq!(gate.ran_on(small), None, "the first run is no change");
+        assert_eq!(gate.ran_on(small), None);
+        assert_eq!(gate.ran_on(large), Some(small));
+        assert_eq!(gate.ran_on(large), None, "told once");
+        assert_eq!(
+            gate.ran_on(format(640, 480, 30)),
+            None,
+            "a frame rate is no size"
+        );
+        assert_eq!(gate.ran_on(small), Some(format(640, 480, 30)));
     }
 }

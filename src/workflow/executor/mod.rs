@@ -42,6 +42,11 @@
 //! node's gate passes to the source's next frame, so no later frame sees it. It is counted
 //! (`step_state_resets`) and logged; other sources keep theirs.
 //!
+//! Resize: when a source's frames change size (a camera back at another size), each stateful
+//! step is told (`Step::source_resized`) just before its first run on a frame of the new size,
+//! under its gate, so between two frames of the source; it restarts what it keeps in pixels
+//! (`gate.rs` remembers the size each node last ran on). Sinks see the new size themselves.
+//!
 //! Failure: a step that errs or panics fails its frame. Nodes of that frame that have not
 //! started are skipped; nodes already running finish; the frame is delivered once every node
 //! has finished or been skipped, with the first failure recorded. Whatever unwinds while a node

@@ -21,7 +21,7 @@ use crossbeam_channel::Sender;
 use super::Shared;
 use super::claims::{self, Ready};
 use super::gate::Gates;
-use crate::frame::Frame;
+use crate::frame::{Format, Frame};
 use crate::outcome::{FrameRecord, Outcome, StepFailure};
 use crate::spec::Ref;
 use crate::steps::{StepError, StepInput, StepOutput};
@@ -135,8 +135,15 @@ fn execute(run: &Run, node: usize) {
                         frame: run.record.frame(),
                         values: &values,
                     };
+                    let frame = input.frame;
+                    let resized = run.gates.ran_on(node, frame.format());
                     let started = Instant::now();
-                    let result = match catch_unwind(AssertUnwindSafe(|| n.step.run(&input))) {
+                    let result = match catch_unwind(AssertUnwindSafe(|| {
+                        if let Some(from) = resized {
+                            tell_resized(n, &frame.source, from, frame.format());
+                        }
+                        n.step.run(&input)
+                    })) {
                         Ok(result) => result,
                         Err(payload) => {
                             run.shared
@@ -205,6 +212,19 @@ fn reset_after_panic(run: &Run, n: &Node, node: usize) {
         n.name,
         source
     );
+}
+
+/// Tells stateful node `n` that its source's frames went from `from` to `to`, and logs what
+/// that means for the step, if anything.
+fn tell_resized(n: &Node, source: &str, from: Format, to: Format) {
+    if let Some(what) = n.step.source_resized(source, from, to) {
+        tracing::warn!(
+            step = %n.name,
+            source,
+            "step \"{}\": source \"{source}\" went from {from} to {to}; {what}",
+            n.name
+        );
+    }
 }
 
 /// The node's input values, or `None` when a required one was not produced on this frame (an
