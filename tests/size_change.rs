@@ -343,6 +343,7 @@ fn a_file_whose_caps_change_mid_stream_has_every_frame_in_a_segment_of_its_size(
     let mut snaps: Vec<PathBuf> = std::fs::read_dir(dir.path().join("snap"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
         .collect();
     snaps.sort();
     let mut snap_sizes: Vec<(i32, i32)> = snaps

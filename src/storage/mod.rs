@@ -16,8 +16,8 @@
 //! the disk full calls [`SinkFiles::disk_full`], which purges on its thread at once (bounded
 //! by [`purge::PASS_BUDGET`] files), so that it can retry.
 //!
-//! Stop protocol: [`Storage::stop`] wakes the thread and joins it (a pass in progress ends
-//! first: it is bounded). Sinks still holding [`SinkFiles`] can go on indexing; nothing is
+//! Stop protocol: [`Storage::stop`] (after the sinks are closed) wakes the thread, which runs a
+//! last pass (for the files finished last; bounded like any pass) and ends; it is joined. Sinks still holding [`SinkFiles`] can go on indexing; nothing is
 //! purged after the stop.
 
 use std::collections::HashMap;
@@ -350,14 +350,16 @@ fn run(shared: &Shared) {
                 .wait_timeout_while(control, gap, |c| !c.stop)
                 .unwrap_or_else(PoisonError::into_inner);
             if control.stop {
-                return;
+                drop(control);
+                return final_pass(shared);
             }
         }
         {
             let mut control = lock(&shared.control);
             loop {
                 if control.stop {
-                    return;
+                    drop(control);
+                    return final_pass(shared);
                 }
                 if control.poked {
                     control.poked = false;
@@ -388,6 +390,12 @@ fn run(shared: &Shared) {
             lock(&shared.control).poked = true;
         }
     }
+}
+
+/// The pass at the stop: the files the sinks finished last count too.
+fn final_pass(shared: &Shared) {
+    let pass = lock(&shared.state).pass(shared.clock.now());
+    log_pass(&pass, "purged old files");
 }
 
 /// One line per pass that deleted something.
