@@ -283,9 +283,15 @@ impl Storage {
         lock(&self.shared.state).pass(now)
     }
 
+    /// The counts now, and each filesystem's space as it is now (one `statvfs` each).
     pub fn report(&self) -> StorageReport {
         let mut state = lock(&self.shared.state);
         state.recount();
+        for (folder, space) in state.spaces.values_mut() {
+            if let Ok(now) = disk::space(folder) {
+                *space = now;
+            }
+        }
         StorageReport {
             sinks: state.totals.clone(),
             filesystems: state

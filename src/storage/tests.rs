@@ -193,6 +193,12 @@ fn under_a_free_space_floor_every_kept_file_but_the_open_one_may_go() {
     assert!(f.exists("cont-2.mp4"));
     let space = &f.storage.report().filesystems[0];
     assert!(space.size_bytes > 0 && space.free_bytes <= space.size_bytes);
+    // The space is read when asked for, not when the last pass ran.
+    let before = f.storage.report().filesystems[0].free_bytes;
+    std::fs::write(f.path("big"), vec![1u8; 8 << 20]).unwrap();
+    std::fs::File::open(f.path("big")).unwrap().sync_all().unwrap();
+    let after = f.storage.report().filesystems[0].free_bytes;
+    assert!(after < before, "{after} of {before}");
     drop(writing);
 }
 
