@@ -176,7 +176,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
             c.max_gb,
             Some((shortest, "clip of pre_roll_s + post_roll_s")),
         )?,
-        expected_file: shortest,
+        expected_file: shortest * 3 / 2,
     };
     Ok(Box::new(Factory(settings, policy)))
 }

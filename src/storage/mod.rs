@@ -10,7 +10,8 @@
 //! Threads: one, `vidflow-storage`, runs the purge passes ([`purge`]) off the frame path. It
 //! blocks on a condvar: woken when a sink adds or finishes a file (at most once per
 //! [`PASS_GAP`]), every [`PASS_INTERVAL`] when a policy is set (ages and free space change with
-//! time alone), and to stop. Sinks call in
+//! time alone), every [`WATCH_INTERVAL`] while a cap has a file being written (to stat the open
+//! files: a pass runs only if they grew into the room left), and to stop. Sinks call in
 //! from their own threads (and GStreamer's, when a segment is named): [`SinkFiles::create`]
 //! and [`Writing`]'s drop take the storage's lock for one index line; a sink whose write found
 //! the disk full calls [`SinkFiles::disk_full`], which purges on its thread at once (bounded
@@ -46,6 +47,9 @@ pub use purge::{PASS_BUDGET, Pass, Reason, SinkTotals};
 
 /// How often a pass runs when nothing wakes the thread sooner and a policy is set.
 pub const PASS_INTERVAL: Duration = Duration::from_secs(10);
+/// While a cap has a file being written: how often its growth is checked (a `stat` of each
+/// open file), to run a pass before it outgrows the room left.
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// The least time between two passes woken by files starting and ending: however many files
 /// a second the sinks make (snapshots), passes stay at one a second.
 pub const PASS_GAP: Duration = Duration::from_secs(1);
@@ -174,8 +178,8 @@ impl Clock for SystemClock {
 pub struct FilePolicy {
     pub class: Class,
     pub retention: Retention,
-    /// The size one file of the sink grows to (a segment at its bitrate): a file being written
-    /// counts as at least this against a cap.
+    /// The most one file of the sink grows to (a segment at its bitrate, with room for the
+    /// encoder's overshoot): a file being written counts as its size plus this against a cap.
     pub expected_file: u64,
 }
 
@@ -200,6 +204,8 @@ struct Control {
     stop: bool,
     /// A policy is set: passes also run every [`PASS_INTERVAL`].
     periodic: bool,
+    /// A cap has a file being written: its growth is checked every [`WATCH_INTERVAL`].
+    watch: bool,
 }
 
 #[derive(Debug)]
@@ -346,54 +352,64 @@ impl Drop for StopOnDrop {
 fn run(shared: &Shared) {
     let mut last: Option<std::time::Instant> = None;
     loop {
-        // At most one woken pass per PASS_GAP (a stop still ends the wait at once).
-        if let Some(gap) = last.map(|t| PASS_GAP.saturating_sub(t.elapsed()))
-            && !gap.is_zero()
-        {
-            let control = lock(&shared.control);
-            let (control, _) = shared
-                .wake
-                .wait_timeout_while(control, gap, |c| !c.stop)
-                .unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let mut control = lock(&shared.control);
             if control.stop {
                 drop(control);
                 return final_pass(shared);
             }
-        }
-        {
-            let mut control = lock(&shared.control);
-            loop {
-                if control.stop {
-                    drop(control);
-                    return final_pass(shared);
+            // Passes woken by files starting and ending: at most one per PASS_GAP.
+            let gap = last.map_or(Duration::ZERO, |t| PASS_GAP.saturating_sub(t.elapsed()));
+            if control.poked && gap.is_zero() {
+                control.poked = false;
+                break;
+            }
+            let timeout = match (control.poked, control.watch, control.periodic) {
+                (true, true, _) => Some(gap.min(WATCH_INTERVAL)),
+                (true, false, _) => Some(gap),
+                (false, true, _) => Some(WATCH_INTERVAL),
+                (false, false, true) => Some(PASS_INTERVAL),
+                (false, false, false) => None,
+            };
+            let (watch, periodic) = (control.watch, control.periodic);
+            match timeout {
+                None => {
+                    drop(
+                        shared
+                            .wake
+                            .wait(control)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                    continue;
                 }
-                if control.poked {
-                    control.poked = false;
-                    break;
-                }
-                if control.periodic {
-                    let (c, waited) = shared
+                Some(timeout) => {
+                    let (control, waited) = shared
                         .wake
-                        .wait_timeout(control, PASS_INTERVAL)
+                        .wait_timeout(control, timeout)
                         .unwrap_or_else(PoisonError::into_inner);
-                    control = c;
-                    if waited.timed_out() {
-                        break;
+                    if !waited.timed_out() || control.poked {
+                        continue;
                     }
-                } else {
-                    control = shared
-                        .wake
-                        .wait(control)
-                        .unwrap_or_else(PoisonError::into_inner);
                 }
+            }
+            let due = periodic && last.is_none_or(|t| t.elapsed() >= PASS_INTERVAL);
+            if due || (watch && lock(&shared.state).grown_past_slack()) {
+                break;
             }
         }
         let now = shared.clock.now();
-        let pass = lock(&shared.state).pass(now);
-        last = (!pass.more).then(std::time::Instant::now);
+        let (pass, watch) = {
+            let mut state = lock(&shared.state);
+            let pass = state.pass(now);
+            (pass, state.watching())
+        };
+        last = Some(std::time::Instant::now());
         log_pass(&pass, "purged old files");
+        let mut control = lock(&shared.control);
+        control.watch = watch;
         if pass.more {
-            lock(&shared.control).poked = true;
+            control.poked = true;
+            last = None;
         }
     }
 }

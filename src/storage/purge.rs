@@ -10,8 +10,10 @@
 //! 4. for each filesystem under `[storage] min_free_*`: the oldest files on it, in that order.
 //!
 //! A file being written counts as its size plus its sink's expected file size (a segment grows
-//! by up to that before it ends, and a pass runs as each file starts and ends), so a cap holds
-//! while it grows. At most [`PASS_BUDGET`] files go per pass; a pass that
+//! by up to that before it ends, and a pass runs as each file starts and ends); and while a cap
+//! has a file being written, the thread checks its growth every [`super::WATCH_INTERVAL`] and
+//! runs a pass once it has used half the room left: so a cap holds while files grow, even one
+//! that outgrows its expected size. At most [`PASS_BUDGET`] files go per pass; a pass that
 //! stopped there asks for the next at once.
 
 use std::collections::{BTreeMap, HashMap};
@@ -109,6 +111,10 @@ pub(super) struct State {
     pub totals: BTreeMap<String, SinkTotals>,
     /// Each filesystem's space as last seen, by device, with the first folder seen on it.
     pub spaces: BTreeMap<u64, (PathBuf, Space)>,
+    /// After the last pass: the least room left under any cap, and the size then of each file
+    /// being written (see [`State::grown_past_slack`]). `None`: no cap has a file open.
+    slack: Option<u64>,
+    open_at_pass: Vec<(u64, u64)>,
 }
 
 impl State {
@@ -277,7 +283,69 @@ impl State {
         self.plan_sink_caps(&mut plan);
         self.plan_source_caps(&mut plan);
         self.plan_floor(&mut plan, None);
-        self.execute(plan)
+        let pass = self.execute(plan);
+        self.measure_slack();
+        pass
+    }
+
+    /// Whether a file being written grew, since the last pass, by half the room its caps had
+    /// left then: a pass is due before it grows past a cap. Stats only the open files.
+    pub(super) fn grown_past_slack(&self) -> bool {
+        let Some(slack) = self.slack else {
+            return false;
+        };
+        let grown: u64 = self
+            .open_at_pass
+            .iter()
+            .filter_map(|&(id, then)| {
+                let e = self.entries.get(&id)?;
+                Some(disk::file_size(&e.path())?.saturating_sub(then))
+            })
+            .sum();
+        grown >= slack / 2
+    }
+
+    /// Whether a cap has a file being written (the thread then watches its growth).
+    pub(super) fn watching(&self) -> bool {
+        self.slack.is_some()
+    }
+
+    /// Records the room left under the caps and the open files' sizes (after a pass).
+    fn measure_slack(&mut self) {
+        let mut slack: Option<u64> = None;
+        let mut open = Vec::new();
+        let mut under = |total: u64, cap: u64| {
+            let left = cap.saturating_sub(total);
+            slack = Some(slack.map_or(left, |s: u64| s.min(left)));
+        };
+        for (sink, policy) in &self.sinks {
+            let Some(cap) = policy.retention.max_bytes else {
+                continue;
+            };
+            let mine = self.entries.values().filter(|e| &e.sink == sink);
+            if mine.clone().any(|e| e.open) {
+                under(mine.map(|e| self.counted(e)).sum(), cap);
+            }
+        }
+        for (source, retention) in &self.sources {
+            let Some(cap) = retention.max_bytes else {
+                continue;
+            };
+            let mine = self.entries.values().filter(|e| &*e.source == source);
+            if mine.clone().any(|e| e.open) {
+                under(mine.map(|e| self.counted(e)).sum(), cap);
+            }
+        }
+        if slack.is_some() {
+            open.extend(
+                self.entries
+                    .iter()
+                    .filter(|(_, e)| e.open)
+                    .map(|(&id, e)| (id, e.bytes)),
+            );
+        }
+        self.slack = slack;
+        self.open_at_pass = open;
     }
 
     /// Frees room on the filesystem of `path`, which a write found full: by the floor if one

@@ -196,7 +196,10 @@ fn under_a_free_space_floor_every_kept_file_but_the_open_one_may_go() {
     // The space is read when asked for, not when the last pass ran.
     let before = f.storage.report().filesystems[0].free_bytes;
     std::fs::write(f.path("big"), vec![1u8; 8 << 20]).unwrap();
-    std::fs::File::open(f.path("big")).unwrap().sync_all().unwrap();
+    std::fs::File::open(f.path("big"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
     let after = f.storage.report().filesystems[0].free_bytes;
     assert!(after < before, "{after} of {before}");
     drop(writing);
@@ -275,4 +278,35 @@ fn retain_days_and_max_gb_are_checked_with_their_place() {
     .unwrap();
     assert_eq!(ok.max_bytes, Some(10_000_000));
     assert_eq!(ok.max_age, Some(Duration::from_secs(129_600)));
+}
+
+#[test]
+fn a_file_growing_into_the_room_under_a_cap_wakes_a_pass_before_the_next_file_starts() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, None, Some(1_000)));
+    for n in 0..3 {
+        f.write(&rec, &format!("{n}.mp4"), 300);
+    }
+    let writing = rec.create(&f.path("3.mp4"), "door").unwrap();
+    // The pass that file's start asked for has run (it waits out PASS_GAP at most).
+    std::thread::sleep(PASS_GAP + Duration::from_millis(300));
+    f.storage.pass();
+    assert!(
+        f.exists("0.mp4"),
+        "900 + an empty open file is under the cap"
+    );
+    // It grows by more than the room left; nothing else happens (no file starts or ends).
+    std::fs::write(f.path("3.mp4"), vec![0u8; 250]).unwrap();
+    let start = std::time::Instant::now();
+    while f.exists("0.mp4") && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !f.exists("0.mp4"),
+        "no pass ran as the open file grew past the cap"
+    );
+    assert!(f.exists("1.mp4") && f.exists("3.mp4"));
+    drop(writing);
 }

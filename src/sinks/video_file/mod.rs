@@ -174,7 +174,9 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         policy: FilePolicy {
             class: Class::Continuous,
             retention,
-            expected_file: segment_bytes,
+            // x264's rate control overshoots over a segment's few seconds, and a segment is
+            // cut at a keyframe: a segment may be half as large again as its nominal size.
+            expected_file: segment_bytes * 3 / 2,
         },
         mixes_sources,
     }))
