@@ -240,20 +240,32 @@ fn after_a_stream_that_ran_past_reset_after_retries_stay_at_the_initial_delay() 
     run.signal("TERM");
     let out = run.finish(DEADLINE);
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
-    let delays: Vec<u64> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("next attempt after backoff"))
-        .map(|l| {
+    // Each delay chosen, with how long after its loss the attempt came. Past reset_after
+    // (5 s) of retrying, doubling is right again: a restarted server that took that long on a
+    // loaded machine is not this test's fault, so only the delays inside the window count.
+    let time = |l: &str| humantime::parse_rfc3339(l.split_whitespace().next().unwrap()).unwrap();
+    let mut lost_at = None;
+    let mut delays: Vec<(u64, Duration)> = Vec::new();
+    for l in out.stderr.lines() {
+        if l.contains("source lost; reconnecting") {
+            lost_at = Some(time(l));
+        } else if l.contains("next attempt after backoff") {
             let at = l.find("delay_ms=").unwrap() + "delay_ms=".len();
-            l[at..].split_whitespace().next().unwrap().parse().unwrap()
-        })
+            let delay = l[at..].split_whitespace().next().unwrap().parse().unwrap();
+            let since = time(l).duration_since(lost_at.unwrap()).unwrap();
+            delays.push((delay, since));
+        }
+    }
+    println!("delays chosen, and when after their loss: {delays:?}");
+    let quick: Vec<u64> = delays
+        .iter()
+        .filter(|(_, since)| *since < Duration::from_millis(4_500))
+        .map(|(d, _)| *d)
         .collect();
-    println!("delays chosen: {delays:?}");
-    assert!(delays.len() >= CYCLES * 2, "{delays:?}\n{}", out.stderr);
+    assert!(quick.len() >= CYCLES * 2, "{delays:?}\n{}", out.stderr);
     assert!(
-        delays.iter().all(|&d| d <= 240),
-        "a delay above initial_delay_ms + 20%: {delays:?}"
+        quick.iter().all(|&d| d <= 240),
+        "a delay above initial_delay_ms + 20% within reset_after of a loss: {delays:?}"
     );
     let stats = read_json(&dir.path().join("stats.json"));
     assert_eq!(stats["sources"]["cam"]["reconnects"], CYCLES, "{stats}");
