@@ -9,10 +9,12 @@ use crate::value::ValueType;
 mod clip;
 mod jsonl;
 mod mqtt;
+mod nats;
 mod net;
 pub mod preview;
 pub mod runner;
 mod snapshot;
+mod stream;
 mod video_file;
 mod webhook;
 
@@ -25,6 +27,7 @@ pub static KINDS: &[&SinkKind] = &[
     &snapshot::KIND,
     &clip::KIND,
     &mqtt::KIND,
+    &nats::KIND,
     &webhook::KIND,
     &preview::KIND,
 ];

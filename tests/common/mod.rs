@@ -318,6 +318,32 @@ pub fn wait_for_lines(path: &Path, n: usize, deadline: Duration) {
     panic!("{} never reached {n} lines", path.display());
 }
 
+/// Starts a server `program` with `args`, stderr appended to `log`, and waits until it accepts
+/// connections on 127.0.0.1:`port` (the tests' brokers and streaming servers).
+pub fn start_server(program: &str, args: &[&std::ffi::OsStr], log: &Path, port: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e}; run scripts/install-deps"));
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{program} did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

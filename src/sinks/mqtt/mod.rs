@@ -57,12 +57,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "\"vidflow/{source}/{sink}\"",
             doc: "topic; {source} and {sink} are replaced",
         },
-        ParamDoc {
-            name: "mode",
-            ty: "\"frames\" | \"events\"",
-            default: "\"frames\"",
-            doc: "events: only frames where an included value is not empty",
-        },
+        net::MODE_DOC,
         ParamDoc {
             name: "qos",
             ty: "0 | 1",
@@ -87,12 +82,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "none",
             doc: "user, with password_file (or both in the url)",
         },
-        ParamDoc {
-            name: "password_file",
-            ty: "path",
-            default: "none",
-            doc: "file holding the password (relative: in $CREDENTIALS_DIRECTORY if set)",
-        },
+        net::PASSWORD_FILE_DOC,
         ParamDoc {
             name: "backlog",
             ty: "integer",
