@@ -12,6 +12,7 @@ mod mqtt;
 mod nats;
 mod net;
 pub mod preview;
+mod redis_stream;
 pub mod runner;
 mod snapshot;
 mod stream;
@@ -28,6 +29,7 @@ pub static KINDS: &[&SinkKind] = &[
     &clip::KIND,
     &mqtt::KIND,
     &nats::KIND,
+    &redis_stream::KIND,
     &webhook::KIND,
     &preview::KIND,
 ];
@@ -179,5 +181,9 @@ mod tests {
         assert_eq!(mqtt.default_on_full(), OnFull::DropOldest);
         let webhook = factory("webhook", "url = \"http://127.0.0.1:1/hook\"");
         assert_eq!(webhook.default_on_full(), OnFull::DropOldest);
+        let nats = factory("nats", "url = \"nats://127.0.0.1:1\"");
+        assert_eq!(nats.default_on_full(), OnFull::DropOldest);
+        let redis = factory("redis_stream", "url = \"redis://127.0.0.1:1\"");
+        assert_eq!(redis.default_on_full(), OnFull::DropOldest);
     }
 }

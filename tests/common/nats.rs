@@ -214,19 +214,3 @@ impl Reader {
         })
     }
 }
-
-/// A TCP port that accepts connections and never says a word: a server that never answers.
-pub struct Silent {
-    pub port: u16,
-    _listener: TcpListener,
-}
-
-impl Silent {
-    pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        Self {
-            port: listener.local_addr().unwrap().port(),
-            _listener: listener,
-        }
-    }
-}

@@ -100,12 +100,7 @@ const OWN_DOCS: [ParamDoc; 13] = [
         default: "5000",
         doc: "how long to wait for the stream's acknowledgement of a message",
     },
-    ParamDoc {
-        name: "batch",
-        ty: "integer",
-        default: "256",
-        doc: "messages published before their acknowledgements are awaited (1: one at a time)",
-    },
+    stream::BATCH_DOC,
 ];
 
 static PARAMS: [ParamDoc; 19] = stream::with_delivery_docs(OWN_DOCS);

@@ -189,6 +189,14 @@ impl Delivery {
     }
 }
 
+/// The `batch` parameter of every stream sink.
+pub(super) const BATCH_DOC: ParamDoc = ParamDoc {
+    name: "batch",
+    ty: "integer",
+    default: "256",
+    doc: "messages sent at once before their acknowledgement is awaited (1: one at a time)",
+};
+
 /// `batch` when the file does not say: messages sent before their acknowledgements are awaited.
 const DEFAULT_BATCH: usize = 256;
 
