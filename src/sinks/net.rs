@@ -336,6 +336,28 @@ pub(super) fn told_losses(kind: &str, lost: &[(&Lost, &str)]) -> Result<(), Sink
     )))
 }
 
+/// The `every_n_frames` parameter: at least 1, 1 (every frame) when not given.
+pub(super) fn every_n_frames(
+    given: Option<toml::Spanned<u64>>,
+) -> Result<u64, crate::spec::Diagnostic> {
+    match given {
+        Some(n) if *n.get_ref() == 0 => Err(crate::spec::Diagnostic::at(
+            n.span(),
+            "every_n_frames must be at least 1",
+        )),
+        Some(n) => Ok(n.into_inner()),
+        None => Ok(1),
+    }
+}
+
+/// The `every_n_frames` parameter of the network sinks.
+pub(super) const EVERY_N_FRAMES_DOC: ParamDoc = ParamDoc {
+    name: "every_n_frames",
+    ty: "integer",
+    default: "1",
+    doc: "send only frames whose number is a multiple of this",
+};
+
 /// The `backlog` parameter: at least 1, [`DEFAULT_BACKLOG`] when not given.
 pub(super) fn backlog(
     given: Option<toml::Spanned<usize>>,

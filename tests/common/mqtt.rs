@@ -142,7 +142,9 @@ impl Drop for Broker {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub topic: String,
+    /// The payload as JSON (`null` if it is not).
     pub payload: serde_json::Value,
+    pub raw: Vec<u8>,
 }
 
 /// A QoS 1 subscriber with a persistent session (`clean_session = false`) that reconnects
@@ -185,7 +187,9 @@ impl Subscriber {
                         Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
                             received.lock().unwrap().push(Received {
                                 topic: p.topic.clone(),
-                                payload: serde_json::from_slice(&p.payload).unwrap(),
+                                payload: serde_json::from_slice(&p.payload)
+                                    .unwrap_or(serde_json::Value::Null),
+                                raw: p.payload.to_vec(),
                             });
                         }
                         Ok(Ok(_)) => {}

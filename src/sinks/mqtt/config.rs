@@ -29,6 +29,10 @@ struct Config {
     password_file: Option<Spanned<PathBuf>>,
     backlog: Option<Spanned<usize>>,
     flush_timeout_ms: Option<u64>,
+    every_n_frames: Option<Spanned<u64>>,
+    #[serde(default)]
+    discovery: bool,
+    discovery_prefix: Option<Spanned<String>>,
 }
 
 /// Where and how to connect (the password apart, as a [`Secret`]).
@@ -52,6 +56,9 @@ pub(super) struct Factory {
     pub(super) client_id: Option<String>,
     pub(super) backlog: usize,
     pub(super) flush_timeout: Duration,
+    pub(super) every: u64,
+    /// Home Assistant discovery: its topic prefix.
+    pub(super) discovery: Option<String>,
 }
 
 pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
@@ -96,6 +103,21 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnost
         },
     };
     let backlog = net::backlog(c.backlog)?;
+    let every = net::every_n_frames(c.every_n_frames)?;
+    let discovery = match (c.discovery, c.discovery_prefix) {
+        (false, Some(p)) => {
+            return Err(Diagnostic::at(
+                p.span(),
+                "discovery_prefix needs discovery = true",
+            ));
+        }
+        (true, Some(p)) => {
+            check_topic(p.get_ref()).map_err(|m| Diagnostic::at(p.span(), m))?;
+            Some(p.into_inner())
+        }
+        (true, None) => Some("homeassistant".to_owned()),
+        (false, None) => None,
+    };
     Ok(Box::new(Factory {
         broker,
         topic,
@@ -107,6 +129,8 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnost
         flush_timeout: c
             .flush_timeout_ms
             .map_or(net::DEFAULT_FLUSH_TIMEOUT, Duration::from_millis),
+        every,
+        discovery,
     }))
 }
 

@@ -65,12 +65,7 @@ pub(super) const DELIVERY_KEYS: &[&str] = &[
 /// Their documentation, after each kind's own.
 pub(super) const DELIVERY_DOCS: [ParamDoc; 6] = [
     net::MODE_DOC,
-    ParamDoc {
-        name: "every_n_frames",
-        ty: "integer",
-        default: "1",
-        doc: "send only frames whose number is a multiple of this",
-    },
+    net::EVERY_N_FRAMES_DOC,
     ParamDoc {
         name: "backlog",
         ty: "integer",
@@ -143,16 +138,7 @@ impl Delivery {
     pub(super) fn split(params: Params<'_>) -> Result<(Self, Params<'_>), Diagnostic> {
         let (mine, rest) = params.split(DELIVERY_KEYS);
         let c: DeliveryConfig = mine.parse()?;
-        let every = match c.every_n_frames {
-            Some(n) if *n.get_ref() == 0 => {
-                return Err(Diagnostic::at(
-                    n.span(),
-                    "every_n_frames must be at least 1",
-                ));
-            }
-            Some(n) => n.into_inner(),
-            None => 1,
-        };
+        let every = net::every_n_frames(c.every_n_frames)?;
         let backlog = net::backlog(c.backlog)?;
         let spool_bytes = match c.spool_mb {
             Some(mb) if *mb.get_ref() > MAX_SPOOL_MB => {
