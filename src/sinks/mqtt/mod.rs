@@ -391,10 +391,10 @@ impl Mqtt {
     fn discover(&self, result: &FrameResult) {
         let mut state = self.backlog.lock();
         let link = &mut state.link;
-        let topic = link.topic.replace("{source}", &result.frame().source);
         let Some(d) = link.discovery.as_mut() else {
             return;
         };
+        let topic = link.topic.replace("{source}", &result.frame().source);
         let new = d.find(result, &self.inputs, &topic);
         let found = d.configs.len() - new..;
         let configs = d.configs[found].to_vec();
