@@ -268,3 +268,117 @@ flush_timeout_ms = 300
         "a loss is not a clean exit: {stderr}"
     );
 }
+
+#[test]
+fn home_assistant_finds_each_count_as_a_sensor_available_while_the_daemon_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start(dir.path(), "");
+    let text = format!(
+        r#"
+[sources.cam]
+uri = "test://ball?width=160&height=120&fps=30"
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+
+[steps.follow]
+kind = "tracker"
+detections = "$steps.motion.detections"
+
+[steps.zones]
+kind = "zone_count"
+tracks = "$steps.follow.tracks"
+zones = {{ all = [[0, 0], [160, 0], [160, 120], [0, 120]], corner = [[0, 0], [20, 0], [20, 20], [0, 20]] }}
+
+[steps.door]
+kind = "line_counter"
+tracks = "$steps.follow.tracks"
+line = [[80, 0], [80, 120]]
+name = "door"
+
+[sinks.lines]
+kind = "jsonl"
+path = "out/lines.jsonl"
+include = ["$steps.zones.counts", "$steps.door.counts"]
+
+[sinks.ha]
+kind = "mqtt"
+url = "{}"
+include = ["$steps.zones.counts", "$steps.door.counts", "$steps.motion.detections"]
+discovery = true
+"#,
+        broker.url()
+    );
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    let lines_path = dir.path().join("out/lines.jsonl");
+    wait_for_lines(&lines_path, 30, HANG);
+
+    // What Home Assistant reads when it subscribes: the retained configs and availability.
+    let configs = Subscriber::start(broker.port, "homeassistant/#");
+    configs.wait_for(4, HANG);
+    let found: Vec<serde_json::Value> = configs
+        .received()
+        .into_iter()
+        .map(|r| {
+            assert!(
+                r.topic.starts_with("homeassistant/sensor/vidflow_"),
+                "{}",
+                r.topic
+            );
+            assert!(r.topic.ends_with("/config"), "{}", r.topic);
+            r.payload
+        })
+        .collect();
+    drop(configs);
+    // One sensor per count: the zones "all" and "corner", the line's "in" and "out"; none for
+    // the detections (not counts).
+    let mut templates: Vec<String> = found
+        .iter()
+        .map(|c| c["value_template"].as_str().unwrap().to_owned())
+        .collect();
+    templates.sort();
+    assert_eq!(
+        templates,
+        [
+            r#"{{ value_json["steps.door.counts"]["in"] }}"#,
+            r#"{{ value_json["steps.door.counts"]["out"] }}"#,
+            r#"{{ value_json["steps.zones.counts"]["all"] }}"#,
+            r#"{{ value_json["steps.zones.counts"]["corner"] }}"#,
+        ]
+    );
+    let unique: BTreeSet<&str> = found
+        .iter()
+        .map(|c| c["unique_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(unique.len(), 4, "{found:?}");
+    let availability = found[0]["availability_topic"].as_str().unwrap().to_owned();
+    for c in &found {
+        assert_eq!(c["state_topic"], "vidflow/cam/ha", "{c}");
+        assert_eq!(c["availability_topic"], availability.as_str(), "{c}");
+        assert_eq!(c["payload_available"], "online");
+        assert_eq!(c["payload_not_available"], "offline");
+    }
+    // The state topic carries the counts the templates read, as the jsonl line has them.
+    let last = jsonl(&lines_path).pop().unwrap();
+    assert!(last["steps.zones.counts"]["all"].is_u64(), "{last}");
+
+    let status = |want: &str| {
+        let sub = Subscriber::start(broker.port, &availability);
+        let start = std::time::Instant::now();
+        loop {
+            let got = sub.received();
+            if got.last().is_some_and(|r| r.raw == want.as_bytes()) {
+                return;
+            }
+            assert!(start.elapsed() < HANG, "availability never {want}: {got:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    status("online");
+    // Killed, it says nothing: the broker publishes its last will.
+    running.signal("KILL");
+    drop(running.finish(HANG));
+    status("offline");
+}

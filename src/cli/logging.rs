@@ -26,10 +26,10 @@ use crate::gst_setup::LOG_TARGET;
 
 /// Installs the global subscriber; call once, first thing.
 pub(super) fn init() {
-    let filter = with_gst_debug(
+    let filter = quiet_nats_client(with_gst_debug(
         tracing_subscriber::EnvFilter::try_from_env("VIDFLOW_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-    );
+    ));
     let journal = stderr_is_journal();
     let terminal = !journal && std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
@@ -53,6 +53,16 @@ fn with_gst_debug(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::
     let decided = std::env::var("VIDFLOW_LOG").is_ok_and(|v| v.contains(LOG_TARGET));
     match format!("{LOG_TARGET}=trace").parse() {
         Ok(directive) if asked && !decided => filter.add_directive(directive),
+        _ => filter,
+    }
+}
+
+/// The `nats` sink's client (async-nats) logs each connect and close at info: the sink says
+/// what matters once per outage itself. Its warnings stay, unless `VIDFLOW_LOG` names it.
+fn quiet_nats_client(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    let decided = std::env::var("VIDFLOW_LOG").is_ok_and(|v| v.contains("async_nats"));
+    match "async_nats=warn".parse() {
+        Ok(directive) if !decided => filter.add_directive(directive),
         _ => filter,
     }
 }

@@ -10,10 +10,13 @@ use crate::value::ValueType;
 mod clip;
 mod jsonl;
 mod mqtt;
+mod nats;
 mod net;
 pub mod preview;
+mod redis_stream;
 pub mod runner;
 mod snapshot;
+mod stream;
 mod video_file;
 mod webhook;
 
@@ -26,6 +29,8 @@ pub static KINDS: &[&SinkKind] = &[
     &snapshot::KIND,
     &clip::KIND,
     &mqtt::KIND,
+    &nats::KIND,
+    &redis_stream::KIND,
     &webhook::KIND,
     &preview::KIND,
 ];
@@ -202,5 +207,9 @@ mod tests {
         assert_eq!(mqtt.default_on_full(), OnFull::DropOldest);
         let webhook = factory("webhook", "url = \"http://127.0.0.1:1/hook\"");
         assert_eq!(webhook.default_on_full(), OnFull::DropOldest);
+        let nats = factory("nats", "url = \"nats://127.0.0.1:1\"");
+        assert_eq!(nats.default_on_full(), OnFull::DropOldest);
+        let redis = factory("redis_stream", "url = \"redis://127.0.0.1:1\"");
+        assert_eq!(redis.default_on_full(), OnFull::DropOldest);
     }
 }

@@ -20,10 +20,10 @@ use serde::Deserialize;
 use super::SinkError;
 use super::jsonl::frame_json;
 use crate::outcome::FrameResult;
-use crate::spec::SinkInput;
+use crate::spec::{Address, AddressError, ParamDoc, SinkInput, redact};
 
 /// Messages kept while the far end is away, when the pipeline file does not say (`backlog`).
-pub(super) const DEFAULT_BACKLOG: usize = 1000;
+const DEFAULT_BACKLOG: usize = 1000;
 
 /// How long closing waits for the backlog to be delivered, when the file does not say
 /// (`flush_timeout_ms`): inside the sinks' share (1/4) of the default 20 s stop deadline.
@@ -33,6 +33,91 @@ pub(super) const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(4);
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 /// Longest wait between attempts: a broker back after an outage is found within this.
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The `mode` parameter of every network sink.
+pub(super) const MODE_DOC: ParamDoc = ParamDoc {
+    name: "mode",
+    ty: "\"frames\" | \"events\"",
+    default: "\"frames\"",
+    doc: "events: only frames where an included value is not empty",
+};
+
+/// The `password_file` parameter of the sinks that log in with a user.
+pub(super) const PASSWORD_FILE_DOC: ParamDoc = ParamDoc {
+    name: "password_file",
+    ty: "path",
+    default: "none",
+    doc: "file holding the password (relative: in $CREDENTIALS_DIRECTORY if set)",
+};
+
+/// A server's URL, parsed once as an [`Address`]: the host and port connected to come from
+/// the same parse as what is shown, and the password stays in it as a secret.
+#[derive(Debug)]
+pub(super) struct ServerUrl {
+    pub scheme: String,
+    /// The host, without an IPv6 address's brackets.
+    pub host: String,
+    pub port: Option<u16>,
+    pub address: Address,
+}
+
+impl ServerUrl {
+    /// Parses `url`, whose scheme must be one of `schemes` (or of `aliases`, not named in
+    /// messages); `expected` says what a URL looks like, for the message. Messages quote the
+    /// URL without its password.
+    pub(super) fn parse(
+        url: &str,
+        schemes: &[&str],
+        aliases: &[&str],
+        expected: &str,
+    ) -> Result<Self, String> {
+        let bad = |why: &str| format!("url \"{}\": {why}", redact(url));
+        let (scheme, _) = url
+            .split_once("://")
+            .ok_or_else(|| bad(&format!("expected {expected}")))?;
+        if !schemes.contains(&scheme) && !aliases.contains(&scheme) {
+            return Err(bad(&format!(
+                "unknown scheme \"{scheme}\"; known: {}",
+                schemes.join(", ")
+            )));
+        }
+        let address = Address::parse(url).map_err(|e| match e {
+            AddressError::NoHost { .. } => bad("no host"),
+            e => e.to_string(),
+        })?;
+        let bare = address.without_credentials();
+        if bare.query().is_some() || bare.fragment().is_some() {
+            return Err(bad("a server url has no query"));
+        }
+        let host = bare.host_str().ok_or_else(|| bad("no host"))?;
+        let port = match bare.port() {
+            Some(0) => return Err(bad("bad port \"0\"")),
+            port => port,
+        };
+        Ok(Self {
+            scheme: scheme.to_owned(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port,
+            address,
+        })
+    }
+
+    /// The path after the host, without its leading `/`.
+    pub(super) fn path(&self) -> &str {
+        self.address
+            .without_credentials()
+            .path()
+            .trim_start_matches('/')
+    }
+
+    /// `message` about this URL, quoted without its password.
+    pub(super) fn bad(&self, message: &str) -> String {
+        format!("url \"{}\": {message}", self.address)
+    }
+}
 
 /// Which frames a network sink sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -89,6 +174,17 @@ impl Lost {
             self.first = at.clone();
         }
         self.last = at;
+    }
+
+    /// Adds `later`'s messages (lost after these).
+    pub(super) fn merge(&mut self, later: Lost) {
+        self.count += later.count;
+        if self.first.is_none() {
+            self.first = later.first;
+        }
+        if later.last.is_some() {
+            self.last = later.last;
+        }
     }
 }
 
@@ -214,16 +310,23 @@ pub(super) fn losses(
     failed: &Lost,
     at_stop: &Lost,
 ) -> Result<(), SinkError> {
-    let mut parts = Vec::new();
-    if overflow.count > 0 {
-        parts.push(format!("{overflow} dropped while the backlog was full"));
-    }
-    if failed.count > 0 {
-        parts.push(format!("{failed} given up after the retries"));
-    }
-    if at_stop.count > 0 {
-        parts.push(format!("{at_stop} not delivered by the flush deadline"));
-    }
+    told_losses(
+        kind,
+        &[
+            (overflow, "dropped while the backlog was full"),
+            (failed, "given up after the retries"),
+            (at_stop, "not delivered by the flush deadline"),
+        ],
+    )
+}
+
+/// Like [`losses`], with each kind of loss named by the caller.
+pub(super) fn told_losses(kind: &str, lost: &[(&Lost, &str)]) -> Result<(), SinkError> {
+    let parts: Vec<String> = lost
+        .iter()
+        .filter(|(l, _)| l.count > 0)
+        .map(|(l, why)| format!("{l} {why}"))
+        .collect();
     if parts.is_empty() {
         return Ok(());
     }
@@ -231,6 +334,42 @@ pub(super) fn losses(
         "{kind}: messages lost: {}",
         parts.join("; ")
     )))
+}
+
+/// The `every_n_frames` parameter: at least 1, 1 (every frame) when not given.
+pub(super) fn every_n_frames(
+    given: Option<toml::Spanned<u64>>,
+) -> Result<u64, crate::spec::Diagnostic> {
+    match given {
+        Some(n) if *n.get_ref() == 0 => Err(crate::spec::Diagnostic::at(
+            n.span(),
+            "every_n_frames must be at least 1",
+        )),
+        Some(n) => Ok(n.into_inner()),
+        None => Ok(1),
+    }
+}
+
+/// The `every_n_frames` parameter of the network sinks.
+pub(super) const EVERY_N_FRAMES_DOC: ParamDoc = ParamDoc {
+    name: "every_n_frames",
+    ty: "integer",
+    default: "1",
+    doc: "send only frames whose number is a multiple of this",
+};
+
+/// The `backlog` parameter: at least 1, [`DEFAULT_BACKLOG`] when not given.
+pub(super) fn backlog(
+    given: Option<toml::Spanned<usize>>,
+) -> Result<usize, crate::spec::Diagnostic> {
+    match given {
+        Some(b) if *b.get_ref() == 0 => Err(crate::spec::Diagnostic::at(
+            b.span(),
+            "backlog must be at least 1",
+        )),
+        Some(b) => Ok(b.into_inner()),
+        None => Ok(DEFAULT_BACKLOG),
+    }
 }
 
 /// Waits between attempts: doubling from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`].

@@ -46,12 +46,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "{}",
             doc: "extra request headers, e.g. { Authorization = \"Bearer ...\" } (never logged)",
         },
-        ParamDoc {
-            name: "mode",
-            ty: "\"frames\" | \"events\"",
-            default: "\"frames\"",
-            doc: "events: only frames where an included value is not empty",
-        },
+        net::MODE_DOC,
         ParamDoc {
             name: "timeout_ms",
             ty: "integer",
@@ -163,13 +158,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         Some(t) => Duration::from_millis(t.into_inner()),
         None => DEFAULT_TIMEOUT,
     };
-    let backlog = match c.backlog {
-        Some(b) if *b.get_ref() == 0 => {
-            return Err(Diagnostic::at(b.span(), "backlog must be at least 1"));
-        }
-        Some(b) => b.into_inner(),
-        None => net::DEFAULT_BACKLOG,
-    };
+    let backlog = net::backlog(c.backlog)?;
     Ok(Box::new(Factory {
         endpoint: Endpoint {
             url,

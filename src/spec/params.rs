@@ -56,6 +56,29 @@ impl<'i> Params<'i> {
         })
     }
 
+    /// Splits off the keys named in `keys` into parameters of their own, for settings that
+    /// several kinds share and parse with one struct; each part keeps its spans and is parsed
+    /// (and refuses unknown keys) on its own.
+    pub fn split(self, keys: &[&str]) -> (Self, Self) {
+        let span = self.value.span();
+        let (mut taken, mut kept) = (toml::de::DeTable::new(), toml::de::DeTable::new());
+        if let DeValue::Table(table) = self.value.into_inner() {
+            for (k, v) in table {
+                if keys.contains(&k.get_ref().as_ref()) {
+                    taken.insert(k, v);
+                } else {
+                    kept.insert(k, v);
+                }
+            }
+        }
+        let part = |table| Self {
+            value: toml::Spanned::new(span.clone(), DeValue::Table(table)),
+            inputs_given: self.inputs_given.clone(),
+            name_span: self.name_span.clone(),
+        };
+        (part(taken), part(kept))
+    }
+
     /// The parameters written in `text` (a step's keys, without `kind` and inputs), for tests.
     #[cfg(test)]
     pub(crate) fn from_toml(text: &'i str) -> Self {
@@ -83,6 +106,24 @@ pub struct ParamDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_parts_keep_their_keys_and_spans() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            a: toml::Spanned<u32>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct B {
+            b: u32,
+        }
+        let (a, b) = Params::from_toml("b = 2\na = 1").split(&["a"]);
+        let a: A = a.parse().unwrap();
+        assert_eq!((*a.a.get_ref(), a.a.span()), (1, 10..11));
+        assert_eq!(b.parse::<B>().unwrap().b, 2);
+    }
 
     #[test]
     fn one_of_several_inputs_is_required_and_reported_at_the_name() {

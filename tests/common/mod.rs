@@ -331,6 +331,90 @@ pub fn wait_for_lines(path: &Path, n: usize, deadline: Duration) {
     panic!("{} never reached {n} lines", path.display());
 }
 
+/// Starts a server `program` with `args`, stderr appended to `log`, and waits until it accepts
+/// connections on 127.0.0.1:`port` (the tests' brokers and streaming servers).
+pub fn start_server(program: &str, args: &[&std::ffi::OsStr], log: &Path, port: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e}; run scripts/install-deps"));
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{program} did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// A TCP port that accepts connections and never says a word: a server that never answers.
+pub struct Silent {
+    pub port: u16,
+    _listener: std::net::TcpListener,
+}
+
+impl Silent {
+    pub fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self {
+            port: listener.local_addr().unwrap().port(),
+            _listener: listener,
+        }
+    }
+}
+
+/// Runs a live camera into a stream sink of `kind` whose server refuses its `login` (the
+/// sink's url and credential keys), with debug logs, until it says `{kind} server unreachable`
+/// and 10 frames are written, then stops it. Checks what every such run must show: the
+/// server's refusal (`refusal`), no `secret`, and a failed exit (the frames are lost).
+pub fn check_refused_login(dir: &Path, kind: &str, login: &str, refusal: &str, secret: &str) {
+    let text = format!(
+        r#"
+[sources.cam]
+uri = "test://ball?width=160&height=120&fps=30"
+
+[sinks.lines]
+kind = "jsonl"
+path = "out/lines.jsonl"
+
+[sinks.bus]
+kind = "{kind}"
+{login}
+flush_timeout_ms = 300
+spool_mb = 0
+"#
+    );
+    let file = write(dir, "refused.toml", &text);
+    let mut command = vidflow();
+    command
+        .args(["run", file.to_str().unwrap()])
+        .env("VIDFLOW_LOG", "debug");
+    let running = spawn_command(dir, command);
+    running.wait_for_stderr(
+        &format!("{kind} server unreachable"),
+        Duration::from_secs(120),
+    );
+    let lines = dir.join("out/lines.jsonl");
+    wait_for_lines(&lines, 10, Duration::from_secs(120));
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(120));
+    let stderr = &out.stderr;
+    assert!(stderr.contains(refusal), "{login}: {stderr}");
+    assert!(!stderr.contains(secret), "{login}: {stderr}");
+    assert!(!out.status.success(), "{login}: {stderr}");
+    std::fs::remove_file(lines).unwrap();
+}
+
 pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

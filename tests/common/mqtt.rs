@@ -3,9 +3,9 @@
 //! collects what it receives. Used by `tests/mqtt.rs` and `scripts/bench-mqtt`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -71,25 +71,11 @@ impl Broker {
     /// Starts (again) the broker process on the same port, and waits until it accepts.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "broker already running");
-        let log = std::fs::File::create(self.conf.with_extension("log")).unwrap();
-        let child = Command::new("mosquitto")
-            .arg("-c")
-            .arg(&self.conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("mosquitto not found: run scripts/install-deps");
+        let log = self.conf.with_extension("log");
+        let conf = self.conf.as_os_str();
+        let child =
+            crate::common::start_server("mosquitto", &["-c".as_ref(), conf], &log, self.port);
         self.child = Some(child);
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "mosquitto did not listen on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 
     /// Stops the broker with SIGTERM (it saves its sessions) and waits for it to exit.
@@ -156,7 +142,9 @@ impl Drop for Broker {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub topic: String,
+    /// The payload as JSON (`null` if it is not).
     pub payload: serde_json::Value,
+    pub raw: Vec<u8>,
 }
 
 /// A QoS 1 subscriber with a persistent session (`clean_session = false`) that reconnects
@@ -199,7 +187,9 @@ impl Subscriber {
                         Ok(Ok(Event::Incoming(Packet::Publish(p)))) => {
                             received.lock().unwrap().push(Received {
                                 topic: p.topic.clone(),
-                                payload: serde_json::from_slice(&p.payload).unwrap(),
+                                payload: serde_json::from_slice(&p.payload)
+                                    .unwrap_or(serde_json::Value::Null),
+                                raw: p.payload.to_vec(),
                             });
                         }
                         Ok(Ok(_)) => {}

@@ -8,12 +8,11 @@ use std::time::Duration;
 use rumqttc::QoS;
 use serde::Deserialize;
 use toml::Spanned;
-use url::Host;
 
-use super::super::net::{self, Mode};
+use super::super::net::{self, Mode, ServerUrl};
 use super::super::{SinkError, SinkFactory};
 
-use crate::spec::{Address, AddressError, Diagnostic, Params, Secret, read_password_file, redact};
+use crate::spec::{Diagnostic, Params, Secret, read_password_file};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +29,10 @@ struct Config {
     password_file: Option<Spanned<PathBuf>>,
     backlog: Option<Spanned<usize>>,
     flush_timeout_ms: Option<u64>,
+    every_n_frames: Option<Spanned<u64>>,
+    #[serde(default)]
+    discovery: bool,
+    discovery_prefix: Option<Spanned<String>>,
 }
 
 /// Where and how to connect (the password apart, as a [`Secret`]).
@@ -53,6 +56,9 @@ pub(super) struct Factory {
     pub(super) client_id: Option<String>,
     pub(super) backlog: usize,
     pub(super) flush_timeout: Duration,
+    pub(super) every: u64,
+    /// Home Assistant discovery: its topic prefix.
+    pub(super) discovery: Option<String>,
 }
 
 pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
@@ -96,12 +102,21 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnost
             }
         },
     };
-    let backlog = match c.backlog {
-        Some(b) if *b.get_ref() == 0 => {
-            return Err(Diagnostic::at(b.span(), "backlog must be at least 1"));
+    let backlog = net::backlog(c.backlog)?;
+    let every = net::every_n_frames(c.every_n_frames)?;
+    let discovery = match (c.discovery, c.discovery_prefix) {
+        (false, Some(p)) => {
+            return Err(Diagnostic::at(
+                p.span(),
+                "discovery_prefix needs discovery = true",
+            ));
         }
-        Some(b) => b.into_inner(),
-        None => net::DEFAULT_BACKLOG,
+        (true, Some(p)) => {
+            check_topic(p.get_ref()).map_err(|m| Diagnostic::at(p.span(), m))?;
+            Some(p.into_inner())
+        }
+        (true, None) => Some("homeassistant".to_owned()),
+        (false, None) => None,
     };
     Ok(Box::new(Factory {
         broker,
@@ -114,48 +129,28 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnost
         flush_timeout: c
             .flush_timeout_ms
             .map_or(net::DEFAULT_FLUSH_TIMEOUT, Duration::from_millis),
+        every,
+        discovery,
     }))
 }
 
-/// `mqtt://[user[:password]@]host[:port][/]`, `mqtts://...`, parsed as an [`Address`]: the
+/// `mqtt://[user[:password]@]host[:port][/]`, `mqtts://...`, parsed as a [`ServerUrl`]: the
 /// host, port and login given to rumqttc come from the same parse as what is shown.
 fn parse_url(url: &str) -> Result<Broker, String> {
-    let shown = redact(url);
-    let bad = |why: &str| format!("url \"{shown}\": {why}");
-    let (scheme, _) = url
-        .split_once("://")
-        .ok_or_else(|| bad("expected mqtt://host[:port] or mqtts://host[:port]"))?;
-    let (tls, default_port) = match scheme {
-        "mqtt" | "tcp" => (false, 1883),
+    let u = ServerUrl::parse(
+        url,
+        &["mqtt", "mqtts"],
+        &["tcp", "ssl"],
+        "mqtt://host[:port] or mqtts://host[:port]",
+    )?;
+    let (tls, default_port) = match u.scheme.as_str() {
         "mqtts" | "ssl" => (true, 8883),
-        other => {
-            return Err(bad(&format!(
-                "unknown scheme \"{other}\"; known: mqtt, mqtts"
-            )));
-        }
+        _ => (false, 1883),
     };
-    let address = Address::parse(url).map_err(|e| match e {
-        AddressError::NoHost { .. } => bad("no host"),
-        e => e.to_string(),
-    })?;
-    let parsed = address.without_credentials();
-    if !matches!(parsed.path(), "" | "/") || parsed.query().is_some() || parsed.fragment().is_some()
-    {
-        return Err(bad(
-            "a broker url has no path or query (the topic is `topic`)",
-        ));
+    if !u.path().is_empty() {
+        return Err(u.bad("a broker url has no path or query (the topic is `topic`)"));
     }
-    let port = match parsed.port() {
-        Some(0) => return Err(bad("bad port \"0\"")),
-        Some(port) => port,
-        None => default_port,
-    };
-    let host = match parsed.host() {
-        Some(Host::Domain(name)) => name.to_owned(),
-        Some(Host::Ipv4(ip)) => ip.to_string(),
-        Some(Host::Ipv6(ip)) => ip.to_string(),
-        None => return Err(bad("no host")),
-    };
+    let address = &u.address;
     let login = address.has_credentials().then(|| {
         let password = address.password().cloned();
         (
@@ -164,8 +159,8 @@ fn parse_url(url: &str) -> Result<Broker, String> {
         )
     });
     Ok(Broker {
-        host,
-        port,
+        host: u.host.clone(),
+        port: u.port.unwrap_or(default_port),
         tls,
         login,
         shown: address.to_string(),
@@ -237,6 +232,7 @@ mod tests {
             ("http://h", "unknown scheme \"http\""),
             ("mqtt://u:hunter2@h:0", "bad port \"0\""),
             ("mqtt://u:hunter2@h/x", "no path"),
+            ("mqtt://u:hunter2@h?x", "no query"),
             ("broker:1883", "expected mqtt://"),
             ("mqtt://", "no host"),
         ] {

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rumqttc::{Client, Connection, Event, MqttOptions, Outgoing, Packet, QoS, Transport};
+use rumqttc::{Client, Connection, Event, LastWill, MqttOptions, Outgoing, Packet, QoS, Transport};
 
 use super::net::{self, Backlog, Backoff, Lost, Message, Mode, State};
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
@@ -33,8 +33,10 @@ use crate::outcome::FrameResult;
 use crate::spec::{ParamDoc, SinkInput};
 
 mod config;
+mod discovery;
 
 use config::{Broker, Factory, build, tls_config};
+use discovery::{Discovery, OFFLINE, ONLINE};
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "mqtt",
@@ -57,12 +59,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "\"vidflow/{source}/{sink}\"",
             doc: "topic; {source} and {sink} are replaced",
         },
-        ParamDoc {
-            name: "mode",
-            ty: "\"frames\" | \"events\"",
-            default: "\"frames\"",
-            doc: "events: only frames where an included value is not empty",
-        },
+        net::MODE_DOC,
         ParamDoc {
             name: "qos",
             ty: "0 | 1",
@@ -87,12 +84,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "none",
             doc: "user, with password_file (or both in the url)",
         },
-        ParamDoc {
-            name: "password_file",
-            ty: "path",
-            default: "none",
-            doc: "file holding the password (relative: in $CREDENTIALS_DIRECTORY if set)",
-        },
+        net::PASSWORD_FILE_DOC,
         ParamDoc {
             name: "backlog",
             ty: "integer",
@@ -104,6 +96,20 @@ pub(super) static KIND: SinkKind = SinkKind {
             ty: "integer",
             default: "4000",
             doc: "at stop, how long to deliver the backlog; what is left is counted as lost",
+        },
+        net::EVERY_N_FRAMES_DOC,
+        ParamDoc {
+            name: "discovery",
+            ty: "bool",
+            default: "false",
+            doc: "Home Assistant discovery: each count of an included value is a sensor, \
+                  available while the daemon is (last will on vidflow/HOST/SINK/availability)",
+        },
+        ParamDoc {
+            name: "discovery_prefix",
+            ty: "string",
+            default: "\"homeassistant\"",
+            doc: "Home Assistant's discovery prefix",
         },
     ],
     build,
@@ -150,6 +156,13 @@ impl SinkFactory for Factory {
         if b.tls {
             options.set_transport(Transport::tls_with_config(tls_config()?));
         }
+        let discovery = self
+            .discovery
+            .as_ref()
+            .map(|prefix| Discovery::new(prefix, super::stream::host_name(), name));
+        if let Some(d) = &discovery {
+            options.set_last_will(LastWill::new(&d.availability, OFFLINE, self.qos, true));
+        }
         let (client, mut connection) = Client::new(options, INFLIGHT + 8);
         connection
             .eventloop
@@ -164,6 +177,8 @@ impl SinkFactory for Factory {
             unacked: VecDeque::new(),
             stop: false,
             finished: false,
+            discovery,
+            announce: VecDeque::new(),
         };
         let backlog = Backlog::new(self.backlog, link);
         let shared = backlog.clone();
@@ -178,6 +193,7 @@ impl SinkFactory for Factory {
             name: name.to_owned(),
             inputs: inputs.to_vec(),
             mode: self.mode,
+            every: self.every,
             backlog,
             client,
             flush_timeout: self.flush_timeout,
@@ -196,11 +212,29 @@ struct Link {
     /// Between a ConnAck and the next connection error.
     connected: bool,
     /// Handed to rumqttc, not yet acknowledged, in order; the packet id once rumqttc sent it.
-    unacked: VecDeque<(Option<u16>, Message)>,
+    /// `None`: a retained announcement (discovery), not a frame: sent again at each connect,
+    /// never counted as lost.
+    unacked: VecDeque<(Option<u16>, Option<Message>)>,
     /// Set by closing: the event loop thread ends.
     stop: bool,
     /// Set by the event loop thread as it ends.
     finished: bool,
+    /// Home Assistant discovery, if on.
+    discovery: Option<Discovery>,
+    /// Retained announcements (availability, sensor configs) to hand to rumqttc first.
+    announce: VecDeque<(String, Vec<u8>)>,
+}
+
+impl Link {
+    /// After a connect: the availability and every sensor config, again (retained).
+    fn announce_all(&mut self) {
+        self.announce.clear();
+        if let Some(d) = &self.discovery {
+            self.announce
+                .push_back((d.availability.clone(), ONLINE.as_bytes().to_vec()));
+            self.announce.extend(d.configs.iter().cloned());
+        }
+    }
 }
 
 impl std::fmt::Debug for Link {
@@ -218,6 +252,22 @@ impl std::fmt::Debug for Link {
 /// Hands waiting messages to rumqttc while connected and the in-flight window has room.
 fn pump(state: &mut State<Link>) {
     while state.link.connected && state.link.unacked.len() < INFLIGHT {
+        let link = &mut state.link;
+        let Some((topic, payload)) = link.announce.pop_front() else {
+            break;
+        };
+        match link
+            .client
+            .try_publish(&topic, link.qos, true, payload.clone())
+        {
+            Ok(()) => link.unacked.push_back((None, None)),
+            Err(_) => {
+                link.announce.push_front((topic, payload));
+                return;
+            }
+        }
+    }
+    while state.link.connected && state.link.unacked.len() < INFLIGHT {
         let Some(m) = state.waiting.pop_front() else {
             return;
         };
@@ -227,7 +277,7 @@ fn pump(state: &mut State<Link>) {
             .client
             .try_publish(topic, link.qos, link.retain, m.body.clone())
         {
-            Ok(()) => state.link.unacked.push_back((None, m)),
+            Ok(()) => state.link.unacked.push_back((None, Some(m))),
             Err(_) => {
                 // rumqttc's request channel is full (it holds more than the window only while
                 // a disconnect is queued): keep the message for later.
@@ -255,6 +305,7 @@ fn event_loop(connection: &mut Connection, backlog: &Backlog<Link>, name: &str, 
         match event {
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
                 state.link.connected = true;
+                state.link.announce_all();
                 pump(&mut state);
                 backoff.reset();
                 match outage.take() {
@@ -294,7 +345,9 @@ fn event_loop(connection: &mut Connection, backlog: &Backlog<Link>, name: &str, 
             Err(e) => {
                 state.link.connected = false;
                 while let Some((_, m)) = state.link.unacked.pop_back() {
-                    state.waiting.push_front(m);
+                    if let Some(m) = m {
+                        state.waiting.push_front(m);
+                    }
                 }
                 if state.link.stop {
                     break;
@@ -331,14 +384,36 @@ struct Mqtt {
     name: String,
     inputs: Vec<SinkInput>,
     mode: Mode,
+    every: u64,
     backlog: Arc<Backlog<Link>>,
     client: Client,
     flush_timeout: Duration,
     thread: Option<JoinHandle<()>>,
 }
 
+impl Mqtt {
+    /// Announces the sensors this frame shows first (discovery on).
+    fn discover(&self, result: &FrameResult) {
+        let mut state = self.backlog.lock();
+        let link = &mut state.link;
+        let Some(d) = link.discovery.as_mut() else {
+            return;
+        };
+        let topic = link.topic.replace("{source}", &result.frame().source);
+        let new = d.find(result, &self.inputs, &topic);
+        let found = d.configs.len() - new..;
+        let configs = d.configs[found].to_vec();
+        link.announce.extend(configs);
+        pump(&mut state);
+    }
+}
+
 impl Sink for Mqtt {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
+        if !result.frame().seq.is_multiple_of(self.every) {
+            return Ok(false);
+        }
+        self.discover(result);
         let Some(m) = net::message(result, &self.inputs, self.mode)? else {
             return Ok(false);
         };
@@ -368,12 +443,21 @@ impl Sink for Mqtt {
         }
         let mut at_stop = Lost::default();
         for (_, m) in &state.link.unacked {
-            at_stop.add(m);
+            if let Some(m) = m {
+                at_stop.add(m);
+            }
         }
         for m in &state.waiting {
             at_stop.add(m);
         }
         state.link.stop = true;
+        if let Some(d) = &state.link.discovery {
+            // A clean stop says so itself; the last will covers a crash.
+            let offline = OFFLINE.as_bytes().to_vec();
+            let _ = self
+                .client
+                .try_publish(&d.availability, state.link.qos, true, offline);
+        }
         drop(state);
         let _ = self.client.try_disconnect();
         self.backlog.notify();

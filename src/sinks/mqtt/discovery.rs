@@ -1,0 +1,130 @@
+//! Home Assistant MQTT discovery for the `mqtt` sink (`discovery = true`): every count an
+//! included value holds (a `zone_count`'s zones, a `line_counter`'s in and out) becomes a
+//! sensor, announced by a retained config on `PREFIX/sensor/NODE/OBJECT/config`. The sensor
+//! reads the sink's own messages (its state topic is the frame's topic, a value template picks
+//! the count), and is available while the daemon is: the availability topic holds `online`
+//! (retained) while connected and `offline`, the connection's last will, after.
+//!
+//! No thread of its own: called by the sink's thread (finding new sensors) and its event loop
+//! thread (announcing them again after each connect), under the backlog's lock.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::outcome::FrameResult;
+use crate::spec::SinkInput;
+use crate::value::Value;
+
+/// What the availability topic holds while the daemon is connected, and after.
+pub(super) const ONLINE: &str = "online";
+pub(super) const OFFLINE: &str = "offline";
+
+/// The announcements of one sink.
+#[derive(Debug)]
+pub(super) struct Discovery {
+    prefix: String,
+    /// The host name, as Home Assistant's ids allow it.
+    node: String,
+    sink: String,
+    pub(super) availability: String,
+    /// (source, input label, count name) of every sensor announced.
+    known: BTreeSet<(Arc<str>, String, Arc<str>)>,
+    /// Every retained config: (topic, payload), in the order found.
+    pub(super) configs: Vec<(String, Vec<u8>)>,
+}
+
+/// `text` with everything but ASCII letters, digits, `_` and `-` as `_` (ids and topic levels).
+fn id_part(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl Discovery {
+    pub(super) fn new(prefix: &str, host: &str, sink: &str) -> Self {
+        let node = id_part(host);
+        Self {
+            prefix: prefix.to_owned(),
+            availability: format!("vidflow/{node}/{sink}/availability"),
+            node,
+            sink: sink.to_owned(),
+            known: BTreeSet::new(),
+            configs: Vec::new(),
+        }
+    }
+
+    /// Announces the sensors this frame shows for the first time; returns how many (they are
+    /// the last of [`Discovery::configs`]). `state_topic` is where the frame's message goes.
+    pub(super) fn find(
+        &mut self,
+        result: &FrameResult,
+        inputs: &[SinkInput],
+        state_topic: &str,
+    ) -> usize {
+        let source = &result.frame().source;
+        let before = self.configs.len();
+        for input in inputs {
+            let Some(Value::Counts(counts)) = result.value(input.from) else {
+                continue;
+            };
+            for name in counts.0.keys() {
+                let key = (source.clone(), input.label.clone(), name.clone());
+                if self.known.contains(&key) {
+                    continue;
+                }
+                let object = id_part(&format!("{source}_{}_{name}", input.label));
+                let unique = format!("vidflow_{}_{}_{object}", self.node, self.sink);
+                // JSON string literals are valid Jinja string literals: any label or name.
+                let template = format!(
+                    "{{{{ value_json[{}][{}] }}}}",
+                    json!(input.label),
+                    json!(&**name)
+                );
+                let config = json!({
+                    "name": format!("{} {name}", input.label),
+                    "unique_id": unique,
+                    "object_id": format!("vidflow_{object}"),
+                    "state_topic": state_topic,
+                    "value_template": template,
+                    "state_class": "measurement",
+                    "availability_topic": self.availability,
+                    "payload_available": ONLINE,
+                    "payload_not_available": OFFLINE,
+                    "device": {
+                        "identifiers": [format!("vidflow_{}_{}", self.node, id_part(source))],
+                        "name": format!("vidflow {source} ({})", self.node),
+                        "manufacturer": "vidflow",
+                    },
+                });
+                let topic = format!(
+                    "{}/sensor/vidflow_{}/{object}/config",
+                    self.prefix, self.node
+                );
+                self.configs.push((topic, config.to_string().into_bytes()));
+                self.known.insert(key);
+            }
+        }
+        self.configs.len() - before
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_keep_only_what_home_assistant_takes() {
+        assert_eq!(
+            id_part("cam-1_steps.zones.counts_car park"),
+            "cam-1_steps_zones_counts_car_park"
+        );
+    }
+}
