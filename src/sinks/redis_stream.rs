@@ -200,7 +200,12 @@ impl SinkFactory for Factory {
         super::OnFull::DropOldest
     }
 
-    fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        _storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         let s = &self.server;
         let addr = if s.tls {
             ConnectionAddr::TcpTls {

@@ -127,7 +127,12 @@ impl SinkFactory for Factory {
         super::OnFull::DropOldest
     }
 
-    fn open(&self, name: &str, inputs: &[SinkInput]) -> Result<Box<dyn Sink>, SinkError> {
+    fn open(
+        &self,
+        name: &str,
+        inputs: &[SinkInput],
+        _storage: &crate::storage::Storage,
+    ) -> Result<Box<dyn Sink>, SinkError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
