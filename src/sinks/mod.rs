@@ -143,6 +143,14 @@ const IMAGE_PORT: SinkPort = SinkPort {
     list: false,
 };
 
+/// The values a sink that sends each frame's JSON puts in it (`jsonl`, `mqtt`, `webhook`,
+/// `nats`, `redis_stream`): any type, any number.
+const INCLUDE_PORT: SinkPort = SinkPort {
+    name: "include",
+    ty: None,
+    list: true,
+};
+
 /// What triggers a `snapshot` or `clip`: any of these values non-empty.
 const WHEN_PORT: SinkPort = SinkPort {
     name: "when",

@@ -20,7 +20,7 @@ use toml::Spanned;
 
 use super::net::{PASSWORD_FILE_DOC, ServerUrl};
 use super::stream::{self, Delivery, Outgoing, Partial, Transport};
-use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{Diagnostic, ParamDoc, Params, Secret, SinkInput, read_password_file};
 
 const OWN_DOCS: [ParamDoc; 7] = [
@@ -63,11 +63,7 @@ static PARAMS: [ParamDoc; 13] = stream::with_delivery_docs(OWN_DOCS);
 pub(super) static KIND: SinkKind = SinkKind {
     name: "redis_stream",
     summary: "appends each frame's JSON to a Redis stream (XADD, trimmed), spooled to disk while the server is away",
-    inputs: &[SinkPort {
-        name: "include",
-        ty: None,
-        list: true,
-    }],
+    inputs: &[super::INCLUDE_PORT],
     params: &PARAMS,
     build,
 };

@@ -21,18 +21,14 @@ use toml::Spanned;
 use ureq::http::{HeaderName, HeaderValue};
 
 use super::net::{self, Backlog, Backoff, Lost, Message, Mode};
-use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{Address, Diagnostic, ParamDoc, Params, SinkInput, redact, redact_all};
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "webhook",
     summary: "POSTs each frame's JSON (as a jsonl line) to an HTTP endpoint, retrying with backoff",
-    inputs: &[SinkPort {
-        name: "include",
-        ty: None,
-        list: true,
-    }],
+    inputs: &[super::INCLUDE_PORT],
     params: &[
         ParamDoc {
             name: "url",

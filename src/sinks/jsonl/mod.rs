@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use crate::storage::{Class, FilePolicy, Retention};
 
-use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 
@@ -22,11 +22,7 @@ use file::{Files, Fsync, Rotation};
 pub(super) static KIND: SinkKind = SinkKind {
     name: "jsonl",
     summary: "one JSON line per frame: source, frame, pts_ms, time, the included values and the error if any",
-    inputs: &[SinkPort {
-        name: "include",
-        ty: None,
-        list: true,
-    }],
+    inputs: &[super::INCLUDE_PORT],
     params: &[
         ParamDoc {
             name: "path",

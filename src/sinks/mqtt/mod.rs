@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use rumqttc::{Client, Connection, Event, LastWill, MqttOptions, Outgoing, Packet, QoS, Transport};
 
 use super::net::{self, Backlog, Backoff, Lost, Message, Mode, State};
-use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{ParamDoc, SinkInput};
 
@@ -41,11 +41,7 @@ use discovery::{Discovery, OFFLINE, ONLINE};
 pub(super) static KIND: SinkKind = SinkKind {
     name: "mqtt",
     summary: "publishes each frame's JSON (as a jsonl line) to an MQTT broker, with a backlog while it is away",
-    inputs: &[SinkPort {
-        name: "include",
-        ty: None,
-        list: true,
-    }],
+    inputs: &[super::INCLUDE_PORT],
     params: &[
         ParamDoc {
             name: "url",

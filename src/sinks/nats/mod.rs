@@ -25,7 +25,7 @@ use async_nats::{ConnectOptions, HeaderMap, ServerAddr};
 
 use super::net::PASSWORD_FILE_DOC;
 use super::stream::{self, Outgoing, Partial, Transport, Wake};
-use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
+use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{ParamDoc, SinkInput};
 
 mod config;
@@ -108,11 +108,7 @@ static PARAMS: [ParamDoc; 19] = stream::with_delivery_docs(OWN_DOCS);
 pub(super) static KIND: SinkKind = SinkKind {
     name: "nats",
     summary: "publishes each frame's JSON to NATS JetStream, de-duplicated by id, spooled to disk while the server is away",
-    inputs: &[SinkPort {
-        name: "include",
-        ty: None,
-        list: true,
-    }],
+    inputs: &[super::INCLUDE_PORT],
     params: &PARAMS,
     build,
 };
