@@ -17,30 +17,6 @@ use common::*;
 /// Generous "it must not hang" guard.
 const HANG: Duration = Duration::from_secs(120);
 
-fn pipeline(source: &str, sinks: &str) -> String {
-    format!(
-        r#"
-[sources.cam]
-uri = "{source}"
-queue = 60
-
-[executor]
-workers = 2
-max_in_flight = 2
-
-[steps.motion]
-kind = "motion"
-image = "$frame"
-
-[sinks.lines]
-kind = "jsonl"
-path = "out/lines.jsonl"
-include = ["$steps.motion.detections"]
-{sinks}
-"#
-    )
-}
-
 /// The frames in the order they first arrived; repeats (QoS 1 resends) left out.
 fn first_arrivals(received: &[broker::Received]) -> (Vec<serde_json::Value>, usize) {
     let mut seen = BTreeSet::new();
@@ -81,7 +57,7 @@ include = ["$steps.motion.detections"]
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline(clip.to_str().unwrap(), &sinks),
+        &common::motion_pipeline(&[("cam", clip.to_str().unwrap())], &sinks),
     );
     let out = spawn_run(&file, &["--stats-json", "stats.json"], dir.path()).finish(HANG);
     assert!(out.status.success(), "{}", out.stderr);
@@ -150,7 +126,10 @@ include = ["$steps.motion.detections"]
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline("test://ball?width=320&height=240&fps=30", &sinks),
+        &common::motion_pipeline(
+            &[("cam", "test://ball?width=320&height=240&fps=30")],
+            &sinks,
+        ),
     );
     let lines_path = dir.path().join("out/lines.jsonl");
     let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
@@ -249,7 +228,10 @@ flush_timeout_ms = 300
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline("test://ball?width=160&height=120&fps=30", &sinks),
+        &common::motion_pipeline(
+            &[("cam", "test://ball?width=160&height=120&fps=30")],
+            &sinks,
+        ),
     );
     let running = spawn_run(&file, &[], dir.path());
     running.wait_for_stderr("mqtt broker unreachable", HANG);

@@ -23,30 +23,6 @@ const HANG: Duration = Duration::from_secs(120);
 /// The stream the sink creates.
 const STREAM: &str = "VIDFLOW";
 
-fn pipeline(sources: &[(&str, &str)], sinks: &str) -> String {
-    let mut text = String::new();
-    for (name, uri) in sources {
-        text += &format!("[sources.{name}]\nuri = \"{uri}\"\nqueue = 60\n\n");
-    }
-    text + &format!(
-        r#"
-[executor]
-workers = 2
-max_in_flight = 2
-
-[steps.motion]
-kind = "motion"
-image = "$frame"
-
-[sinks.lines]
-kind = "jsonl"
-path = "out/lines.jsonl"
-include = ["$steps.motion.detections"]
-{sinks}
-"#
-    )
-}
-
 /// A message's payload without the fields the sink adds: the `jsonl` line it must equal.
 fn as_line(payload: &Value) -> Value {
     let mut p = payload.clone();
@@ -130,7 +106,7 @@ fn every_frame_arrives_once_per_id_in_order_per_camera() {
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline(&[("door", clip), ("yard", clip)], &sinks),
+        &common::motion_pipeline(&[("door", clip), ("yard", clip)], &sinks),
     );
     let out = spawn_run(&file, &["--stats-json", "stats.json"], dir.path()).finish(HANG);
     assert!(out.status.success(), "{}", out.stderr);
@@ -181,7 +157,7 @@ fn events_mode_and_every_n_frames_choose_what_is_sent() {
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline(&[("cam", clip.to_str().unwrap())], &sinks),
+        &common::motion_pipeline(&[("cam", clip.to_str().unwrap())], &sinks),
     );
     let out = spawn_run(&file, &[], dir.path()).finish(HANG);
     assert!(out.status.success(), "{}", out.stderr);
@@ -213,7 +189,7 @@ fn run_through_outage(
     let file = write(
         dir,
         "p.toml",
-        &pipeline(
+        &common::motion_pipeline(
             &[("cam", "test://ball?width=160&height=120&fps=30")],
             &sinks,
         ),
@@ -323,7 +299,7 @@ fn run_against_silence(dir: &Path, extra: &str) -> common::Finished {
         &format!("nats://127.0.0.1:{}", silent.port),
         &format!("flush_timeout_ms = 1000\n{extra}"),
     );
-    let text = pipeline(
+    let text = common::motion_pipeline(
         &[("cam", "test://ball?width=160&height=120&fps=30")],
         &sinks,
     ) + "\n[daemon]\nstop_timeout_s = 3\n";
@@ -377,7 +353,7 @@ fn a_spool_left_at_a_stop_is_replayed_by_the_next_run() {
     let file = write(
         dir.path(),
         "p2.toml",
-        &pipeline(&[("cam", clip.to_str().unwrap())], &sinks),
+        &common::motion_pipeline(&[("cam", clip.to_str().unwrap())], &sinks),
     );
     let out = spawn_run(&file, &[], dir.path()).finish(HANG);
     assert!(out.status.success(), "{}", out.stderr);

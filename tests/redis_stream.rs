@@ -20,26 +20,6 @@ use serde_json::Value;
 /// Generous "it must not hang" guard.
 const HANG: Duration = Duration::from_secs(120);
 
-fn pipeline(sources: &[(&str, &str)], sinks: &str) -> String {
-    let mut text = String::new();
-    for (name, uri) in sources {
-        text += &format!("[sources.{name}]\nuri = \"{uri}\"\nqueue = 60\n\n");
-    }
-    text + &format!(
-        r#"
-[steps.motion]
-kind = "motion"
-image = "$frame"
-
-[sinks.lines]
-kind = "jsonl"
-path = "out/lines.jsonl"
-include = ["$steps.motion.detections"]
-{sinks}
-"#
-    )
-}
-
 /// An entry's payload without what the sink adds: the `jsonl` line it must equal; and its
 /// fields must say the same as its payload.
 fn as_line(e: &Entry) -> Value {
@@ -109,7 +89,7 @@ include = ["$steps.motion.detections"]
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline(&[("door", clip), ("yard", clip)], &sinks),
+        &common::motion_pipeline(&[("door", clip), ("yard", clip)], &sinks),
     );
     let out = spawn_run(&file, &[], dir.path()).finish(HANG);
     assert!(out.status.success(), "{}", out.stderr);
@@ -151,7 +131,7 @@ backlog = 10
     let file = write(
         dir.path(),
         "p.toml",
-        &pipeline(
+        &common::motion_pipeline(
             &[("cam", "test://ball?width=160&height=120&fps=30")],
             &sinks,
         ),
@@ -202,7 +182,7 @@ stop_timeout_s = 3
 "#,
         silent.port
     );
-    let text = pipeline(
+    let text = common::motion_pipeline(
         &[("cam", "test://ball?width=160&height=120&fps=30")],
         &sinks,
     );

@@ -453,3 +453,29 @@ mod probes;
 pub mod shapes;
 pub mod vision;
 pub use probes::*;
+
+/// A pipeline of `sources` (name, URI) through `motion`, with a `jsonl` sink of its detections
+/// at `out/lines.jsonl` and the `sinks` given: what the network sinks' tests compare against.
+pub fn motion_pipeline(sources: &[(&str, &str)], sinks: &str) -> String {
+    let mut text = String::new();
+    for (name, uri) in sources {
+        text += &format!("[sources.{name}]\nuri = \"{uri}\"\nqueue = 60\n\n");
+    }
+    text + &format!(
+        r#"
+[executor]
+workers = 2
+max_in_flight = 2
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+
+[sinks.lines]
+kind = "jsonl"
+path = "out/lines.jsonl"
+include = ["$steps.motion.detections"]
+{sinks}
+"#
+    )
+}
