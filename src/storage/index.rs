@@ -86,6 +86,10 @@ impl Index {
     /// Opens (creating) the index of `folder` and reads what it lists, in the order added.
     pub(super) fn open(folder: &Path) -> std::io::Result<(Self, Vec<Listed>)> {
         let path = folder.join(INDEX);
+        // Locked before it is read: a second vidflow on this folder must not take in the files
+        // the first is writing (it could delete one mid-write).
+        let file = OpenOptions::new().append(true).create(true).open(&path)?;
+        lock_exclusive(&file, folder)?;
         let mut listed = Listing::default();
         let mut lines = 0;
         match File::open(&path) {
@@ -103,7 +107,6 @@ impl Index {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let file = OpenOptions::new().append(true).create(true).open(&path)?;
         Ok((Self { path, file, lines }, listed.into_vec()))
     }
 
@@ -132,9 +135,29 @@ impl Index {
             return Err(e);
         }
         self.file = OpenOptions::new().append(true).open(&self.path)?;
+        let folder = self.path.parent().unwrap_or(Path::new("."));
+        lock_exclusive(&self.file, folder)?;
         self.lines = kept.len() as u64;
         Ok(())
     }
+}
+
+/// Takes the index's lock (`flock`, released when the file is closed or the process ends,
+/// SIGKILL included), or says that another process holds it.
+fn lock_exclusive(file: &File, folder: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `file` is open for the whole call, so its descriptor is valid.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(std::io::Error::other(format!(
+            "{} is in use by another vidflow process (its index {INDEX} is locked)",
+            folder.display()
+        )));
+    }
+    Err(e)
 }
 
 /// The files an index lists, as its lines are read: in the order added, a name added again
@@ -254,6 +277,9 @@ mod tests {
         }
         index.rewrite(&[add("9.mp4")]).unwrap();
         index.append(&add("10.mp4")).unwrap();
+        // (Closed first: an open index is locked; the rewritten file is locked too.)
+        assert!(Index::open(dir.path()).is_err());
+        drop(index);
         let (index, listed) = Index::open(dir.path()).unwrap();
         let names: Vec<_> = listed.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["9.mp4", "10.mp4"]);

@@ -17,8 +17,12 @@
 //! the disk full calls [`SinkFiles::disk_full`], which purges on its thread at once (bounded
 //! by [`purge::PASS_BUDGET`] files), so that it can retry.
 //!
+//! One process per folder: an index is locked (`flock`) while open, so a second vidflow on the
+//! same folder writes its files but never takes in, nor deletes, the first one's.
+//!
 //! Stop protocol: [`Storage::stop`] (after the sinks are closed) wakes the thread, which runs a
-//! last pass (for the files finished last; bounded like any pass) and ends; it is joined. Sinks still holding [`SinkFiles`] can go on indexing; nothing is
+//! last pass (for the files finished last; bounded like any pass) and ends; it is joined, and
+//! the indexes are closed. Sinks still holding [`SinkFiles`] can go on indexing; nothing is
 //! purged after the stop.
 
 use std::collections::HashMap;
@@ -335,6 +339,8 @@ impl Storage {
         {
             tracing::error!("the storage thread panicked");
         }
+        // The indexes are closed (their locks released) for whoever manages the folders next.
+        lock(&self.shared.state).release();
     }
 }
 

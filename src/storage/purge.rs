@@ -256,6 +256,13 @@ impl State {
         }
     }
 
+    /// Closes every index and forgets what they listed (the storage stopped).
+    pub(super) fn release(&mut self) {
+        self.folders.clear();
+        self.entries.clear();
+        self.by_path.clear();
+    }
+
     /// Forgets entry `id` (its file is gone): the index says so.
     fn remove(&mut self, id: u64) -> Option<Entry> {
         let e = self.entries.remove(&id)?;

@@ -310,3 +310,37 @@ fn a_file_growing_into_the_room_under_a_cap_wakes_a_pass_before_the_next_file_st
     assert!(f.exists("1.mp4") && f.exists("3.mp4"));
     drop(writing);
 }
+
+#[test]
+fn a_second_storage_on_a_folder_in_use_indexes_nothing_there_so_it_deletes_nothing() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f.storage.sink("rec", policy(Class::Continuous, None, None));
+    f.write(&rec, "a.mp4", 100);
+    // The first one is writing b.mp4 when the same pipeline is started a second time.
+    let writing = rec.create(&f.path("b.mp4"), "door").unwrap();
+    std::fs::write(f.path("b.mp4"), vec![0u8; 100]).unwrap();
+    let twin = Storage::start(StorageConfig::default(), f.clock.clone()).unwrap();
+    let rec2 = twin.sink("rec", policy(Class::Continuous, None, Some(1)));
+    let refused = rec2.create(&f.path("c.mp4"), "door").unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("in use by another vidflow process"),
+        "{refused}"
+    );
+    twin.pass();
+    assert!(
+        f.exists("a.mp4") && f.exists("b.mp4"),
+        "the twin deleted its files"
+    );
+    twin.stop();
+    drop(writing);
+    // Once the first has stopped, the folder can be taken over.
+    f.storage.stop();
+    let next = Storage::start(StorageConfig::default(), f.clock.clone()).unwrap();
+    let rec3 = next.sink("rec", policy(Class::Continuous, None, Some(150)));
+    f.write(&rec3, "d.mp4", 100);
+    next.pass();
+    next.stop();
+    assert!(!f.exists("a.mp4") && !f.exists("b.mp4") && f.exists("d.mp4"));
+}
