@@ -15,7 +15,9 @@
 //! from their own threads (and GStreamer's, when a segment is named): [`SinkFiles::create`]
 //! and [`Writing`]'s drop take the storage's lock for one index line; a sink whose write found
 //! the disk full calls [`SinkFiles::disk_full`], which purges on its thread at once (bounded
-//! by [`purge::PASS_BUDGET`] files), so that it can retry.
+//! by [`purge::PASS_BUDGET`] files), so that it can retry. Likewise a file that would start
+//! over a cap (counted as one expected file) has its room made by a pass on the sink's thread
+//! before it is created: the thread's next pass may be a [`PASS_GAP`] away.
 //!
 //! One process per folder: an index is locked (`flock`) while open, so a second vidflow on the
 //! same folder writes its files but never takes in, nor deletes, the first one's.
@@ -30,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
@@ -356,60 +358,63 @@ impl Drop for StopOnDrop {
 
 /// The storage thread's loop (see the module header).
 fn run(shared: &Shared) {
-    let mut last: Option<std::time::Instant> = None;
+    let mut last: Option<Instant> = None;
+    let mut next_watch = Instant::now() + WATCH_INTERVAL;
     loop {
+        let mut control = lock(&shared.control);
         loop {
-            let mut control = lock(&shared.control);
             if control.stop {
                 drop(control);
                 return final_pass(shared);
             }
+            let now = Instant::now();
+            let after = |gap: Duration| last.map_or(now, |t| t + gap);
             // Passes woken by files starting and ending: at most one per PASS_GAP.
-            let gap = last.map_or(Duration::ZERO, |t| PASS_GAP.saturating_sub(t.elapsed()));
-            if control.poked && gap.is_zero() {
-                control.poked = false;
+            if control.poked && after(PASS_GAP) <= now
+                || control.periodic && after(PASS_INTERVAL) <= now
+            {
                 break;
             }
-            let timeout = match (control.poked, control.watch, control.periodic) {
-                (true, true, _) => Some(gap.min(WATCH_INTERVAL)),
-                (true, false, _) => Some(gap),
-                (false, true, _) => Some(WATCH_INTERVAL),
-                (false, false, true) => Some(PASS_INTERVAL),
-                (false, false, false) => None,
-            };
-            let (watch, periodic) = (control.watch, control.periodic);
-            match timeout {
-                None => {
-                    drop(
-                        shared
-                            .wake
-                            .wait(control)
-                            .unwrap_or_else(PoisonError::into_inner),
-                    );
-                    continue;
+            // The growth watch runs on its own clock, a poke waiting out PASS_GAP or not.
+            if control.watch && next_watch <= now {
+                next_watch = now + WATCH_INTERVAL;
+                if lock(&shared.state).grown_past_slack() {
+                    break;
                 }
-                Some(timeout) => {
-                    let (control, waited) = shared
+            }
+            let deadline = [
+                control.poked.then(|| after(PASS_GAP)),
+                control.periodic.then(|| after(PASS_INTERVAL)),
+                control.watch.then_some(next_watch),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            control = match deadline {
+                None => shared
+                    .wake
+                    .wait(control)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    shared
                         .wake
-                        .wait_timeout(control, timeout)
-                        .unwrap_or_else(PoisonError::into_inner);
-                    if !waited.timed_out() || control.poked {
-                        continue;
-                    }
+                        .wait_timeout(control, deadline.saturating_duration_since(now))
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
                 }
-            }
-            let due = periodic && last.is_none_or(|t| t.elapsed() >= PASS_INTERVAL);
-            if due || (watch && lock(&shared.state).grown_past_slack()) {
-                break;
-            }
+            };
         }
+        // This pass covers every poke so far.
+        control.poked = false;
+        drop(control);
         let now = shared.clock.now();
         let (pass, watch) = {
             let mut state = lock(&shared.state);
             let pass = state.pass(now);
             (pass, state.watching())
         };
-        last = Some(std::time::Instant::now());
+        last = Some(Instant::now());
+        next_watch = Instant::now() + WATCH_INTERVAL;
         log_pass(&pass, "purged old files");
         let mut control = lock(&shared.control);
         control.watch = watch;
@@ -458,8 +463,21 @@ impl SinkFiles {
     /// Indexes `path` (a file of `source`) before the sink creates it; it is never deleted
     /// until the returned [`Writing`] is dropped.
     pub fn create(&self, path: &Path, source: &str) -> std::io::Result<Writing> {
-        let now = self.storage.shared.clock.now();
-        lock(&self.storage.shared.state).add(path, &self.sink, &source.into(), self.class, now)?;
+        let shared = &self.storage.shared;
+        let now = shared.clock.now();
+        let made_room = {
+            let mut state = lock(&shared.state);
+            state.add(path, &self.sink, &source.into(), self.class, now)?;
+            // Over a cap with this file: room is made before it starts, on this thread (the
+            // storage thread's next pass may be a PASS_GAP away, and the file grows meanwhile).
+            state
+                .over_cap(path)
+                .then(|| (state.pass(now), state.watching()))
+        };
+        if let Some((pass, watching)) = made_room {
+            log_pass(&pass, "purged old files to make room for a new one");
+            lock(&shared.control).watch = watching;
+        }
         self.storage.poke();
         Ok(Writing {
             files: self.clone(),

@@ -10,10 +10,11 @@
 //! 4. for each filesystem under `[storage] min_free_*`: the oldest files on it, in that order.
 //!
 //! A file being written counts as its size plus its sink's expected file size (a segment grows
-//! by up to that before it ends, and a pass runs as each file starts and ends); and while a cap
-//! has a file being written, the thread checks its growth every [`super::WATCH_INTERVAL`] and
-//! runs a pass once it has used half the room left: so a cap holds while files grow, even one
-//! that outgrows its expected size. At most [`PASS_BUDGET`] files go per pass; a pass that
+//! by up to that before it ends). A file that would start over a cap so counted has a pass run
+//! before it is created ([`State::over_cap`]); and while a cap has a file being written, the
+//! thread checks the growth of the open files (and of those started since) every
+//! [`super::WATCH_INTERVAL`] and runs a pass once they have used half the room left: so a cap
+//! holds while files grow, even one that outgrows its expected size. At most [`PASS_BUDGET`] files go per pass; a pass that
 //! stopped there asks for the next at once.
 
 use std::collections::{BTreeMap, HashMap};
@@ -115,6 +116,8 @@ pub(super) struct State {
     /// being written (see [`State::grown_past_slack`]). `None`: no cap has a file open.
     slack: Option<u64>,
     open_at_pass: Vec<(u64, u64)>,
+    /// Files started since the last pass: their whole size is growth.
+    opened_since_pass: Vec<u64>,
 }
 
 impl State {
@@ -190,12 +193,11 @@ impl State {
         now: SystemTime,
     ) -> std::io::Result<()> {
         let (folder, name) = split(path)?;
-        if let Some(entry) = self
-            .by_path
-            .get(path)
-            .and_then(|id| self.entries.get_mut(id))
+        if let Some(&id) = self.by_path.get(path)
+            && let Some(entry) = self.entries.get_mut(&id)
         {
             entry.open = true;
+            self.watch_new(id);
             return Ok(());
         }
         self.folder(&folder)?.index.append(&Line::Add {
@@ -208,6 +210,7 @@ impl State {
         let id = self.next_id;
         self.next_id += 1;
         self.by_path.insert(path.to_owned(), id);
+        self.watch_new(id);
         self.entries.insert(
             id,
             Entry {
@@ -295,21 +298,55 @@ impl State {
         pass
     }
 
-    /// Whether a file being written grew, since the last pass, by half the room its caps had
-    /// left then: a pass is due before it grows past a cap. Stats only the open files.
+    /// Whether the files being written grew, since the last pass, by half the room their caps
+    /// had left then: a pass is due before they grow past a cap. A file started since counts
+    /// whole. Stats only those files.
     pub(super) fn grown_past_slack(&self) -> bool {
         let Some(slack) = self.slack else {
             return false;
         };
+        let size = |id: u64| disk::file_size(&self.entries.get(&id)?.path());
         let grown: u64 = self
             .open_at_pass
             .iter()
-            .filter_map(|&(id, then)| {
-                let e = self.entries.get(&id)?;
-                Some(disk::file_size(&e.path())?.saturating_sub(then))
-            })
+            .filter_map(|&(id, then)| Some(size(id)?.saturating_sub(then)))
+            .chain(self.opened_since_pass.iter().filter_map(|&id| size(id)))
             .sum();
         grown >= slack / 2
+    }
+
+    /// Counts file `id`, started now, in the growth watched (while a cap is watched: passes
+    /// then run, and each clears the list).
+    fn watch_new(&mut self, id: u64) {
+        if self.slack.is_some() {
+            self.opened_since_pass.push(id);
+        }
+    }
+
+    /// Whether `path`, just added, leaves its sink or its source over a cap (counting it as
+    /// one expected file): the file must not start before a pass makes room for it.
+    pub(super) fn over_cap(&self, path: &Path) -> bool {
+        let Some(new) = self.by_path.get(path).and_then(|id| self.entries.get(id)) else {
+            return false;
+        };
+        let sink_cap = self
+            .sinks
+            .get(&new.sink)
+            .and_then(|p| p.retention.max_bytes);
+        let source_cap = self.sources.get(&*new.source).and_then(|r| r.max_bytes);
+        if sink_cap.is_none() && source_cap.is_none() {
+            return false;
+        }
+        let (mut sink, mut source) = (0, 0);
+        for e in self.entries.values() {
+            if e.sink == new.sink {
+                sink += self.counted(e);
+            }
+            if e.source == new.source {
+                source += self.counted(e);
+            }
+        }
+        sink_cap.is_some_and(|cap| sink > cap) || source_cap.is_some_and(|cap| source > cap)
     }
 
     /// Whether a cap has a file being written (the thread then watches its growth).
@@ -353,6 +390,7 @@ impl State {
         }
         self.slack = slack;
         self.open_at_pass = open;
+        self.opened_since_pass.clear();
     }
 
     /// Frees room on the filesystem of `path`, which a write found full: by the floor if one

@@ -344,3 +344,29 @@ fn a_second_storage_on_a_folder_in_use_indexes_nothing_there_so_it_deletes_nothi
     next.stop();
     assert!(!f.exists("a.mp4") && !f.exists("b.mp4") && f.exists("d.mp4"));
 }
+
+#[test]
+fn a_file_that_starts_over_a_cap_has_room_made_before_it_starts_not_a_pass_gap_later() {
+    let f = Fixture::new(StorageConfig::default());
+    let mut capped = policy(Class::Continuous, None, Some(800));
+    capped.expected_file = 300;
+    let rec = f.storage.sink("rec", capped);
+    f.write(&rec, "0.mp4", 200);
+    f.write(&rec, "1.mp4", 200);
+    let a = rec.create(&f.path("2.mp4"), "door").unwrap();
+    f.storage.pass();
+    assert!(f.exists("0.mp4"), "400 + 0 + 300 expected is under 800");
+    // The segment ends at 250 bytes and the next one starts, all within a PASS_GAP of the
+    // last pass: 650 finished + 300 expected is over the cap before the new file has a byte.
+    std::fs::write(f.path("2.mp4"), vec![0u8; 250]).unwrap();
+    drop(a);
+    let b = rec.create(&f.path("3.mp4"), "door").unwrap();
+    assert!(!f.exists("0.mp4"), "the new segment started over the cap");
+    std::fs::write(f.path("3.mp4"), vec![0u8; 250]).unwrap();
+    let kept: u64 = (0..4)
+        .filter_map(|n| std::fs::metadata(f.path(&format!("{n}.mp4"))).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(kept <= 800, "{kept} bytes kept under a cap of 800");
+    drop(b);
+}
