@@ -215,16 +215,18 @@ fn after_a_stream_that_ran_past_reset_after_retries_stay_at_the_initial_delay() 
     let events = dir.path().join("events.jsonl");
     let run = run_pipeline(dir.path(), &p, &[("VIDFLOW_LOG", "debug")]);
     for cycle in 1..=CYCLES {
-        // 5.5 seconds of frames (15 fps) since the last reconnection: past reset_after.
+        // 5.5 seconds of frames (15 fps) since the last reconnection: past reset_after. The
+        // sink writes behind the source: the last reconnection's line must be there first,
+        // or the frames after the one before would count (CI once stopped the server at once).
         wait_for(
             &events,
             &format!("a stream of 5.5 s before outage {cycle}"),
             |lines| {
-                let since = lines
-                    .iter()
-                    .rposition(|l| l.contains("\"reconnected\""))
-                    .map_or(0, |at| at + 1);
-                lines.len() >= since + 83
+                let marked: Vec<usize> = (0..lines.len())
+                    .filter(|&at| lines[at].contains("\"reconnected\""))
+                    .collect();
+                let since = marked.last().map_or(0, |at| at + 1);
+                marked.len() == cycle - 1 && lines.len() >= since + 83
             },
         );
         server.stop();
