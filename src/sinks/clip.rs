@@ -429,8 +429,14 @@ impl SourceClips {
             // A trigger that found no keyframe to start from before its post-roll ran out.
             self.trigger = None;
         }
+        // The clip's first keyframe is known once the encoder has reached the pre-roll's start
+        // (it may lag behind the trigger by more than the pre-roll: a loaded machine).
+        let pre_roll = gst::ClockTime::try_from(settings.pre_roll).unwrap_or_default();
+        let reached = self
+            .trigger
+            .is_some_and(|t| encoded.pts >= t.saturating_sub(pre_roll));
         self.ring.push_back(encoded);
-        if self.writer.is_none() && self.trigger.is_some() {
+        if self.writer.is_none() && reached {
             self.open(settings, caps)?;
         }
         if self.writer.is_some() {
@@ -464,8 +470,8 @@ impl SourceClips {
     }
 
     /// Opens a clip file whose first frame is the latest keyframe at least `pre_roll` before the
-    /// trigger (the encoder may lag behind the trigger by a few frames), or the ring's first
-    /// keyframe when it does not reach back that far.
+    /// trigger (called once the encoder has reached that far), or the ring's first keyframe
+    /// when it does not reach back that far.
     fn open(&mut self, settings: &Settings, caps: Option<&gst::CapsRef>) -> Result<(), SinkError> {
         let pre_roll = gst::ClockTime::try_from(settings.pre_roll).unwrap_or_default();
         let horizon = self.trigger.unwrap_or_default().saturating_sub(pre_roll);
