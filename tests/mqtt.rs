@@ -136,26 +136,25 @@ include = ["$steps.motion.detections"]
     sub.wait_for(20, HANG);
 
     let before = jsonl(&lines_path).len();
-    match outage {
-        Outage::Clean => broker.stop(),
-        Outage::Hard => {
-            broker.signal("STOP");
-            wait_for_lines(&lines_path, before + 15, HANG);
-            broker.kill();
-        }
-    }
-    running.wait_for_stderr("mqtt broker unreachable", HANG);
-    let at_stop = jsonl(&lines_path).len();
-    // Frames made while the broker is away: they wait in the backlog.
-    wait_for_lines(&lines_path, at_stop + 45, HANG);
-    broker.restart();
-    running.wait_for_stderr("mqtt broker reachable again", HANG);
-    let after = jsonl(&lines_path).len();
-    wait_for_lines(&lines_path, after + 15, HANG);
-
-    running.signal("TERM");
-    let out = running.finish(HANG);
-    assert!(out.status.success(), "{}", out.stderr);
+    // 45 frames made while the broker is away: they wait in the backlog.
+    let (at_stop, after) = common::away_and_back(
+        &running,
+        &lines_path,
+        ("mqtt broker", 45, HANG),
+        &mut broker,
+        (
+            |broker: &mut Broker| match outage {
+                Outage::Clean => broker.stop(),
+                Outage::Hard => {
+                    broker.signal("STOP");
+                    wait_for_lines(&lines_path, before + 15, HANG);
+                    broker.kill();
+                }
+            },
+            Broker::restart,
+        ),
+    );
+    let out = common::stop_after_more_frames(running, &lines_path, HANG);
     assert_eq!(
         out.stderr.matches("mqtt broker unreachable").count(),
         1,

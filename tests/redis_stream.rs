@@ -139,17 +139,14 @@ backlog = 10
     let lines_path = dir.path().join("out/lines.jsonl");
     let running = spawn_run(&file, &[], dir.path());
     server.wait_for("vidflow:cam", 20, HANG);
-    server.kill();
-    running.wait_for_stderr("redis_stream server unreachable", HANG);
-    let at_kill = jsonl(&lines_path).len();
-    wait_for_lines(&lines_path, at_kill + 60, HANG);
-    server.restart();
-    running.wait_for_stderr("redis_stream server reachable again", HANG);
-    let after = jsonl(&lines_path).len();
-    wait_for_lines(&lines_path, after + 15, HANG);
-    running.signal("TERM");
-    let out = running.finish(HANG);
-    assert!(out.status.success(), "{}", out.stderr);
+    common::away_and_back(
+        &running,
+        &lines_path,
+        ("redis_stream server", 60, HANG),
+        &mut server,
+        (RedisServer::kill, RedisServer::restart),
+    );
+    let out = common::stop_after_more_frames(running, &lines_path, HANG);
     assert_eq!(
         out.stderr
             .matches("redis_stream server unreachable")
@@ -197,17 +194,7 @@ stop_timeout_s = 3
 fn a_server_that_never_answers_cannot_hold_the_stop_and_the_loss_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_against_silence(dir.path());
-    let stderr = &out.stderr;
-    assert!(
-        stderr.contains("redis_stream: messages lost:")
-            && stderr.contains("not delivered by the flush deadline"),
-        "{stderr}"
-    );
-    assert!(
-        !out.status.success(),
-        "a loss is not a clean exit: {stderr}"
-    );
-    assert!(!stderr.contains("stop deadline"), "{stderr}");
+    common::assert_loss_counted_within_the_stop(&out, "redis_stream");
 }
 
 #[test]

@@ -331,6 +331,54 @@ pub fn wait_for_lines(path: &Path, n: usize, deadline: Duration) {
     panic!("{} never reached {n} lines", path.display());
 }
 
+/// A server or broker away mid-run and back: `away` takes `server` down; once the sink has
+/// said `{what} unreachable` and `frames` more frames were written to `lines` (they wait in
+/// the sink's backlog or spool), `back` brings it up; returns once the sink said `{what}
+/// reachable again`, with the lines written when it was said away and when back. Each wait is
+/// bounded by `deadline`.
+pub fn away_and_back<S>(
+    running: &Running,
+    lines: &Path,
+    (what, frames, deadline): (&str, usize, Duration),
+    server: &mut S,
+    (away, back): (impl FnOnce(&mut S), impl FnOnce(&mut S)),
+) -> (usize, usize) {
+    away(server);
+    running.wait_for_stderr(&format!("{what} unreachable"), deadline);
+    let at_away = jsonl(lines).len();
+    wait_for_lines(lines, at_away + frames, deadline);
+    back(server);
+    running.wait_for_stderr(&format!("{what} reachable again"), deadline);
+    (at_away, jsonl(lines).len())
+}
+
+/// A run whose `kind` sink could not deliver by its flush deadline: it kept the stop deadline,
+/// named the loss, and did not exit cleanly.
+pub fn assert_loss_counted_within_the_stop(out: &Finished, kind: &str) {
+    let stderr = &out.stderr;
+    assert!(
+        stderr.contains(&format!("{kind}: messages lost:"))
+            && stderr.contains("not delivered by the flush deadline"),
+        "{stderr}"
+    );
+    assert!(
+        !out.status.success(),
+        "a loss is not a clean exit: {stderr}"
+    );
+    assert!(!stderr.contains("stop deadline"), "{stderr}");
+}
+
+/// Stops the run with SIGTERM once 15 more frames are written to `lines`; it must end cleanly
+/// (each wait bounded by `deadline`).
+pub fn stop_after_more_frames(running: Running, lines: &Path, deadline: Duration) -> Finished {
+    let now = jsonl(lines).len();
+    wait_for_lines(lines, now + 15, deadline);
+    running.signal("TERM");
+    let out = running.finish(deadline);
+    assert!(out.status.success(), "{}", out.stderr);
+    out
+}
+
 /// Starts a server `program` with `args`, stderr appended to `log`, and waits until it accepts
 /// connections on 127.0.0.1:`port` (the tests' brokers and streaming servers).
 pub fn start_server(program: &str, args: &[&std::ffi::OsStr], log: &Path, port: u16) -> Child {
