@@ -269,3 +269,55 @@ fn a_raw_hash_question_mark_slash_or_percent_is_a_config_error_that_hides_the_pa
         assert_hidden(written, written, written, &shown);
     }
 }
+
+/// GStreamer's log function is a C callback: a panic in it aborted the process. A file whose
+/// path holds a no-break space before `rtsp://a:PASSWORD@c` made filesrc log that path, and the
+/// redactor then sliced inside the two-byte space ("byte index 2 is not a char boundary"): the
+/// run died with SIGABRT. Now it plays the file to its end, and filesrc's lines show the path
+/// with the password hidden.
+#[test]
+fn a_gstreamer_line_with_a_multi_byte_space_before_a_url_is_logged_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("x\u{a0}rtsp:");
+    std::fs::create_dir(&folder).unwrap();
+    let made = dir.path().join("clip.mp4");
+    common::make_h264_mp4(&made, 5, 64, 48);
+    std::fs::rename(&made, folder.join("viewer:Kx7qLm@cam.mp4")).unwrap();
+    // The path as filesrc gets it: ".../x\u{a0}rtsp://viewer:Kx7qLm@cam.mp4".
+    let uri = format!(
+        "file://{}/x%C2%A0rtsp:%2F%2Fviewer:Kx7qLm@cam.mp4",
+        dir.path().display()
+    );
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"{uri}\"\n\
+             [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n"
+        ),
+    );
+    let out = spawn(
+        dir.path(),
+        &["run", p.to_str().unwrap()],
+        &[("GST_DEBUG", "filesrc:5")],
+    )
+    .finish(DEADLINE);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{:?}: {}",
+        out.status,
+        out.stderr
+    );
+    let logged = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("gst_category=\"filesrc\"") && l.contains("opening file"))
+        .collect::<Vec<_>>();
+    assert!(!logged.is_empty(), "filesrc said nothing: {}", out.stderr);
+    for line in logged {
+        assert!(line.contains("\u{a0}rtsp://viewer:***@cam.mp4"), "{line}");
+        assert!(!line.contains("Kx7qLm"), "{line}");
+    }
+    assert_eq!(common::jsonl(&dir.path().join("events.jsonl")).len(), 5);
+}

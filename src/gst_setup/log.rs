@@ -74,8 +74,24 @@ pub(super) fn set_threshold() {
     }
 }
 
-/// GStreamer's log function (see the module docs).
+/// GStreamer's log function (see the module docs), called from C: a panic in it is caught
+/// ([`super::from_c`]) and the line lost, rather than the process aborted.
 fn log(
+    category: gst::DebugCategory,
+    level: gst::DebugLevel,
+    file: &glib::GStr,
+    function: &glib::GStr,
+    line: u32,
+    object: Option<&gst::log::LoggedObject>,
+    message: &gst::DebugMessage,
+) {
+    super::from_c("log", (), || {
+        log_line(category, level, file, function, line, object, message);
+    });
+}
+
+/// One line of GStreamer's log, as [`log`] takes it.
+fn log_line(
     category: gst::DebugCategory,
     level: gst::DebugLevel,
     file: &glib::GStr,

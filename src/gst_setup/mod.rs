@@ -1,6 +1,14 @@
 //! GStreamer set-up shared by the source and the sinks that use GStreamer: initialized once per
-//! process, with its debug log routed into vidflow's (see `log.rs`).
+//! process, with its debug log routed into vidflow's (see `log.rs`), and [`from_c`], the guard
+//! for Rust code GStreamer calls from C.
+//!
+//! Rust code GStreamer calls from C runs inside an `extern "C"` function: a panic that reaches
+//! its end aborts the whole process (Rust does not unwind into C). gstreamer-app's appsink and
+//! appsrc callbacks and gstreamer's pad tasks catch a panic themselves (they post an error on
+//! the bus); the log function, bus sync handlers, pad probes and signal handlers (`connect`)
+//! do not, so the code vidflow gives them runs inside [`from_c`].
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 mod log;
@@ -18,4 +26,38 @@ pub fn init() -> Result<(), String> {
         Ok(())
     })
     .clone()
+}
+
+/// Runs `f`, Rust code called from C (`what` names the callback): a panic in it is caught and
+/// logged, and `fallback` returned in place of its result, so that it never aborts the daemon.
+/// The panic's message went to stderr through the panic hook already; it is not repeated here.
+pub fn from_c<R>(what: &'static str, fallback: R, f: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        // Not through GStreamer's log: this may be its log function.
+        tracing::error!(
+            callback = what,
+            "a panic in a callback from GStreamer was caught"
+        );
+        fallback
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What GStreamer calls: without the guard, the panic would reach the end of an `extern "C"`
+    /// function and abort the test binary.
+    extern "C" fn callback(panic: bool) -> i32 {
+        from_c("test", -1, || {
+            assert!(!panic, "a callback that panics");
+            7
+        })
+    }
+
+    #[test]
+    fn a_panic_in_a_callback_from_c_is_caught_and_gives_the_fallback() {
+        assert_eq!(callback(false), 7);
+        assert_eq!(callback(true), -1);
+    }
 }

@@ -16,7 +16,10 @@
 //!
 //! Every message quotes the URL through [`redact`], which never shows the password, even in
 //! part: when the URL does not parse, or parses with an `@` after its host, everything between
-//! `://` and the last `@` is hidden.
+//! the scheme's `:` and the last `@` is hidden. [`redact`] and [`redact_all`] take any text
+//! (GStreamer's log callback hands them whatever an element printed): they slice only at ASCII
+//! characters they found, never past a character they did not check, so no text makes them
+//! panic; `tests/redaction.rs` fuzzes them with arbitrary Unicode.
 
 use std::fmt;
 
@@ -142,38 +145,77 @@ fn after_host(url: &Url) -> &str {
     &url[url::Position::AfterPort..]
 }
 
-/// `uri` with its password replaced by `***`, as parsed by the `url` crate: the user stays when
-/// the parse is sure where the password is. When it is not (the text does not parse, or parses
-/// with an `@` after the host), everything between `://` and the last `@` goes. Text without
-/// `://` or without `@` holds no password and comes back as it is.
+/// `uri` as written, with its password replaced by `***`. When the `url` crate's parse is sure
+/// where the password is (the URL parses, has an authority and no `@` after its host), the user
+/// stays. When it is not, everything between the scheme's `:` (and the slashes after it) and the
+/// last `@` goes: a password always lies there, whatever the parse made of the text. Text
+/// without a `:` before an `@` holds no password and comes back as it is.
 pub fn redact(uri: &str) -> String {
-    let Some((scheme, rest)) = uri.split_once("://") else {
-        return uri.to_owned();
+    let sure = match Url::parse(uri) {
+        Ok(url) if url.has_authority() && !after_host(&url).contains('@') => {
+            if url.password().is_none() {
+                return uri.to_owned();
+            }
+            true
+        }
+        _ => false,
     };
-    let Some((_, host)) = rest.rsplit_once('@') else {
-        return uri.to_owned();
+    hide_userinfo(uri, sure)
+}
+
+/// `text` with its user and password, or only its password (`keep_user`), replaced by `***`:
+/// what lies between the first `:` (the scheme's end, then any slashes, and the tabs and
+/// newlines a URL parser skips) and the last `@` (the userinfo's end), or from the first `:` in
+/// that userinfo (the user's end, as the `url` crate splits it). Every index is that of an ASCII
+/// character, so every slice is at a character boundary, whatever the text holds.
+fn hide_userinfo(text: &str, keep_user: bool) -> String {
+    let Some(at) = text.rfind('@') else {
+        return text.to_owned();
     };
-    match Url::parse(uri) {
-        Ok(url) if !after_host(&url).contains('@') => match url.password() {
-            None => uri.to_owned(),
-            Some(_) => format!("{scheme}://{}:***@{host}", url.username()),
-        },
-        _ => format!("{scheme}://***@{host}"),
+    let Some(colon) = text[..at].find(':') else {
+        return text.to_owned();
+    };
+    let userinfo = text[colon + 1..at].trim_start_matches(['/', '\\', '\t', '\n', '\r']);
+    let mut start = at - userinfo.len();
+    if keep_user && let Some(end_of_user) = userinfo.find(':') {
+        start += end_of_user + 1;
     }
+    format!("{}***{}", &text[..start], &text[at..])
+}
+
+/// What ends a URL quoted in a message: whitespace (any, ASCII or not), `"`, `<` and `>`, none
+/// of which a URL holds but %-encoded.
+fn ends_url(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '<' | '>')
+}
+
+/// Punctuation that may close a quoted URL (`'...'`, `(...)`, a full stop): left out of the parse
+/// and put back after it. None is `@`, so what is left out lies after the last `@`, where no
+/// password is.
+const CLOSING: &[char] = &['\'', ')', ']', '}', ',', '.', ';', ':', '!', '?'];
+
+/// Where the scheme that ends `before` starts (letters, digits, `+`, `-`, `.`).
+fn scheme_start(before: &str) -> usize {
+    before
+        .trim_end_matches(|c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        .len()
 }
 
 /// `text` with the password of every `scheme://user:password@host/...` in it replaced by `***`:
-/// for text that may quote URLs among other words (GStreamer's messages). A URL ends at
-/// whitespace, a quote or a bracket.
+/// for text that may quote URLs among other words (GStreamer's messages, a client's errors). A
+/// URL starts at its scheme and ends at whitespace, `"`, `<` or `>` (see [`ends_url`]), so it
+/// may be quoted, bracketed or followed by punctuation; each is shown as [`redact`] shows it.
+/// A password written with raw whitespace in a URL is not one a message can quote.
 pub fn redact_all(text: &str) -> String {
-    let delimiter = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '(' | ')');
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
-        let start = rest[..at].rfind(delimiter).map_or(0, |d| d + 1);
-        let end = rest[at..].find(delimiter).map_or(rest.len(), |e| at + e);
+        let start = scheme_start(&rest[..at]);
+        let end = rest[at..].find(ends_url).map_or(rest.len(), |e| at + e);
+        let url = rest[start..end].trim_end_matches(CLOSING);
         out.push_str(&rest[..start]);
-        out.push_str(&redact(&rest[start..end]));
+        out.push_str(&redact(url));
+        out.push_str(&rest[start + url.len()..end]);
         rest = &rest[end..];
     }
     out.push_str(rest);
@@ -291,6 +333,13 @@ mod tests {
             }
         }
         assert_eq!(redact_all("no url here"), "no url here");
+        // Multi-byte whitespace and punctuation around a URL.
+        assert_eq!(redact_all("x\u{a0}rtsp://a:b@c"), "x\u{a0}rtsp://a:***@c");
+        assert_eq!(
+            redact_all("\u{3000}«rtsp://a:b@c/x»\u{2003}"),
+            "\u{3000}«rtsp://a:***@c/x»\u{2003}"
+        );
+        assert_eq!(redact_all("é://a:b@c"), "é://***@c");
         assert_eq!(redact_all("a://b://c"), "a://b://c");
     }
 

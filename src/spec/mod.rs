@@ -17,4 +17,4 @@ pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
 pub use params::{ParamDoc, Params};
 pub use reference::{Ref, SinkInput};
-pub use secret::{Secret, percent_decode, read_password_file};
+pub use secret::{Secret, USERINFO, percent_decode, read_password_file};

@@ -12,7 +12,7 @@ use percent_encoding::{
 
 /// What a decoded password is percent-encoded with to go back into a URL: the WHATWG URL
 /// standard's userinfo set (the `url` crate's, which it does not export), plus `%` itself.
-pub(crate) const USERINFO: &AsciiSet = &CONTROLS
+pub const USERINFO: &AsciiSet = &CONTROLS
     .add(b'%')
     .add(b' ')
     .add(b'"')
