@@ -2,13 +2,21 @@
 //!
 //! `scripts/fetch-runtimes` unpacks them from their PyPI wheels into `runtimes/onnxruntime/`
 //! and `runtimes/openvino/` (`make install`: `/usr/local/lib/vidflow/runtimes`, which the
-//! systemd unit names). vidflow looks in `$VIDFLOW_RUNTIMES_DIR`, else `runtimes` (relative to
-//! the working directory, like `models`). Nothing is linked at build time: a machine without
-//! them runs OpenCV's DNN, and says so.
+//! systemd unit names). vidflow looks in `$VIDFLOW_RUNTIMES_DIR` when it is set, else only in
+//! places tied to the binary itself ([`installed_dirs`]): `runtimes/` beside it,
+//! `../lib/vidflow/runtimes` (an installed layout), and the repository's `runtimes/` when the
+//! binary is in a Cargo build tree (`target/{debug,release}/`, and `deps/` under them for test
+//! and bench binaries). Never the working directory: a library found there would be `dlopen`ed,
+//! its code run, by anyone who runs `vidflow validate` in a folder someone else filled. Nothing
+//! is linked at build time: a machine without them runs OpenCV's DNN, and says so.
+//!
+//! Of several versions of a library in one folder, the newest is loaded, versions compared
+//! number by number (`1.32.0` is newer than `1.9.0`).
 //!
 //! A library is loaded at most once per process (`dlopen` cannot be undone safely): the first
 //! answer, found or not, is kept in a `OnceLock` and every later step gets the same one.
 
+use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -18,24 +26,45 @@ pub(crate) const RUNTIMES_DIR_VAR: &str = "VIDFLOW_RUNTIMES_DIR";
 /// The command that puts the runtimes in place, quoted by every error about them.
 pub(super) const FETCH_COMMAND: &str = "scripts/fetch-runtimes (or make setup)";
 
-/// The folder holding the runtimes.
+/// The folder holding the runtimes: `$VIDFLOW_RUNTIMES_DIR`, else the first of
+/// [`installed_dirs`] that exists (the first of them, to name in a message, if none does).
 pub(super) fn runtimes_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(RUNTIMES_DIR_VAR) {
         return PathBuf::from(dir);
     }
-    let beside_exe = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .map(|bin| {
-            [
-                bin.join("../lib/vidflow/runtimes"),
-                bin.join("../../runtimes"),
-            ]
-        });
-    std::iter::once(PathBuf::from("runtimes"))
-        .chain(beside_exe.into_iter().flatten())
+    let exe = std::env::current_exe().unwrap_or_default();
+    let places = installed_dirs(&exe);
+    places
+        .iter()
         .find(|dir| dir.is_dir())
-        .unwrap_or_else(|| PathBuf::from("runtimes"))
+        .or(places.first())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Where the runtimes are installed for the binary at `exe` (an absolute path, as
+/// `current_exe` gives it): beside it, `../lib/vidflow/runtimes`, and in a Cargo build tree
+/// (`REPO/target/PROFILE/vidflow`, `REPO/target/PROFILE/deps/TEST`) `REPO/runtimes`. Every one
+/// is absolute; none depends on the working directory.
+fn installed_dirs(exe: &Path) -> Vec<PathBuf> {
+    let Some(bin) = exe.parent().filter(|b| b.is_absolute()) else {
+        return Vec::new();
+    };
+    let mut dirs = vec![bin.join("runtimes")];
+    if let Some(prefix) = bin.parent() {
+        dirs.push(prefix.join("lib/vidflow/runtimes"));
+    }
+    let profile = if bin.file_name().is_some_and(|n| n == "deps") {
+        bin.parent()
+    } else {
+        Some(bin)
+    };
+    let repo = profile
+        .and_then(Path::parent)
+        .filter(|target| target.file_name().is_some_and(|n| n == "target"))
+        .and_then(Path::parent);
+    dirs.extend(repo.map(|repo| repo.join("runtimes")));
+    dirs
 }
 
 /// The file in `dir` whose name starts with `prefix` (`libonnxruntime.so`, versioned or not).
@@ -46,17 +75,17 @@ fn library_in(dir: &Path, prefix: &str) -> Result<PathBuf, String> {
             dir.display()
         )
     })?;
-    let mut found: Vec<PathBuf> = entries
+    let found = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix))
+                .and_then(|n| n.strip_prefix(prefix))
+                .is_some_and(is_version_suffix)
         })
-        .collect();
-    found.sort();
-    found.pop().ok_or_else(|| {
+        .max_by(|a, b| newer(&version_of(a, prefix), &version_of(b, prefix)).then(a.cmp(b)));
+    found.ok_or_else(|| {
         format!(
             "not installed (no {prefix}* in {}); install it with {FETCH_COMMAND}",
             dir.display()
@@ -73,6 +102,23 @@ fn version_of(path: &Path, prefix: &str) -> String {
         .filter(|v| !v.is_empty())
         .unwrap_or("unknown")
         .to_owned()
+}
+
+/// What may follow a library's name: nothing, or a version (`.1.32.0`, `.2641`): not a
+/// copy's `.bak` or `_old`.
+fn is_version_suffix(rest: &str) -> bool {
+    rest.is_empty()
+        || rest.strip_prefix('.').is_some_and(|v| {
+            v.split('.')
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// How two versions (`1.32.0`, `2641`, `unknown`) compare: number by number, a missing part as
+/// less (`1.32` before `1.32.0`), an unversioned library before any version.
+fn newer(a: &str, b: &str) -> Ordering {
+    let numbers = |v: &str| -> Vec<u64> { v.split('.').map_while(|n| n.parse().ok()).collect() };
+    numbers(a).cmp(&numbers(b))
 }
 
 /// Runs `f`, turning a panic inside a runtime's bindings into an error.
@@ -181,6 +227,70 @@ mod tests {
         assert!(e.contains("no libopenvino_c.so*"), "{e}");
         std::fs::write(dir.path().join("libopenvino_c.so.2641"), "").unwrap();
         assert!(library_in(dir.path(), "libopenvino_c.so").is_ok());
+    }
+
+    #[test]
+    fn the_newest_version_is_loaded_compared_number_by_number() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "libonnxruntime.so",
+            "libonnxruntime.so.1.9.0",
+            "libonnxruntime.so.1.32.0",
+            "libonnxruntime.so.1.4.12",
+            "libonnxruntime.so.1.33.0.bak",
+            "libonnxruntime.so.2.x",
+            "libonnxruntime.so_copy",
+            "libonnxruntime_providers_shared.so",
+        ] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let found = library_in(dir.path(), "libonnxruntime.so").unwrap();
+        assert_eq!(found.file_name().unwrap(), "libonnxruntime.so.1.32.0");
+        std::fs::remove_file(&found).unwrap();
+        let found = library_in(dir.path(), "libonnxruntime.so").unwrap();
+        assert_eq!(found.file_name().unwrap(), "libonnxruntime.so.1.9.0");
+        assert_eq!(newer("1.9.0", "1.32.0"), Ordering::Less);
+        assert_eq!(newer("2641", "999"), Ordering::Greater);
+        assert_eq!(newer("1.32", "1.32.0"), Ordering::Less);
+        assert_eq!(newer("unknown", "0.1"), Ordering::Less);
+    }
+
+    #[test]
+    fn runtimes_are_looked_for_only_beside_the_binary_never_in_the_working_directory() {
+        let dirs = |exe: &str| -> Vec<String> {
+            installed_dirs(Path::new(exe))
+                .iter()
+                .map(|d| d.to_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            dirs("/usr/local/bin/vidflow"),
+            ["/usr/local/bin/runtimes", "/usr/local/lib/vidflow/runtimes"]
+        );
+        assert_eq!(
+            dirs("/src/vidflow/target/release/vidflow"),
+            [
+                "/src/vidflow/target/release/runtimes",
+                "/src/vidflow/target/lib/vidflow/runtimes",
+                "/src/vidflow/runtimes"
+            ]
+        );
+        assert_eq!(
+            dirs("/src/vidflow/target/debug/deps/backends-0a1b2c"),
+            [
+                "/src/vidflow/target/debug/deps/runtimes",
+                "/src/vidflow/target/debug/lib/vidflow/runtimes",
+                "/src/vidflow/runtimes"
+            ]
+        );
+        assert!(dirs("vidflow").is_empty());
+        assert!(dirs("bin/vidflow").is_empty());
+        // With no variable set, the folder found is one of these: this test binary's own
+        // build tree, whatever the working directory holds.
+        if std::env::var_os(RUNTIMES_DIR_VAR).is_none() {
+            let exe = std::env::current_exe().unwrap();
+            assert!(installed_dirs(&exe).contains(&runtimes_dir()));
+        }
     }
 
     #[test]
