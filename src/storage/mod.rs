@@ -19,6 +19,12 @@
 //! over a cap (counted as one expected file) has its room made by a pass on the sink's thread
 //! before it is created: the thread's next pass may be a [`PASS_GAP`] away.
 //!
+//! What `/metrics` shows is a published snapshot ([`Storage::snapshot`]): the storage thread
+//! measures a [`StorageReport`] after each pass and every [`REPORT_INTERVAL`] (the `statvfs`
+//! of each filesystem outside the state lock) and swaps it in whole, under a lock held only
+//! for the swap, so that a reader (the HTTP loop) never waits on a pass, a slow delete or a
+//! hung mount.
+//!
 //! One process per folder: an index is locked (`flock`) while open, so a second vidflow on the
 //! same folder writes its files but never takes in, nor deletes, the first one's.
 //!
@@ -59,6 +65,10 @@ pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// The least time between two passes woken by files starting and ending: however many files
 /// a second the sinks make (snapshots), passes stay at one a second.
 pub const PASS_GAP: Duration = Duration::from_secs(1);
+
+/// How often the storage thread publishes its report when no pass did sooner: what
+/// `/metrics` shows of the storage is at most this old.
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What kind of file: the purge order under a shared limit (continuous footage goes first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -223,6 +233,9 @@ struct Shared {
     wake: Condvar,
     clock: Arc<dyn Clock>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The last report published (see the module header): written by the storage thread,
+    /// swapped whole; held by anyone only for the swap or a clone of the `Arc`.
+    published: Mutex<Arc<StorageReport>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -249,6 +262,7 @@ impl Storage {
             wake: Condvar::new(),
             clock,
             thread: Mutex::new(None),
+            published: Mutex::default(),
         });
         let on_thread = shared.clone();
         let thread = std::thread::Builder::new()
@@ -295,27 +309,23 @@ impl Storage {
         lock(&self.shared.state).pass(now)
     }
 
-    /// The counts now, and each filesystem's space as it is now (one `statvfs` each).
+    /// The counts now, and each filesystem's space as it is now (one `statvfs` each, made
+    /// outside the state lock): for the run's final report.
     pub fn report(&self) -> StorageReport {
-        let mut state = lock(&self.shared.state);
-        state.recount();
-        for (folder, space) in state.spaces.values_mut() {
-            if let Ok(now) = disk::space(folder) {
-                *space = now;
-            }
-        }
-        StorageReport {
-            sinks: state.totals.clone(),
-            filesystems: state
-                .spaces
-                .values()
-                .map(|(folder, space)| FilesystemReport {
-                    folder: folder.clone(),
-                    free_bytes: space.free,
-                    size_bytes: space.size,
-                })
-                .collect(),
-        }
+        measure(&self.shared)
+    }
+
+    /// The report the storage thread published last (see the module header): never waits on a
+    /// pass or a filesystem, for the HTTP loop.
+    pub fn snapshot(&self) -> Arc<StorageReport> {
+        lock(&self.shared.published).clone()
+    }
+
+    /// TEST ONLY: holds the storage's state lock, as a slow purge pass does, until the guard
+    /// is dropped (for the HTTP endpoint's tests: `/metrics` must answer meanwhile).
+    #[cfg(test)]
+    pub(crate) fn hold_lock_for_test(&self) -> impl Drop + '_ {
+        lock(&self.shared.state)
     }
 
     fn poke(&self) {
@@ -356,10 +366,50 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// The counts now and each filesystem's space: the folders are read under the state lock, the
+/// `statvfs` calls made after it is released (a filesystem not answering holds this thread
+/// only), and the counts taken under it again.
+fn measure(shared: &Shared) -> StorageReport {
+    let folders: Vec<(u64, PathBuf)> = lock(&shared.state)
+        .spaces
+        .iter()
+        .map(|(dev, (folder, _))| (*dev, folder.clone()))
+        .collect();
+    let measured: HashMap<u64, disk::Space> = folders
+        .iter()
+        .filter_map(|(dev, folder)| disk::space(folder).ok().map(|space| (*dev, space)))
+        .collect();
+    let mut state = lock(&shared.state);
+    state.recount();
+    StorageReport {
+        sinks: state.totals.clone(),
+        filesystems: state
+            .spaces
+            .iter()
+            .map(|(dev, (folder, known))| {
+                let space = measured.get(dev).unwrap_or(known);
+                FilesystemReport {
+                    folder: folder.clone(),
+                    free_bytes: space.free,
+                    size_bytes: space.size,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Measures a report and publishes it (see the module header).
+fn publish(shared: &Shared) {
+    let report = Arc::new(measure(shared));
+    *lock(&shared.published) = report;
+}
+
 /// The storage thread's loop (see the module header).
 fn run(shared: &Shared) {
     let mut last: Option<Instant> = None;
     let mut next_watch = Instant::now() + WATCH_INTERVAL;
+    publish(shared);
+    let mut next_report = Instant::now() + REPORT_INTERVAL;
     loop {
         let mut control = lock(&shared.control);
         loop {
@@ -382,10 +432,18 @@ fn run(shared: &Shared) {
                     break;
                 }
             }
+            if next_report <= now {
+                drop(control);
+                publish(shared);
+                next_report = Instant::now() + REPORT_INTERVAL;
+                control = lock(&shared.control);
+                continue;
+            }
             let deadline = [
                 control.poked.then(|| after(PASS_GAP)),
                 control.periodic.then(|| after(PASS_INTERVAL)),
                 control.watch.then_some(next_watch),
+                Some(next_report),
             ]
             .into_iter()
             .flatten()
@@ -416,6 +474,8 @@ fn run(shared: &Shared) {
         last = Some(Instant::now());
         next_watch = Instant::now() + WATCH_INTERVAL;
         log_pass(&pass, "purged old files");
+        publish(shared);
+        next_report = Instant::now() + REPORT_INTERVAL;
         let mut control = lock(&shared.control);
         control.watch = watch;
         if pass.more {
@@ -429,6 +489,7 @@ fn run(shared: &Shared) {
 fn final_pass(shared: &Shared) {
     let pass = lock(&shared.state).pass(shared.clock.now());
     log_pass(&pass, "purged old files");
+    publish(shared);
 }
 
 /// One line per pass that deleted something.

@@ -257,7 +257,7 @@ pub(super) fn render(live: &Live) -> String {
     }
 
     if let Some(storage) = &parts.storage {
-        storage_metrics(&mut out, &storage.report());
+        storage_metrics(&mut out, &storage.snapshot());
     }
 
     let (delivered, failed) = live.delivered();

@@ -298,3 +298,6 @@ fn response(status: u16, content_type: &str, body: &[u8], extra: &str) -> Vec<u8
     out.extend_from_slice(body);
     out
 }
+
+#[cfg(test)]
+mod tests;
