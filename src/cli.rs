@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `validate`, `graph`, `steps`.
+//! Subcommands: `run`, `validate`, `graph`, `steps`, `hash-password`.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +9,7 @@ use crate::daemon::{self, RunOptions, Shutdown};
 use crate::{sinks, steps};
 
 mod logging;
+mod password;
 mod progress;
 
 /// sysexits codes used by the command line.
@@ -71,6 +72,10 @@ pub enum Command {
     Graph { pipeline: PathBuf },
     /// List every step and sink kind with its inputs, outputs and parameters.
     Steps,
+    /// Print the Argon2 hash of a password read from standard input, for [http]
+    /// basic_password_hash (e.g. `vidflow hash-password < file`; on a terminal it asks, twice,
+    /// without echo). A fresh random salt each time: two hashes of one password differ.
+    HashPassword,
 }
 
 /// Logging to stderr, filtered by VIDFLOW_LOG (default `info`); plain, with journald priorities,
@@ -99,6 +104,7 @@ pub fn main(cli: Cli) -> u8 {
             print!("{}", describe_kinds());
             exit::OK
         }
+        Command::HashPassword => password::hash_password(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The HTTP endpoint on a real `vidflow` process: `/metrics` parses as Prometheus text and
 //! agrees with what the run wrote, `/healthz` follows a real RTSP server going away and coming
-//! back, and a port in use is a clear error.
+//! back, a port in use is a clear error, and a request head is read whether its lines end in
+//! CRLF or a bare LF.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -12,7 +13,7 @@ mod rtsp;
 use std::time::Duration;
 
 use common::{read_json, spawn_run, write};
-use http_client::{get, scrape, value, wait_for_frames, wait_until};
+use http_client::{get, request, scrape, value, wait_for_frames, wait_until};
 use rtsp::{RtspServer, RtspServerOptions, free_port};
 
 /// Guards against a hang only: a loaded machine may be slow, never wrong.
@@ -187,7 +188,7 @@ fn a_port_in_use_stops_the_run_at_once_with_exit_69_naming_the_address() {
 }
 
 #[test]
-fn unknown_pages_are_404_with_the_pages_that_exist() {
+fn unknown_pages_are_404_with_the_pages_that_exist_and_bare_lf_heads_are_read() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().unwrap();
     let p = write(
@@ -208,6 +209,12 @@ fn unknown_pages_are_404_with_the_pages_that_exist() {
     assert!(
         page.contains("/stats.json") && !page.contains("http://") && !page.contains("https://")
     );
+    // Lines ending in a bare LF (netcat, a hand-written probe): a whole head, answered, not
+    // held to the 5 s head deadline and refused 408.
+    let (status, _, body) = request(port, "GET /healthz HTTP/1.1\nHost: 127.0.0.1\n\n").unwrap();
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let (status, _, _) = request(port, "GET /nope HTTP/1.1\nHost: 127.0.0.1\r\n\n").unwrap();
+    assert_eq!(status, 404);
     run.signal("TERM");
     assert!(run.finish(DEADLINE).status.success());
 }

@@ -1,7 +1,9 @@
 //! Who the HTTP endpoint answers, on a real `vidflow` process: a request naming a foreign
 //! `Host` (a DNS-rebinding page) is refused, and with `[http] token_file` or basic auth set
-//! every page but `/healthz` needs the credentials. Meanwhile `/healthz` answers a good client
-//! within 1 s, and the refused clients leave no thread or file descriptor behind.
+//! every page but `/healthz` needs the credentials. Basic auth's password is an Argon2 hash
+//! made by the real `vidflow hash-password`; the deprecated SHA-256 still lets a user in, with
+//! a warning. Meanwhile `/healthz` answers a good client within 1 s, and the refused clients
+//! leave no thread or file descriptor behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -10,10 +12,12 @@ mod http_client;
 #[path = "common/rtsp.rs"]
 mod rtsp;
 
+use std::io::Write;
 use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Running, spawn, write};
+use common::{Running, spawn, vidflow, write};
 use http_client::{
     Load, assert_healthz_answers_quickly, load, request, wait_for_baseline, wait_until,
 };
@@ -92,14 +96,35 @@ fn a_foreign_host_is_refused_421_and_loopback_names_and_allowed_hosts_are_answer
     run.terminate_cleanly(DEADLINE);
 }
 
+/// `vidflow hash-password` given `password` on its standard input (as `echo` would).
+fn hash_password(password: &str) -> String {
+    let mut child = vidflow()
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let hash = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    assert!(!hash.contains(password), "{hash}");
+    hash
+}
+
 #[test]
 fn with_a_token_and_basic_auth_pages_need_credentials_and_healthz_stays_open() {
     let dir = tempfile::tempdir().unwrap();
+    let hash = hash_password("hunter2");
+    // A fresh salt each time: the same password, another hash.
+    assert_ne!(hash, hash_password("hunter2"));
     let (run, port, baseline) = start(
         dir.path(),
         &format!(
             "token_file = \"http-token\"\nbasic_user = \"ops\"\n\
-             basic_password_sha256 = \"{HUNTER2_SHA256}\""
+             basic_password_hash = \"{hash}\""
         ),
     );
     let host = "Host: 127.0.0.1\r\n";
@@ -132,6 +157,33 @@ fn with_a_token_and_basic_auth_pages_need_credentials_and_healthz_stays_open() {
     assert_eq!(status(port, "/metrics", &bearer).0, 200);
     let basic = format!("{host}Authorization: Basic {OPS_HUNTER2}\r\n");
     assert_eq!(status(port, "/stats.json", &basic).0, 200);
+    assert_eq!(status(port, "/preview/nope", &basic).0, 404);
     wait_for_baseline(run.pid(), baseline, DEADLINE);
+    assert!(!run.stderr().contains("deprecated"), "{}", run.stderr());
+    run.terminate_cleanly(DEADLINE);
+}
+
+#[test]
+fn a_deprecated_sha256_password_still_lets_the_user_in_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port, _) = start(
+        dir.path(),
+        &format!(
+            "token_file = \"http-token\"\nbasic_user = \"ops\"\n\
+             basic_password_sha256 = \"{HUNTER2_SHA256}\""
+        ),
+    );
+    let host = "Host: 127.0.0.1\r\n";
+    assert_eq!(status(port, "/metrics", host).0, 401);
+    let wrong = format!("{host}Authorization: Basic b3BzOmh1bnRlcjM=\r\n");
+    assert_eq!(status(port, "/metrics", &wrong).0, 401);
+    let basic = format!("{host}Authorization: Basic {OPS_HUNTER2}\r\n");
+    assert_eq!(status(port, "/metrics", &basic).0, 200);
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("basic_password_sha256 is deprecated")
+            && stderr.contains("vidflow hash-password"),
+        "{stderr}"
+    );
     run.terminate_cleanly(DEADLINE);
 }

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 use super::raw::RawHttp;
-use crate::spec::{Diagnostic, Secret, read_password_file};
+use crate::spec::{Diagnostic, PasswordHash, Secret, read_password_file};
 
 /// `[http]`, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,13 +37,27 @@ impl HttpConfig {
     }
 }
 
-/// `basic_user` and `basic_password_sha256`.
+/// `basic_user` with `basic_password_hash` (or the deprecated `basic_password_sha256`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BasicAuth {
     pub user: String,
-    /// The SHA-256 of the password: only the hash is ever held.
-    pub password_sha256: [u8; 32],
+    /// Only a hash of the password is ever held.
+    pub password: PasswordCheck,
 }
+
+/// How a basic-auth password is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PasswordCheck {
+    /// `basic_password_hash`: salted and slow (Argon2).
+    Argon2(PasswordHash),
+    /// `basic_password_sha256`, deprecated: unsalted and fast, so a leaked file gives the
+    /// password to a dictionary at billions of guesses a second. Still taken (a service must
+    /// not stop at an upgrade), with a warning at every start.
+    Sha256([u8; 32]),
+}
+
+/// What `basic_user` needs, for the messages.
+const HOW_TO_HASH: &str = "basic_password_hash (make it with: vidflow hash-password)";
 
 pub(super) fn resolve_http(raw: &RawHttp, diags: &mut Vec<Diagnostic>) -> Option<HttpConfig> {
     let before = diags.len();
@@ -107,49 +121,75 @@ fn host_name(host: &Spanned<String>, diags: &mut Vec<Diagnostic>) -> Option<Stri
     None
 }
 
-/// `basic_user` with `basic_password_sha256`: both or neither.
+/// `basic_user` with `basic_password_hash` or (deprecated) `basic_password_sha256`: a user
+/// and one hash, or neither.
 fn basic(raw: &RawHttp, diags: &mut Vec<Diagnostic>) -> Option<BasicAuth> {
-    match (&raw.basic_user, &raw.basic_password_sha256) {
-        (None, None) => None,
+    let (argon2, sha256) = (&raw.basic_password_hash, &raw.basic_password_sha256);
+    if let (Some(_), Some(old)) = (argon2, sha256) {
+        diags.push(Diagnostic::at(
+            old.span(),
+            "http: basic_password_sha256 and basic_password_hash both given; keep \
+             basic_password_hash only",
+        ));
+        return None;
+    }
+    let hash_span = argon2.as_ref().or(sha256.as_ref()).map(Spanned::span);
+    let user = match (&raw.basic_user, hash_span) {
+        (None, None) => return None,
         (Some(user), None) => {
             diags.push(Diagnostic::at(
                 user.span(),
-                "http: basic_user needs basic_password_sha256 (printf %s PASSWORD | sha256sum)",
+                format!("http: basic_user needs {HOW_TO_HASH}"),
             ));
-            None
+            return None;
         }
-        (None, Some(hash)) => {
+        (None, Some(span)) => {
             diags.push(Diagnostic::at(
-                hash.span(),
-                "http: basic_password_sha256 needs basic_user",
+                span,
+                "http: a password hash needs basic_user",
             ));
-            None
+            return None;
         }
-        (Some(user), Some(hash)) => {
-            let user_ok = !user.get_ref().is_empty() && !user.get_ref().contains(':');
-            if !user_ok {
+        (Some(user), Some(_)) => user,
+    };
+    let user_ok = !user.get_ref().is_empty() && !user.get_ref().contains(':');
+    if !user_ok {
+        diags.push(Diagnostic::at(
+            user.span(),
+            "http: basic_user must be a non-empty name without ':'",
+        ));
+    }
+    let password = match (argon2, sha256) {
+        (Some(phc), _) => PasswordHash::parse(phc.get_ref())
+            .map(PasswordCheck::Argon2)
+            .map_err(|e| {
                 diags.push(Diagnostic::at(
-                    user.span(),
-                    "http: basic_user must be a non-empty name without ':'",
+                    phc.span(),
+                    format!("http: basic_password_hash: {e}"),
                 ));
-            }
-            let digest = sha256_hex(hash.get_ref());
+            })
+            .ok(),
+        (None, Some(hex)) => {
+            let digest = sha256_hex(hex.get_ref());
             if digest.is_none() {
                 // The hash is not the password, but there is no need to print it either.
                 diags.push(Diagnostic::at(
-                    hash.span(),
+                    hex.span(),
                     format!(
-                        "http: basic_password_sha256 must be 64 hex digits (printf %s PASSWORD | sha256sum), not {} characters",
-                        hash.get_ref().chars().count()
+                        "http: basic_password_sha256 must be 64 hex digits, not {} characters; \
+                         better, replace it with {HOW_TO_HASH}",
+                        hex.get_ref().chars().count()
                     ),
                 ));
             }
-            Some(BasicAuth {
-                user: user.get_ref().clone(),
-                password_sha256: digest.filter(|_| user_ok)?,
-            })
+            digest.map(PasswordCheck::Sha256)
         }
-    }
+        (None, None) => None,
+    };
+    Some(BasicAuth {
+        user: user.get_ref().clone(),
+        password: password.filter(|_| user_ok)?,
+    })
 }
 
 /// 64 hex digits -> 32 bytes.

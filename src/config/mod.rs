@@ -24,7 +24,7 @@ mod source;
 mod storage;
 mod written;
 
-pub use http::{BasicAuth, HttpConfig};
+pub use http::{BasicAuth, HttpConfig, PasswordCheck};
 pub use resolve::{
     DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
     StepConfig,

@@ -96,7 +96,9 @@ pub(super) struct RawHttp {
     /// A file holding the bearer token; relative to `$CREDENTIALS_DIRECTORY` when set.
     pub token_file: Option<Spanned<std::path::PathBuf>>,
     pub basic_user: Option<Spanned<String>>,
-    /// The SHA-256 of the basic-auth password, in hex (`printf %s PASSWORD | sha256sum`).
+    /// The basic-auth password's Argon2 hash, a PHC string (`vidflow hash-password`).
+    pub basic_password_hash: Option<Spanned<String>>,
+    /// Deprecated: the password's unsalted SHA-256, in hex (`printf %s PASSWORD | sha256sum`).
     pub basic_password_sha256: Option<Spanned<String>>,
 }
 

@@ -9,6 +9,7 @@
 mod address;
 mod diagnostic;
 mod params;
+mod password;
 mod reference;
 mod secret;
 
@@ -16,5 +17,6 @@ pub use address::{Address, AddressError, redact, redact_all};
 pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
 pub use params::{ParamDoc, Params};
+pub use password::PasswordHash;
 pub use reference::{Ref, SinkInput};
 pub use secret::{Secret, USERINFO, percent_decode, read_password_file};

@@ -1,8 +1,14 @@
-//! A request head (`GET /path HTTP/1.1`, then headers): where it ends, and the few parts the
-//! endpoint reads (method, target, `Host`, `Authorization`).
+//! A request head (`GET /path HTTP/1.1`, then headers), parsed by `httparse` (the parser hyper
+//! uses: maintained and fuzzed): whether it is all there, and the few parts the endpoint reads
+//! (method, target, `Host`, `Authorization`). Lines may end in CRLF or a bare LF, as RFC 9112
+//! allows a recipient to accept: a client that sends bare LFs is answered at once, not at the
+//! head deadline.
 
 /// The longest request head read (GET needs no body): past it, 431 without reading more.
 pub(super) const MAX_HEAD: usize = 8 * 1024;
+
+/// Header lines read; more is a 431, like a head too long.
+const MAX_HEADERS: usize = 64;
 
 /// What the endpoint reads of a request.
 #[derive(Debug, PartialEq, Eq)]
@@ -16,29 +22,25 @@ pub(super) struct Head {
 /// Why a head cannot be read.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum BadHead {
-    /// No request line of three words.
-    RequestLine,
-    /// A header line without `:`, or a second `Host`.
-    Header,
+    /// Not HTTP/1.x: a bad request line, a header line without `:`, bytes a header may not
+    /// hold, or a second `Host`.
+    Malformed,
+    /// More than [`MAX_HEADERS`] header lines.
+    TooManyHeaders,
 }
 
-/// The length of the head in `bytes` (up to and including its blank line), once it is all there.
-pub(super) fn end(bytes: &[u8]) -> Option<usize> {
-    bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|at| at + 4)
-}
-
-/// Parses a complete head (as [`end`] delimits it).
-pub(super) fn parse(bytes: &[u8]) -> Result<Head, BadHead> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut lines = text.split("\r\n");
-    let mut words = lines.next().unwrap_or_default().split(' ');
-    let (Some(method), Some(target), Some(_version), None) =
-        (words.next(), words.next(), words.next(), words.next())
-    else {
-        return Err(BadHead::RequestLine);
+/// The head at the start of `bytes`: `Ok(None)` while it is not all there.
+pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(bytes) {
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => return Err(BadHead::TooManyHeaders),
+        Err(_) => return Err(BadHead::Malformed),
+    }
+    let (Some(method), Some(target)) = (request.method, request.path) else {
+        return Err(BadHead::Malformed);
     };
     let mut head = Head {
         method: method.to_owned(),
@@ -46,18 +48,21 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Head, BadHead> {
         host: None,
         authorization: None,
     };
-    for line in lines.take_while(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':').ok_or(BadHead::Header)?;
-        let value = value.trim().to_owned();
-        if name.eq_ignore_ascii_case("host") {
-            if head.host.replace(value).is_some() {
-                return Err(BadHead::Header);
+    for header in request.headers.iter() {
+        let value = || {
+            std::str::from_utf8(header.value)
+                .map(|v| v.trim().to_owned())
+                .map_err(|_| BadHead::Malformed)
+        };
+        if header.name.eq_ignore_ascii_case("host") {
+            if head.host.replace(value()?).is_some() {
+                return Err(BadHead::Malformed);
             }
-        } else if name.eq_ignore_ascii_case("authorization") {
-            head.authorization = Some(value);
+        } else if header.name.eq_ignore_ascii_case("authorization") {
+            head.authorization = Some(value()?);
         }
     }
-    Ok(head)
+    Ok(Some(head))
 }
 
 #[cfg(test)]
@@ -65,28 +70,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_head_ends_at_its_blank_line_and_gives_method_target_host_and_authorization() {
-        let bytes = b"GET /metrics?x=1 HTTP/1.1\r\nhost: localhost:9464\r\nAuthorization: Bearer t\r\n\r\nrest";
-        let n = end(bytes).unwrap();
-        assert_eq!(&bytes[n..], b"rest");
-        let head = parse(&bytes[..n]).unwrap();
+    fn a_head_gives_method_target_host_and_authorization_once_it_is_all_there() {
+        let bytes =
+            b"GET /metrics?x=1 HTTP/1.1\r\nhost: localhost:9464\r\nAuthorization: Bearer t\r\n\r\n";
+        let head = parse(bytes).unwrap().unwrap();
         assert_eq!(head.method, "GET");
         assert_eq!(head.target, "/metrics?x=1");
         assert_eq!(head.host.as_deref(), Some("localhost:9464"));
         assert_eq!(head.authorization.as_deref(), Some("Bearer t"));
-        assert_eq!(end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+        for cut in 0..bytes.len() {
+            assert_eq!(parse(&bytes[..cut]), Ok(None), "{cut}");
+        }
     }
 
     #[test]
-    fn a_bad_request_line_a_bad_header_and_two_hosts_are_refused() {
-        assert_eq!(parse(b"GET /\r\n\r\n"), Err(BadHead::RequestLine));
-        assert_eq!(
-            parse(b"GET / HTTP/1.1\r\nnonsense\r\n\r\n"),
-            Err(BadHead::Header)
-        );
-        assert_eq!(
-            parse(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
-            Err(BadHead::Header)
-        );
+    fn lines_ending_in_a_bare_lf_are_a_whole_head() {
+        let head = parse(b"GET /healthz HTTP/1.1\nHost: 127.0.0.1\n\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.target, "/healthz");
+        assert_eq!(head.host.as_deref(), Some("127.0.0.1"));
+        let mixed = parse(b"GET / HTTP/1.0\r\nHost: a\n\r\n").unwrap().unwrap();
+        assert_eq!(mixed.host.as_deref(), Some("a"));
+        assert_eq!(parse(b"GET / HTTP/1.1\nHost: a\n"), Ok(None));
+    }
+
+    #[test]
+    fn a_bad_request_line_a_bad_header_two_hosts_and_too_many_headers_are_refused() {
+        for bad in [
+            &b"GET /\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nnonsense\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: \xff\r\n\r\n",
+            b"GET / SPDY/3\r\n\r\n",
+        ] {
+            assert_eq!(
+                parse(bad),
+                Err(BadHead::Malformed),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let many = format!("GET / HTTP/1.1\r\n{}\r\n", "X-A: b\r\n".repeat(65));
+        assert_eq!(parse(many.as_bytes()), Err(BadHead::TooManyHeaders));
     }
 }

@@ -28,9 +28,11 @@
 //! (loopback names, the listen address, `[http] allowed_hosts`), or it gets 421: a web page
 //! that rebinds its own name to 127.0.0.1 still sends its own name. With `token_file` or
 //! `basic_user` set, every page but `/healthz` asks for credentials (401): a liveness probe
-//! has no token, and `/healthz` says only "ok" or why not.
+//! has no token, and `/healthz` says only "ok" or why not. An Argon2 password is checked by a
+//! thread of its own (`verify.rs`) with a bounded queue, never by the loop.
 //!
-//! Threads: `vidflow-http` (above) and one `vidflow-http-preview` per MJPEG client. A request
+//! Threads: `vidflow-http` (above), `vidflow-http-auth` (the credentials check, with an Argon2
+//! password only) and one `vidflow-http-preview` per MJPEG client. A request
 //! reads only [`Live`]: its atomics, and `Live::parts()` once per request (never cached, so a
 //! reload's new steps and sinks show at the next request); the preview reads the preview hub
 //! (`sinks::preview`). Nothing here takes a lock the frame path takes.
@@ -39,8 +41,9 @@
 //! fails the run at once); [`Bound::serve`] starts the loop once `Live`'s parts are set;
 //! dropping the [`Server`] (at the end of the run) raises `stop`, wakes the preview watchers
 //! (`Hub::wake_all`) and the loop (a connection to itself), and joins the loop, which closes
-//! every connection it holds. Preview threads are not joined: each sees `stop` at its next
-//! wake-up, at most `preview::WATCH_TICK` later.
+//! every connection it holds, then stops and joins the credentials thread (after the check it
+//! may be in). Preview threads are not joined: each sees `stop` at its next wake-up, at most
+//! `preview::WATCH_TICK` later.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -51,7 +54,8 @@ use std::time::Duration;
 use super::Live;
 use crate::config::HttpConfig;
 use crate::sinks::preview::hub;
-use access::{Access, Refusal};
+use access::{Access, Refusal, Verdict};
+use head::Head;
 
 mod access;
 mod head;
@@ -60,6 +64,7 @@ mod metrics;
 mod page;
 mod poll;
 mod preview;
+mod verify;
 
 /// Preview streams served at once: a few browsers' pages, each showing every source.
 pub const MAX_PREVIEWS: usize = 16;
@@ -108,6 +113,17 @@ pub fn bind(config: &HttpConfig) -> Result<Bound, HttpError> {
     if !config.listen.ip().is_loopback() && !config.authenticates() {
         tracing::warn!(listen = %addr, "http endpoint listens beyond this host without authentication (token_file, basic_user)");
     }
+    if let Some(crate::config::BasicAuth {
+        password: crate::config::PasswordCheck::Sha256(_),
+        ..
+    }) = &config.basic
+    {
+        tracing::warn!(
+            "http: basic_password_sha256 is deprecated: an unsalted SHA-256 of a password is \
+             cracked at billions of guesses a second if the file leaks; replace it with \
+             basic_password_hash (make it with: vidflow hash-password)"
+        );
+    }
     Ok(Bound {
         listener,
         addr,
@@ -121,6 +137,8 @@ pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The credentials thread, with an Argon2 password; stopped after the loop.
+    verifier: Option<verify::Verifier>,
 }
 
 /// What the loop and the preview threads share.
@@ -133,6 +151,8 @@ struct Shared {
     /// Preview threads running: raised by the loop before it starts one, lowered by the
     /// thread as it ends (AcqRel: the count alone matters).
     previews: AtomicUsize,
+    /// The credentials thread's queue (`verify.rs`), with an Argon2 password.
+    verify: Option<crossbeam_channel::Sender<verify::Job>>,
 }
 
 /// What a complete request head gets.
@@ -142,6 +162,8 @@ enum Reply {
     Now(Vec<u8>),
     /// An MJPEG stream of this source, on a preview thread.
     Preview(String),
+    /// For the credentials thread: the head and the credentials to check.
+    Verify(Box<(Head, access::Credentials)>),
 }
 
 impl Bound {
@@ -152,12 +174,20 @@ impl Bound {
     /// Starts accepting connections.
     pub fn serve(self, live: Arc<Live>) -> std::io::Result<Server> {
         let addr = self.addr;
+        let (jobs, queued) = verify::queue();
+        let slow = self.access.verifies_slowly();
         let shared = Arc::new(Shared {
             live,
             access: self.access,
             stop: AtomicBool::new(false),
             previews: AtomicUsize::new(0),
+            verify: slow.then_some(jobs),
         });
+        let verifier = if slow {
+            Some(verify::start(queued, shared.clone())?)
+        } else {
+            None
+        };
         let thread = {
             let shared = shared.clone();
             let listener = self.listener;
@@ -170,6 +200,7 @@ impl Bound {
             addr,
             shared,
             thread: Some(thread),
+            verifier,
         })
     }
 }
@@ -183,6 +214,7 @@ impl Drop for Server {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        drop(self.verifier.take());
     }
 }
 
@@ -199,10 +231,14 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// The reply to a complete request head.
-fn answer(bytes: &[u8], shared: &Shared) -> Reply {
-    let Ok(head) = head::parse(bytes) else {
-        return Reply::Now(refusal(400, "bad request\n"));
+/// The reply to a complete request head, or why it could not be read.
+fn answer(head: Result<Head, head::BadHead>, shared: &Shared) -> Reply {
+    let head = match head {
+        Ok(head) => head,
+        Err(head::BadHead::TooManyHeaders) => {
+            return Reply::Now(refusal(431, "too many header lines\n"));
+        }
+        Err(head::BadHead::Malformed) => return Reply::Now(refusal(400, "bad request\n")),
     };
     match shared.access.check_host(head.host.as_deref()) {
         Ok(()) => {}
@@ -217,27 +253,42 @@ fn answer(bytes: &[u8], shared: &Shared) -> Reply {
     if head.method != "GET" {
         return Reply::Now(refusal(405, "only GET is served\n"));
     }
-    let live = &shared.live;
-    let path = head.target.split('?').next().unwrap_or_default();
-    if path == "/healthz" {
+    if path_of(&head) == "/healthz" {
         // Open without credentials: a liveness probe has none, and this says only "ok".
-        return Reply::Now(match health::check(live) {
+        return Reply::Now(match health::check(&shared.live) {
             Ok(()) => response(200, "text/plain", b"ok\n", ""),
             Err(reasons) => response(503, "text/plain", reasons.as_bytes(), ""),
         });
     }
-    if shared
+    match shared
         .access
         .check_credentials(head.authorization.as_deref())
-        .is_err()
     {
-        return Reply::Now(response(
-            401,
-            "text/plain",
-            b"credentials needed (see [http] token_file, basic_user)\n",
-            &shared.access.challenge(),
-        ));
+        Verdict::Granted => authorized(&head, shared),
+        Verdict::Refused => Reply::Now(unauthorized(&shared.access)),
+        Verdict::Verify(credentials) => Reply::Verify(Box::new((head, credentials))),
     }
+}
+
+/// The path of the request's target, without its query.
+fn path_of(head: &Head) -> &str {
+    head.target.split('?').next().unwrap_or_default()
+}
+
+/// The 401 that asks for credentials.
+fn unauthorized(access: &Access) -> Vec<u8> {
+    response(
+        401,
+        "text/plain",
+        b"credentials needed (see [http] token_file, basic_user)\n",
+        &access.challenge(),
+    )
+}
+
+/// The reply to a request whose credentials passed (or that needs none).
+fn authorized(head: &Head, shared: &Shared) -> Reply {
+    let live = &shared.live;
+    let path = path_of(head);
     Reply::Now(match path {
         "/" => response(200, "text/html; charset=utf-8", page::HTML.as_bytes(), ""),
         "/metrics" => response(

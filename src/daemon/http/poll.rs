@@ -9,7 +9,8 @@
 //! is still reading its head (the one nearest its deadline anyway), so a fresh request always
 //! gets in; when `accept` fails for want of file descriptors, that same eviction frees one,
 //! and with nothing to evict the loop pauses [`ACCEPT_BACKOFF`]. A preview is handed to a
-//! thread of its own (`preview.rs`) and leaves the table.
+//! thread of its own (`preview.rs`) and leaves the table; so is a request whose credentials
+//! need the slow check (`verify.rs`), or it is answered 503 at once when that queue is full.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -19,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::head::{self, MAX_HEAD};
+use super::verify::{self, Job};
 use super::{Reply, Shared};
 
 /// Connections held at once (reading a head or being answered): far more than a few browsers
@@ -185,8 +187,8 @@ fn advance(
         }
     }
     if let State::Head(bytes) = &conn.state {
-        let reply = if let Some(n) = head::end(bytes) {
-            Some(super::answer(&bytes[..n], shared))
+        let reply = if let Some(head) = head::parse(bytes).transpose() {
+            Some(super::answer(head, shared))
         } else if bytes.len() > MAX_HEAD {
             Some(Reply::Now(super::refusal(431, "request head too large\n")))
         } else if now >= conn.deadline {
@@ -197,21 +199,40 @@ fn advance(
         } else {
             None
         };
-        match reply {
-            None => {}
-            Some(Reply::Now(bytes)) => {
-                conn.state = State::Answer(bytes, 0);
-                conn.deadline = now + ANSWER_DEADLINE;
-                // Most answers fit the socket's buffer: written now, no second trip.
-                if let State::Answer(bytes, sent) = &mut conn.state
-                    && let Ok(n) = conn.stream.write(bytes)
-                {
-                    *sent = n;
-                }
-            }
+        let now_reply = match reply {
+            None => None,
+            Some(Reply::Now(bytes)) => Some(bytes),
             Some(Reply::Preview(source)) => {
                 super::preview::start(conn.stream, shared, source);
                 return None;
+            }
+            Some(Reply::Verify(pending)) => {
+                let (head, credentials) = *pending;
+                let job = Job {
+                    stream: conn.stream,
+                    head,
+                    credentials,
+                };
+                match verify::submit(shared, job) {
+                    Ok(()) => return None,
+                    Err(job) => {
+                        conn.stream = job.stream;
+                        Some(super::refusal(
+                            503,
+                            "too many credential checks at once; try again\n",
+                        ))
+                    }
+                }
+            }
+        };
+        if let Some(bytes) = now_reply {
+            conn.state = State::Answer(bytes, 0);
+            conn.deadline = now + ANSWER_DEADLINE;
+            // Most answers fit the socket's buffer: written now, no second trip.
+            if let State::Answer(bytes, sent) = &mut conn.state
+                && let Ok(n) = conn.stream.write(bytes)
+            {
+                *sent = n;
             }
         }
     }
