@@ -191,6 +191,44 @@ fn a_run_tells_systemd_it_is_ready_alive_and_stopping() {
     );
 }
 
+/// `NOTIFY_SOCKET` naming a socket nobody listens on (systemd gone, a stale variable): every
+/// message fails to send, and the run does its whole work all the same, exit 0, with one
+/// warning for all of them (the later failures are debug lines).
+#[test]
+fn a_notify_socket_nobody_listens_on_costs_the_run_one_warning_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write(
+        dir.path(),
+        "p.toml",
+        "[sources.street]\nuri = \"test://ball?width=160&height=120&fps=20&frames=40&live=true\"\n\
+         [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n",
+    );
+    let gone = dir.path().join("gone.sock");
+    let usec = WATCHDOG.as_micros().to_string();
+    let out = spawn(
+        dir.path(),
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("NOTIFY_SOCKET", gone.to_str().unwrap()),
+            ("WATCHDOG_USEC", &usec),
+            ("VIDFLOW_LOG", "debug"),
+        ],
+    )
+    .finish(GUARD);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert_eq!(jsonl(&dir.path().join("events.jsonl")).len(), 40);
+    let failures: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("systemd notify: cannot send"))
+        .collect();
+    let warnings = failures.iter().filter(|l| l.contains("WARN")).count();
+    // READY=1 and STOPPING=1 at least, and pings while the 2 s of frames flowed.
+    assert!(failures.len() >= 3, "{}", out.stderr);
+    assert_eq!(warnings, 1, "{failures:#?}");
+    assert!(failures[0].contains("WARN"), "{failures:#?}");
+}
+
 /// SIGHUP: `RELOADING=1` with the monotonic time systemd matches it by, then `READY=1` once the
 /// new file is swapped in, or refused: either way the service is ready again and running.
 #[test]
