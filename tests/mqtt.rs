@@ -270,7 +270,7 @@ detections = "$steps.motion.detections"
 [steps.zones]
 kind = "zone_count"
 tracks = "$steps.follow.tracks"
-zones = {{ all = [[0, 0], [160, 0], [160, 120], [0, 120]], corner = [[0, 0], [20, 0], [20, 20], [0, 20]] }}
+zones = {{ all = [[0, 0], [160, 0], [160, 120], [0, 120]], corner = [[0, 0], [20, 0], [20, 20], [0, 20]], "car park" = [[0, 0], [80, 0], [80, 60], [0, 60]], car_park = [[80, 60], [160, 60], [160, 120], [80, 120]] }}
 
 [steps.door]
 kind = "line_counter"
@@ -297,11 +297,16 @@ discovery = true
     wait_for_lines(&lines_path, 30, HANG);
 
     // What Home Assistant reads when it subscribes: the retained configs and availability.
+    // Two zones, "car park" and "car_park", whose names write as one id: each its own
+    // sensor, on its own retained topic (one topic would keep the second config only).
     let configs = Subscriber::start(broker.port, "homeassistant/#");
-    configs.wait_for(4, HANG);
-    let found: Vec<serde_json::Value> = configs
-        .received()
-        .into_iter()
+    configs.wait_for(6, HANG);
+    let received = configs.received();
+    drop(configs);
+    let topics: BTreeSet<&str> = received.iter().map(|r| r.topic.as_str()).collect();
+    assert_eq!(topics.len(), 6, "{topics:?}");
+    let found: Vec<serde_json::Value> = received
+        .iter()
         .map(|r| {
             assert!(
                 r.topic.starts_with("homeassistant/sensor/vidflow_"),
@@ -309,12 +314,11 @@ discovery = true
                 r.topic
             );
             assert!(r.topic.ends_with("/config"), "{}", r.topic);
-            r.payload
+            r.payload.clone()
         })
         .collect();
-    drop(configs);
-    // One sensor per count: the zones "all" and "corner", the line's "in" and "out"; none for
-    // the detections (not counts).
+    // One sensor per count: the zones "all", "corner", "car park" and "car_park", the line's
+    // "in" and "out"; none for the detections (not counts).
     let mut templates: Vec<String> = found
         .iter()
         .map(|c| c["value_template"].as_str().unwrap().to_owned())
@@ -326,6 +330,8 @@ discovery = true
             r#"{{ value_json["steps.door.counts"]["in"] }}"#,
             r#"{{ value_json["steps.door.counts"]["out"] }}"#,
             r#"{{ value_json["steps.zones.counts"]["all"] }}"#,
+            r#"{{ value_json["steps.zones.counts"]["car park"] }}"#,
+            r#"{{ value_json["steps.zones.counts"]["car_park"] }}"#,
             r#"{{ value_json["steps.zones.counts"]["corner"] }}"#,
         ]
     );
@@ -333,7 +339,7 @@ discovery = true
         .iter()
         .map(|c| c["unique_id"].as_str().unwrap())
         .collect();
-    assert_eq!(unique.len(), 4, "{found:?}");
+    assert_eq!(unique.len(), 6, "{found:?}");
     let availability = found[0]["availability_topic"].as_str().unwrap().to_owned();
     for c in &found {
         assert_eq!(c["state_topic"], "vidflow/cam/ha", "{c}");
