@@ -2,7 +2,9 @@
 //! and change, none is encoded before somebody watches, a source without a preview sink is a
 //! clear 404, the page shows the moving preview and the counters in headless Chromium
 //! (Debian's `chromium`, installed by scripts/install-deps), and a stream ends (its slot
-//! freed) when its source stalls or a reload removes its preview sink.
+//! freed) when its source stalls or a reload removes its preview sink. The preview is found in
+//! the page's screenshot by what it shows (a box the source's size, black with the moving ball
+//! of `test://ball`), never at a fixed place, so a change of margins or fonts moves nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -134,29 +136,83 @@ fn chromium(url: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Where the page puts the first source's preview: 8 px margin, 1 px border, 320 x 240.
-const PREVIEW_AREA: Rect = Rect {
-    x: 9,
-    y: 9,
-    width: 320,
-    height: 240,
-};
+/// The sources' size in [`start`], which the page shows at its own size.
+const SIZE: (i32, i32) = (320, 240);
 
-/// A screenshot of the page whose preview area shows an image (not the black of an image not
-/// loaded yet); a few tries, since the first JPEG may come after the screenshot.
+/// Bright pixels (the white ball; the page's grey text is #ccc, darker) in `image`.
+fn bright(image: &Mat) -> i32 {
+    let mut grey = Mat::default();
+    opencv::imgproc::cvt_color_def(image, &mut grey, opencv::imgproc::COLOR_BGR2GRAY).unwrap();
+    let mut mask = Mat::default();
+    opencv::imgproc::threshold(
+        &grey,
+        &mut mask,
+        230.0,
+        255.0,
+        opencv::imgproc::THRESH_BINARY,
+    )
+    .unwrap();
+    opencv::core::count_non_zero(&mask).unwrap()
+}
+
+/// The boxes of the page the size of a source with a black background, wherever the layout put
+/// them: a preview (the ball pattern is drawn on black) or the box of a source without one.
+fn dark_boxes(page: &Mat) -> Vec<Rect> {
+    let mut grey = Mat::default();
+    opencv::imgproc::cvt_color_def(page, &mut grey, opencv::imgproc::COLOR_BGR2GRAY).unwrap();
+    let mut dark = Mat::default();
+    opencv::imgproc::threshold(
+        &grey,
+        &mut dark,
+        30.0,
+        255.0,
+        opencv::imgproc::THRESH_BINARY_INV,
+    )
+    .unwrap();
+    let (mut labels, mut stats, mut centroids) = (Mat::default(), Mat::default(), Mat::default());
+    let n = opencv::imgproc::connected_components_with_stats(
+        &dark,
+        &mut labels,
+        &mut stats,
+        &mut centroids,
+        8,
+        opencv::core::CV_32S,
+    )
+    .unwrap();
+    let stat = |i: i32, what: i32| *stats.at_2d::<i32>(i, what).unwrap();
+    (1..n)
+        .map(|i| {
+            use opencv::imgproc::{CC_STAT_HEIGHT, CC_STAT_LEFT, CC_STAT_TOP, CC_STAT_WIDTH};
+            Rect::new(
+                stat(i, CC_STAT_LEFT),
+                stat(i, CC_STAT_TOP),
+                stat(i, CC_STAT_WIDTH),
+                stat(i, CC_STAT_HEIGHT),
+            )
+        })
+        .filter(|r| (r.width - SIZE.0).abs() <= 2 && (r.height - SIZE.1).abs() <= 2)
+        .collect()
+}
+
+fn area(page: &Mat, rect: Rect) -> Mat {
+    Mat::roi(page, rect).unwrap().try_clone().unwrap()
+}
+
+/// A screenshot of the page once a box of it shows the ball (the first JPEG may come after
+/// the page is drawn: a few tries).
 fn screenshot(url: &str, path: &Path) -> Mat {
     for _ in 0..5 {
         chromium(url, &[&format!("--screenshot={}", path.display())]);
         let page = imgcodecs::imread(path.to_str().unwrap(), imgcodecs::IMREAD_COLOR).unwrap();
         assert!(!page.empty(), "{} is not an image", path.display());
-        let area = Mat::roi(&page, PREVIEW_AREA).unwrap().try_clone().unwrap();
-        let mut grey = Mat::default();
-        opencv::imgproc::cvt_color_def(&area, &mut grey, opencv::imgproc::COLOR_BGR2GRAY).unwrap();
-        if opencv::core::count_non_zero(&grey).unwrap() > 0 {
-            return area;
+        if dark_boxes(&page)
+            .iter()
+            .any(|b| bright(&area(&page, *b)) > 0)
+        {
+            return page;
         }
     }
-    panic!("the preview area of {} stayed black", path.display());
+    panic!("no box of {} shows the ball", path.display());
 }
 
 #[test]
@@ -177,9 +233,35 @@ fn the_page_in_headless_chromium_shows_a_moving_preview_and_counters() {
         first_path.display(),
         second_path.display()
     );
+    // Two boxes the sources' size, wherever the page put them: `cam`'s preview, which moves,
+    // and `still`'s "no preview" box, which does not.
+    let boxes = dark_boxes(&second);
+    assert_eq!(boxes, dark_boxes(&first), "the layout moved");
+    assert_eq!(boxes.len(), 2, "{boxes:?} in {}", second_path.display());
+    let (moving, still): (Vec<Rect>, Vec<Rect>) = boxes
+        .into_iter()
+        .partition(|b| differing(&area(&first, *b), &area(&second, *b)) > 0);
+    assert_eq!(
+        (moving.len(), still.len()),
+        (1, 1),
+        "the preview did not move in a second, or the other box did: {}",
+        second_path.display()
+    );
+    // What moves is `cam`'s own picture: a ball the size the stream's JPEGs show it.
+    let (status, _, mut reader) = open(port, "/preview/cam").unwrap();
+    assert_eq!(status, 200);
+    let jpeg = bright(&decode(&read_part(&mut reader)));
+    drop(reader);
+    let shown = bright(&area(&second, moving[0]));
     assert!(
-        differing(&first, &second) > 0,
-        "the preview did not change in a second"
+        jpeg > 0 && shown * 2 > jpeg && shown < jpeg * 2,
+        "the ball covers {shown} pixels on the page, {jpeg} in a JPEG of the stream"
+    );
+    assert_eq!(
+        bright(&area(&second, still[0])),
+        0,
+        "{}",
+        second_path.display()
     );
 
     let dom = chromium(&url, &["--dump-dom"]);
