@@ -155,21 +155,7 @@ fn ort_loaded() -> Result<&'static (String, ort::environment::Environment), &'st
             guarded("loading ONNX Runtime", || {
                 let builder = ort::init_from(&path)
                     .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
-                let logger: ort::logging::LoggerFunction =
-                    std::sync::Arc::new(|level, category, _id, code_location, message| {
-                        use ort::logging::LogLevel;
-                        match level {
-                            LogLevel::Verbose | LogLevel::Info => tracing::trace!(
-                                target: "onnxruntime", category, code_location, "{message}"
-                            ),
-                            LogLevel::Warning => tracing::warn!(
-                                target: "onnxruntime", category, code_location, "{message}"
-                            ),
-                            LogLevel::Error | LogLevel::Fatal => tracing::error!(
-                                target: "onnxruntime", category, code_location, "{message}"
-                            ),
-                        }
-                    });
+                let logger: ort::logging::LoggerFunction = std::sync::Arc::new(log_from_ort);
                 let environment = builder
                     .with_name("vidflow")
                     .with_telemetry(false)
@@ -181,6 +167,29 @@ fn ort_loaded() -> Result<&'static (String, ort::environment::Environment), &'st
         })
         .as_ref()
         .map_err(String::as_str)
+}
+
+/// ONNX Runtime's log function, called from C++ (through `ort`'s `extern "system"` trampoline,
+/// which does not catch a panic): a panic here is caught, so that it cannot abort the process.
+fn log_from_ort(
+    level: ort::logging::LogLevel,
+    category: &str,
+    _id: &str,
+    code_location: &str,
+    message: &str,
+) {
+    use ort::logging::LogLevel;
+    let _ = std::panic::catch_unwind(|| match level {
+        LogLevel::Verbose | LogLevel::Info => tracing::trace!(
+            target: "onnxruntime", category, code_location, "{message}"
+        ),
+        LogLevel::Warning => tracing::warn!(
+            target: "onnxruntime", category, code_location, "{message}"
+        ),
+        LogLevel::Error | LogLevel::Fatal => tracing::error!(
+            target: "onnxruntime", category, code_location, "{message}"
+        ),
+    });
 }
 
 /// OpenVINO's C library, loaded (once): its version, or why it cannot run.
