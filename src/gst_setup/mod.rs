@@ -6,7 +6,7 @@
 //! its end aborts the whole process (Rust does not unwind into C). gstreamer-app's appsink and
 //! appsrc callbacks and gstreamer's pad tasks catch a panic themselves (they post an error on
 //! the bus); the log function, bus sync handlers, pad probes and signal handlers (`connect`)
-//! do not, so the code vidflow gives them runs inside [`from_c`].
+//! do not, so the code vidflow gives them must run inside [`from_c`] (the log function does).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
