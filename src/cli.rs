@@ -9,6 +9,7 @@ use crate::daemon::{self, RunOptions, Shutdown};
 use crate::{sinks, steps};
 
 mod logging;
+mod panic;
 mod password;
 mod progress;
 
@@ -79,8 +80,10 @@ pub enum Command {
 }
 
 /// Logging to stderr, filtered by VIDFLOW_LOG (default `info`); plain, with journald priorities,
-/// when stderr is the journal (see `cli/logging.rs`).
+/// when stderr is the journal (see `cli/logging.rs`). A panic's message is printed with its URLs
+/// redacted (`cli/panic.rs`).
 pub fn init_logging() {
+    panic::install();
     logging::init();
 }
 
