@@ -33,10 +33,12 @@ use serde::Serialize;
 
 use crate::frame::{Format, Frame};
 
+mod cut;
 mod options;
 mod pipeline;
 mod stream;
 mod supervisor;
+mod teardown;
 mod uri;
 
 pub use options::{Backoff, Credentials, Reconnect, Secret, SourceOptions, Transport};
@@ -115,6 +117,11 @@ pub struct SourceCounters {
     /// Frames copied out of the decoder's buffer because the source's frames held as many of
     /// its buffers as its pool allows (`frame::Pins`).
     pub copied: AtomicU64,
+    /// Connections cut because their server held the pipeline's teardown (`teardown.rs`).
+    pub cut: AtomicU64,
+    /// Pipelines left behind, still going down on a thread of their own, because their
+    /// teardown did not end (`teardown.rs`).
+    pub abandoned: AtomicU64,
     /// A [`SourceState`] as `u8`. Written by the supervisor (losses, the end) and the streaming
     /// thread (a frame after a loss), read by observers.
     state: AtomicU8,
@@ -181,6 +188,8 @@ pub struct SourceStats {
     pub attempts: u64,
     pub throttled: u64,
     pub copied: u64,
+    pub cut: u64,
+    pub abandoned: u64,
 }
 
 impl SourceCounters {
@@ -238,6 +247,8 @@ impl SourceCounters {
             attempts: get(&self.attempts),
             throttled: get(&self.throttled),
             copied: get(&self.copied),
+            cut: get(&self.cut),
+            abandoned: get(&self.abandoned),
         }
     }
 }

@@ -126,6 +126,11 @@ pub(crate) fn build(
                 // messages: rtspsrc takes user and password apart, decoded (its own URL parser
                 // would refuse a user without a password, and decode nothing).
                 src.set_property("location", address.without_credentials().as_str());
+                // A read of the server that waits longer than the stall timeout fails, so that
+                // a server gone quiet mid-answer cannot hold rtspsrc's task (and its teardown)
+                // for its default 20 s. One that floods is cut instead (`teardown.rs`).
+                let micros = u64::try_from(options.stall_timeout.as_micros()).unwrap_or(u64::MAX);
+                src.set_property("tcp-timeout", micros.max(1));
                 let (user, password) = match &options.credentials {
                     Some(c) => (c.user.as_str(), Some(c.password.expose())),
                     None => (address.user(), address.password().map(Secret::expose)),

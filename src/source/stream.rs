@@ -11,6 +11,7 @@ use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
+use super::cut::{Opened, Server};
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
 use crate::frame::{Format, Frame, Pins, PoolSize};
 
@@ -24,12 +25,51 @@ pub(super) enum Ended {
     Eos,
     /// A stop or abort request ended it.
     Stopped,
-    /// A live stream delivered nothing for `stall_timeout`.
-    Stalled,
+    /// A live stream delivered nothing for `stall_timeout`, while it waited for this.
+    Stalled(Waiting),
     /// An error a retry may fix (network, server restart).
     Failed(SourceError),
     /// An error no retry fixes (wrong password, missing file).
     Fatal(SourceError),
+}
+
+/// What a live connection that delivered nothing was waiting for, from rtspsrc's progress
+/// messages: a stall before the first frame is rarely the camera's frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// Frames: the stream was set up (or this is not RTSP).
+    Frames,
+    /// The TCP connection to the server.
+    Connection,
+    /// The server's answer to a request (rtspsrc's step, as it names it).
+    Answer(String),
+}
+
+impl Waiting {
+    /// Takes in a progress message of the connection.
+    fn follow(&mut self, progress: &gst::message::Progress) {
+        let (kind, code, text) = progress.get();
+        *self = match (kind, code) {
+            (gst::ProgressType::Start | gst::ProgressType::Continue, "connect") => Self::Connection,
+            (gst::ProgressType::Start | gst::ProgressType::Continue, "open" | "request") => {
+                Self::Answer(text.to_owned())
+            }
+            (gst::ProgressType::Complete, "open" | "request") => Self::Frames,
+            _ => return,
+        };
+    }
+
+    /// Why the connection was given up after `stall` without a frame.
+    pub(super) fn reason(&self, stall: Duration) -> String {
+        let ms = stall.as_millis();
+        match self {
+            Self::Frames => format!("no frame for {ms} ms"),
+            Self::Connection => format!("no connection to the server within {ms} ms"),
+            Self::Answer(step) => {
+                format!("no answer from the server within {ms} ms (it was at \"{step}\")")
+            }
+        }
+    }
 }
 
 /// Checks what can be checked before GStreamer runs, for errors that say what is wrong.
@@ -64,10 +104,13 @@ pub(super) fn preflight_uri(name: &str, uri: &SourceUri) -> Result<(), SourceErr
 
 /// A running pipeline of a source.
 pub(super) struct Connection {
-    pipeline: gst::Pipeline,
-    appsink: gst_app::AppSink,
+    pub(super) pipeline: gst::Pipeline,
+    pub(super) appsink: gst_app::AppSink,
     bus: gst::Bus,
-    eos_thread: Option<JoinHandle<()>>,
+    pub(super) eos_thread: Option<JoinHandle<()>>,
+    /// An RTSP connection's server and the sockets from before it, to cut it if its server
+    /// holds the teardown (`cut.rs`).
+    pub(super) opened: Option<Opened>,
 }
 
 impl Connection {
@@ -100,11 +143,16 @@ impl Connection {
             .bus
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bus.clone());
+        let opened = match &shared.uri {
+            SourceUri::Rtsp { address } => Server::of(address).map(Opened::new),
+            _ => None,
+        };
         let connection = Self {
             pipeline,
             appsink,
             bus,
             eos_thread: None,
+            opened,
         };
         if connection.pipeline.set_state(gst::State::Playing).is_err() {
             let ended = connection
@@ -114,7 +162,7 @@ impl Connection {
                     || Ended::Failed(shared.unavailable("pipeline refused to start")),
                     |msg| classify(shared, &msg),
                 );
-            connection.close(shared);
+            let _ = connection.close(shared);
             return Err(ended);
         }
         // A request that came before the bus was known is delivered now.
@@ -138,6 +186,7 @@ impl Connection {
         let connected = Instant::now();
         // When the stop request was taken up (EOS sent).
         let mut stopping: Option<Instant> = None;
+        let mut waiting = Waiting::Frames;
         loop {
             let now = Instant::now();
             let deadline = match stopping {
@@ -156,7 +205,7 @@ impl Connection {
             });
             let Some(msg) = self
                 .bus
-                .timed_pop_filtered(timeout, &[T::Eos, T::Error, T::Application])
+                .timed_pop_filtered(timeout, &[T::Eos, T::Error, T::Application, T::Progress])
             else {
                 if stopping.is_some() {
                     tracing::warn!(
@@ -170,11 +219,13 @@ impl Connection {
                     .last_frame_at()
                     .map_or(connected, |t| t.max(connected));
                 if last.elapsed() >= stall {
-                    return Ended::Stalled;
+                    let streamed = shared.last_frame_at().is_some_and(|t| t >= connected);
+                    return Ended::Stalled(if streamed { Waiting::Frames } else { waiting });
                 }
                 continue;
             };
             match msg.view() {
+                gst::MessageView::Progress(progress) => waiting.follow(progress),
                 gst::MessageView::Eos(_) if stopping.is_some() => return Ended::Stopped,
                 gst::MessageView::Eos(_) => return Ended::Eos,
                 gst::MessageView::Error(_) if shared.request() != RUN => return Ended::Stopped,
@@ -200,31 +251,6 @@ impl Connection {
                 _ => {}
             }
         }
-    }
-
-    /// Takes the pipeline down completely; the appsink callbacks (and their frame sender) go.
-    pub(super) fn close(mut self, shared: &Shared) {
-        *shared
-            .bus
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        // Read before the state change: videorate resets its counters when it stops.
-        if let Some(rate) = self.pipeline.by_name(super::pipeline::RATE) {
-            // Its "drop" count misses what max-rate drops: count in minus out.
-            let (frames_in, frames_out): (u64, u64) = (rate.property("in"), rate.property("out"));
-            let dropped = frames_in.saturating_sub(frames_out);
-            shared
-                .counters
-                .throttled
-                .fetch_add(dropped, Ordering::Relaxed);
-        }
-        let _ = self.pipeline.set_state(gst::State::Null);
-        if let Some(thread) = self.eos_thread.take() {
-            // Returns once the pipeline is down, if it had not already.
-            let _ = thread.join();
-        }
-        self.appsink
-            .set_callbacks(gst_app::AppSinkCallbacks::builder().build());
     }
 }
 

@@ -47,13 +47,14 @@ pub(super) fn supervise(
         let ended = match Connection::open(shared, frames, oldest) {
             Ok(mut connection) => {
                 let ended = connection.watch(shared);
-                connection.close(shared);
+                // Bounded whatever the peer does (`teardown.rs`).
+                let _ = connection.close(shared);
                 ended
             }
             Err(ended) => ended,
         };
         let streamed = shared.last_frame_at().is_some_and(|t| t >= started);
-        let stalled = matches!(ended, Ended::Stalled);
+        let stalled = matches!(ended, Ended::Stalled(_));
         let reason = match ended {
             Ended::Stopped => return Ok(()),
             Ended::Fatal(e) => return Err(e),
@@ -72,10 +73,7 @@ pub(super) fn supervise(
             }
             Ended::Failed(e) if !live => return Err(e),
             Ended::Eos => "the stream ended".to_owned(),
-            Ended::Stalled => format!(
-                "no frame for {} ms",
-                shared.options.stall_timeout.as_millis()
-            ),
+            Ended::Stalled(waiting) => waiting.reason(shared.options.stall_timeout),
             Ended::Failed(e) => e.to_string(),
         };
         shared.counters.set_state(if stalled {

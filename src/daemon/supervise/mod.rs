@@ -387,4 +387,6 @@ pub(super) fn add_source_stats(total: &mut SourceStats, more: &SourceStats) {
     total.attempts += more.attempts;
     total.throttled += more.throttled;
     total.copied += more.copied;
+    total.cut += more.cut;
+    total.abandoned += more.abandoned;
 }
