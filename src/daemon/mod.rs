@@ -13,8 +13,12 @@
 //! 3. the pool is shut down and its threads joined,
 //! 4. the sinks are closed (files finalized), even if an earlier stage failed.
 //!
-//! A second stop request aborts: no new frame is admitted, frames still queued are counted as
-//! dropped, frames in flight still finish, and the sinks are still closed.
+//! A second stop request stops at once: no new frame is admitted, frames still queued are
+//! counted as dropped, the sources are stopped hard, frames in flight get one second (then they
+//! are given up and counted as dropped, their workers left to finish on their own), and the
+//! sinks are still closed with their share of the deadline, so the files they wrote stay valid.
+//! What is given up on that request is logged, not an error: the exit code stays 0 unless a
+//! source or a sink had to be abandoned.
 //!
 //! The stop deadline (`[daemon] stop_timeout_s`, from the first stop request or the end of the
 //! run) bounds all four steps: what has not finished by then is abandoned, never waited for,
