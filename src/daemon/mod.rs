@@ -156,9 +156,12 @@ pub enum DaemonError {
 }
 
 impl DaemonError {
-    /// sysexits: 69 unavailable source, 73 cannot create output, 70 internal error.
+    /// sysexits: 69 unavailable source, 65 a file that could not be decoded whole, 73 cannot
+    /// create output, 70 internal error.
     pub fn exit_code(&self) -> u8 {
         match self {
+            // The input's fault, and everything decodable of it was processed: EX_DATAERR.
+            Self::Source(SourceError::Incomplete { .. }) => 65,
             Self::Source(_) => 69,
             Self::Http(e) => e.exit_code(),
             Self::Sink {

@@ -12,65 +12,13 @@ use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
 use super::cut::{Opened, Server};
+use super::ended::{Ended, Waiting, classify, too_big};
+use super::pipeline::TOO_BIG;
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
 use crate::frame::{Format, Frame, Pins, PoolSize};
 
 /// How long to look for the error that explains a pipeline refusing to start.
 const START_ERROR_WAIT: gst::ClockTime = gst::ClockTime::from_seconds(1);
-
-/// How one connection ended.
-#[derive(Debug)]
-pub(super) enum Ended {
-    /// The stream ended by itself.
-    Eos,
-    /// A stop or abort request ended it.
-    Stopped,
-    /// A live stream delivered nothing for `stall_timeout`, while it waited for this.
-    Stalled(Waiting),
-    /// An error a retry may fix (network, server restart).
-    Failed(SourceError),
-    /// An error no retry fixes (wrong password, missing file).
-    Fatal(SourceError),
-}
-
-/// What a live connection that delivered nothing was waiting for, from rtspsrc's progress
-/// messages: a stall before the first frame is rarely the camera's frames.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Waiting {
-    /// Frames: the stream was set up (or this is not RTSP).
-    Frames,
-    /// The TCP connection to the server.
-    Connection,
-    /// The server's answer to a request (rtspsrc's step, as it names it).
-    Answer(String),
-}
-
-impl Waiting {
-    /// Takes in a progress message of the connection.
-    fn follow(&mut self, progress: &gst::message::Progress) {
-        let (kind, code, text) = progress.get();
-        *self = match (kind, code) {
-            (gst::ProgressType::Start | gst::ProgressType::Continue, "connect") => Self::Connection,
-            (gst::ProgressType::Start | gst::ProgressType::Continue, "open" | "request") => {
-                Self::Answer(text.to_owned())
-            }
-            (gst::ProgressType::Complete, "open" | "request") => Self::Frames,
-            _ => return,
-        };
-    }
-
-    /// Why the connection was given up after `stall` without a frame.
-    pub(super) fn reason(&self, stall: Duration) -> String {
-        let ms = stall.as_millis();
-        match self {
-            Self::Frames => format!("no frame for {ms} ms"),
-            Self::Connection => format!("no connection to the server within {ms} ms"),
-            Self::Answer(step) => {
-                format!("no answer from the server within {ms} ms (it was at \"{step}\")")
-            }
-        }
-    }
-}
 
 /// Checks what can be checked before GStreamer runs, for errors that say what is wrong.
 pub(super) fn preflight(shared: &Shared) -> Result<(), SourceError> {
@@ -90,14 +38,7 @@ pub(super) fn preflight_uri(name: &str, uri: &SourceUri) -> Result<(), SourceErr
             Ok(_) => Err(unavailable("not a regular file".to_owned())),
             Err(e) => Err(unavailable(format!("cannot open: {e}"))),
         },
-        SourceUri::V4l2 { device, .. } => match std::fs::metadata(device) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unavailable(
-                "no such camera device (is it plugged in, and is the user in group \"video\"?)"
-                    .to_owned(),
-            )),
-            Err(e) => Err(unavailable(format!("cannot open camera device: {e}"))),
-        },
+        SourceUri::V4l2 { device, .. } => super::device::check_camera(device).map_err(unavailable),
         SourceUri::Rtsp { .. } | SourceUri::Test(_) => Ok(()),
     }
 }
@@ -160,7 +101,7 @@ impl Connection {
                 .timed_pop_filtered(START_ERROR_WAIT, &[gst::MessageType::Error])
                 .map_or_else(
                     || Ended::Failed(shared.unavailable("pipeline refused to start")),
-                    |msg| classify(shared, &msg),
+                    |msg| classify(shared, &msg, &connection.pipeline),
                 );
             let _ = connection.close(shared);
             return Err(ended);
@@ -229,7 +170,12 @@ impl Connection {
                 gst::MessageView::Eos(_) if stopping.is_some() => return Ended::Stopped,
                 gst::MessageView::Eos(_) => return Ended::Eos,
                 gst::MessageView::Error(_) if shared.request() != RUN => return Ended::Stopped,
-                gst::MessageView::Error(_) => return classify(shared, &msg),
+                gst::MessageView::Error(_) => return classify(shared, &msg, &self.pipeline),
+                gst::MessageView::Application(app)
+                    if app.structure().is_some_and(|s| s.name() == TOO_BIG) =>
+                {
+                    return Ended::Fatal(too_big(shared, app.structure()));
+                }
                 gst::MessageView::Application(app)
                     if app.structure().is_some_and(|s| s.name() == CONTROL_MESSAGE) =>
                 {
@@ -251,41 +197,6 @@ impl Connection {
                 _ => {}
             }
         }
-    }
-}
-
-/// Turns a bus error into how the connection ended.
-fn classify(shared: &Shared, msg: &gst::Message) -> Ended {
-    let gst::MessageView::Error(err) = msg.view() else {
-        return Ended::Failed(shared.unavailable("unexpected message"));
-    };
-    let scrub = |s: &str| {
-        let s = shared.uri.scrub(s);
-        match &shared.options.credentials {
-            Some(c) if !c.password.expose().is_empty() => s.replace(c.password.expose(), "***"),
-            _ => s,
-        }
-    };
-    let error = SourceError::Stream {
-        name: shared.name.to_string(),
-        uri: shared.uri.to_string(),
-        element: err
-            .src()
-            .map_or_else(|| "pipeline".to_owned(), |s| s.name().to_string()),
-        message: scrub(&err.error().to_string()),
-        debug: err.debug().map(|d| scrub(&d)),
-    };
-    let e = err.error();
-    if e.matches(gst::ResourceError::NotAuthorized) {
-        Ended::Fatal(shared.unavailable(format!(
-            "authentication failed (check user and password): {}",
-            scrub(&e.to_string())
-        )))
-    } else if !shared.uri.is_live() {
-        // A file that cannot be decoded will not decode better next time.
-        Ended::Fatal(error)
-    } else {
-        Ended::Failed(error)
     }
 }
 

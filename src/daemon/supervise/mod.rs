@@ -400,4 +400,5 @@ pub(super) fn add_source_stats(total: &mut SourceStats, more: &SourceStats) {
     total.copied += more.copied;
     total.cut += more.cut;
     total.abandoned += more.abandoned;
+    total.missing += more.missing;
 }
