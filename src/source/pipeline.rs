@@ -212,8 +212,9 @@ fn limit_frame_size(
     let pad = appsink
         .static_pad("sink")
         .ok_or_else(|| "appsink has no sink pad".to_owned())?;
-    let sink: gst::Element = appsink.clone().upcast();
-    pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |_, info| {
+    // The appsink is found from the pad at each event, not held: a probe holding its own
+    // element keeps it alive (with the buffers and the pool it holds) after the pipeline goes.
+    pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |pad, info| {
         let Some(gst::PadProbeData::Event(event)) = &info.data else {
             return gst::PadProbeReturn::Ok;
         };
@@ -222,7 +223,9 @@ fn limit_frame_size(
         };
         match too_big(caps.caps(), max) {
             Some(size) => {
-                refuse(&sink, size);
+                if let Some(sink) = pad.parent_element() {
+                    refuse(&sink, size);
+                }
                 gst::PadProbeReturn::Drop
             }
             None => gst::PadProbeReturn::Ok,
