@@ -18,6 +18,8 @@ pub mod exit {
     pub const OK: u8 = 0;
     /// EX_USAGE: bad command line.
     pub const USAGE: u8 = 64;
+    /// EX_DATAERR: a file source ended short of the frames it holds (damaged or truncated).
+    pub const DATAERR: u8 = 65;
     /// EX_UNAVAILABLE: the source cannot be opened.
     pub const UNAVAILABLE: u8 = 69;
     /// EX_SOFTWARE: internal error.
@@ -52,8 +54,9 @@ pub enum Command {
     /// in while unchanged sources keep running; if not, every problem is logged and the running
     /// pipeline goes on.
     ///
-    /// Exit codes: 0 clean end, 78 invalid pipeline, 69 source unavailable, 73 output cannot
-    /// be created, 70 internal error or a step error with on_step_error = "stop".
+    /// Exit codes: 0 clean end, 78 invalid pipeline, 69 source unavailable, 65 a file that
+    /// could not be decoded whole (every frame it gave was processed), 73 output cannot be
+    /// created, 70 internal error or a step error with on_step_error = "stop".
     Run {
         /// Pipeline file (TOML).
         pipeline: PathBuf,

@@ -336,21 +336,86 @@ fn a_sink_that_will_not_close_is_abandoned_at_the_stop_deadline() {
     assert_eq!(r.frames_dropped, 0, "{r:?}");
 }
 
-/// Threads of this process, less GStreamer's streaming threads (named `element:pad`) and GLib's
-/// thread pool (`pool-...`), which outlive a pipeline for a moment: sorted names.
+/// Threads GLib makes on first use and keeps for the life of the process: its main context's
+/// (`gmain`), the settings backend's (`dconf worker`), D-Bus's (`gdbus`). A run may start them
+/// once; no run may add any other thread that outlives it.
+const PROCESS_LIFETIME: &[&str] = &["gmain", "dconf worker", "gdbus"];
+
+/// A thread's name as the kernel keeps it: cut to 15 bytes.
+fn comm(name: &str) -> &[u8] {
+    &name.as_bytes()[..name.len().min(15)]
+}
+
+/// Whether a thread is the test harness's, running another of this file's tests (each is
+/// named after its test): they come and go as the tests take turns. The calling test's own
+/// name is not the harness's: a thread spawned without a name takes its spawner's, so a thread
+/// a run (on this test's thread, or one it spawned) leaks unnamed is named after this test.
+fn harness(name: &str) -> bool {
+    let current = std::thread::current();
+    let me = current.name().map(comm).unwrap_or_default();
+    include_str!("shutdown.rs")
+        .split("#[test]\nfn ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .any(|test| comm(test) == name.as_bytes() && comm(test) != me)
+}
+
+/// Threads of this process, less GStreamer's streaming threads (named `element:pad`), GLib's
+/// thread pools (`pool-...`), which outlive a pipeline for a moment, and the harness's: sorted
+/// names.
 fn ours() -> Vec<String> {
     let mut names: Vec<String> = task_names()
         .into_iter()
-        .filter(|n| !n.contains(':') && !n.starts_with("pool-"))
+        .filter(|n| !n.contains(':') && !n.starts_with("pool-") && !harness(n))
         .collect();
     names.sort();
     names
 }
 
-fn descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
+/// GStreamer streaming threads (`element:pad`) alive.
+fn streaming() -> usize {
+    task_names().iter().filter(|n| n.contains(':')).count()
 }
 
+/// What the open descriptors of this process are (`socket:[inode]` is a socket, `anon_inode:`
+/// an eventfd or the like): sorted, the inode numbers of sockets and pipes left out.
+fn descriptors() -> Vec<String> {
+    let mut open: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .map(|target| {
+            let target = target.display().to_string();
+            match target.split_once(":[") {
+                Some((kind, _)) => kind.to_owned(),
+                None => target,
+            }
+        })
+        .collect();
+    open.sort();
+    open
+}
+
+/// Names in `now` that are not in `before`, repeats counted.
+fn added(before: &[String], now: &[String]) -> Vec<String> {
+    let mut left = before.to_vec();
+    now.iter()
+        .filter(|n| match left.iter().position(|b| b == *n) {
+            Some(at) => {
+                left.remove(at);
+                false
+            }
+            None => true,
+        })
+        .cloned()
+        .collect()
+}
+
+/// Issue 25: this test took its baseline of threads after a first run and a 200 ms sleep, so a
+/// thread the first run leaked was in the baseline, and one still ending at that moment made
+/// the comparison a matter of timing. Now the baseline is taken before any run; while each run
+/// goes, its threads are seen (so the count can see them); once it has returned and its
+/// streaming threads are gone, the only threads added since the baseline are GLib's lifetime
+/// ones, the same after every run, and the descriptors are back to what the first run left.
 #[test]
 fn consecutive_runs_in_one_process_leave_no_threads_or_descriptors_behind() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -379,26 +444,62 @@ image = "$steps.overlay.image"
 "#,
         dir = dir.path().display()
     );
-    let run = || {
+    // Earlier tests take turns with this one and wait for the threads they abandoned.
+    let before = ours();
+    let mut lifetime: Option<Vec<String>> = None;
+    let mut fds = Vec::new();
+    for i in 0..4 {
         let pipeline = load_text(&SourceText::new("runs.toml", text.clone())).unwrap();
-        let report = daemon::run(pipeline, &RunOptions::default(), &Shutdown::new()).unwrap();
-        assert_eq!(report.frames_processed, 30);
-    };
-    // The first run lets GStreamer and OpenCV set up what they keep for the whole process.
-    run();
-    std::thread::sleep(Duration::from_millis(200));
-    let threads = ours();
-    let fds = descriptors();
-    for i in 0..3 {
-        run();
-        assert_eq!(alive("vidflow-worker"), 0, "run {i}: pool workers left");
-        // GStreamer's streaming threads and GLib's pool end a moment after a pipeline is down
-        // (on a loaded machine, later than any fixed pause): they are waited for and not
-        // counted. Every other thread must be gone, and the descriptors back.
-        wait_until(
-            &format!("run {i} leave the threads ({threads:?}) and at most {fds} descriptors"),
-            || ours() == threads && descriptors() <= fds,
+        let (tx, rx) = std::sync::mpsc::channel();
+        let runner = std::thread::spawn(move || {
+            let report = daemon::run(pipeline, &RunOptions::default(), &Shutdown::new());
+            tx.send(report.map(|r| r.frames_processed).ok()).unwrap();
+        });
+        // The state meant: the run's own threads exist while it goes (source, executor, two
+        // workers, two sinks, storage), so the count after it can see them.
+        let mut most = 0;
+        let processed = loop {
+            most = most.max(alive("vidflow-"));
+            match rx.try_recv() {
+                Ok(processed) => break processed,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        runner.join().unwrap();
+        assert_eq!(processed, Some(30), "run {i}");
+        assert!(
+            most >= 7,
+            "run {i}: only {most} vidflow threads seen running"
         );
+        // Every thread the run started has ended (joined: gone within a moment of the join).
+        wait_until(&format!("run {i}'s threads to end"), || {
+            alive("vidflow-") == 0 && streaming() == 0
+        });
+        let extra = added(&before, &ours());
+        assert!(
+            extra.iter().all(|n| PROCESS_LIFETIME.contains(&n.as_str())),
+            "run {i} left threads: {extra:?} (before any run: {before:?})"
+        );
+        match &lifetime {
+            None => {
+                lifetime = Some(extra);
+                fds = descriptors();
+            }
+            Some(first) => {
+                assert_eq!(&extra, first, "run {i}: lifetime threads changed");
+                // Descriptors GStreamer closes as its last references go.
+                let start = Instant::now();
+                while !added(&fds, &descriptors()).is_empty() {
+                    assert!(
+                        start.elapsed() < DEADLINE,
+                        "run {i} left descriptors the first did not: {:?} (after the first: {fds:?})",
+                        added(&fds, &descriptors())
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        println!("run {i}: at most {most} vidflow threads; added since the start: {lifetime:?}");
     }
 }
 

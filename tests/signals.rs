@@ -163,3 +163,109 @@ image = "$steps.blur.image"
         n("frames_processed")
     );
 }
+
+/// CPU time the pool's workers of process `pid` have used so far.
+fn workers_cpu(pid: u32) -> Duration {
+    let ticks_per_second = 100; // USER_HZ on Linux
+    let mut ticks = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("vidflow-worker") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let after = stat.rfind(')').map_or("", |at| &stat[at + 2..]);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields.len() > 12 {
+            ticks += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        }
+    }
+    Duration::from_millis(ticks * 1000 / ticks_per_second)
+}
+
+/// Issue 25, item 2: after `second stop request: aborting` the process ran on for 15.5 s. A
+/// frame whose steps take many seconds (sixteen 255-pixel blurs of a 4K frame, one worker) is
+/// in flight, and a graceful drain of it and the frames queued behind it would take a minute
+/// (the stop deadline is 60 s): the second signal must end the run within seconds, exit 0 (the
+/// frames given up were given up on request), count them as dropped, and still leave valid
+/// outputs.
+#[test]
+fn a_second_signal_ends_the_run_within_seconds_whatever_is_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from(
+        "[sources.cam]\nuri = \"test://snow?width=3840&height=2160&live=false\"\n\n\
+         [daemon]\nstop_timeout_s = 60\n\n[executor]\nworkers = 1\nmax_in_flight = 1\n\n\
+         [steps.small]\nkind = \"resize\"\nimage = \"$frame\"\nwidth = 320\nheight = 180\n\n\
+         [steps.b0]\nkind = \"blur\"\nimage = \"$frame\"\nkernel = 255\n\n",
+    );
+    for i in 1..16 {
+        text += &format!(
+            "[steps.b{i}]\nkind = \"blur\"\nimage = \"$steps.b{}.image\"\nkernel = 255\n\n",
+            i - 1
+        );
+    }
+    text += "[sinks.events]\nkind = \"jsonl\"\npath = \"out/events.jsonl\"\n\n\
+             [sinks.video]\nkind = \"video_file\"\npath = \"out/small.mkv\"\n\
+             image = \"$steps.small.image\"\n";
+    let pipeline = write(dir.path(), "heavy.toml", &text);
+    let running = spawn_run(&pipeline, &["--stats-json", "stats.json"], dir.path());
+    running.wait_for_stderr("source started", Duration::from_secs(60));
+    // The state meant: a worker is deep in the blurs of the first frame.
+    let start = std::time::Instant::now();
+    while workers_cpu(running.pid()) < Duration::from_millis(500) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no worker ever ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    running.signal("TERM");
+    running.wait_for_stderr("stop requested", Duration::from_secs(30));
+    let second = std::time::Instant::now();
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(120));
+    let took = second.elapsed();
+    let stderr = &out.stderr;
+    println!(
+        "exit {:?} {took:?} after the second signal\n{stderr}",
+        out.status.code()
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "the second signal took {took:?} to end the run"
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("stopped at once on a second stop request"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("stop deadline"), "{stderr}");
+
+    let stats = read_json(&dir.path().join("stats.json"));
+    let n = |k: &str| stats[k].as_u64().unwrap();
+    assert_eq!(
+        n("frames_decoded"),
+        n("frames_processed") + n("frames_failed") + n("frames_dropped"),
+        "{stats}"
+    );
+    assert!(n("frames_dropped") >= 1, "the frame in flight: {stats}");
+    // What was written stays valid: one line per processed frame, a video with each of them.
+    let processed = n("frames_processed");
+    let lines = std::fs::read_to_string(dir.path().join("out/events.jsonl"))
+        .map_or(0, |t| t.lines().count() as u64);
+    assert_eq!(lines, processed, "{stats}");
+    let video = dir.path().join("out/small.mkv");
+    if processed > 0 {
+        assert_eq!(count_video_frames(&video), processed, "{stats}");
+    } else {
+        assert_eq!(
+            std::fs::metadata(&video).map_or(0, |m| m.len()),
+            0,
+            "{stats}"
+        );
+    }
+}

@@ -43,6 +43,7 @@ pub(super) struct RawSource {
     pub queue: Option<Spanned<u32>>,
     pub max_fps: Option<Spanned<u32>>,
     pub stall_timeout_ms: Option<Spanned<u32>>,
+    pub max_frame_pixels: Option<Spanned<u64>>,
     #[serde(rename = "loop")]
     pub looping: Option<Spanned<bool>>,
     pub reconnect: Option<RawReconnect>,

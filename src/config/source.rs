@@ -119,6 +119,18 @@ fn options(
             ),
         }
     }
+    if let Some(p) = &s.max_frame_pixels {
+        match *p.get_ref() {
+            n @ 1..=crate::source::FRAME_PIXELS_LIMIT => o.max_frame_pixels = n,
+            n => problem(
+                p.span(),
+                format!(
+                    "max_frame_pixels must be between 1 and {} (65535 x 65535), not {n}",
+                    crate::source::FRAME_PIXELS_LIMIT
+                ),
+            ),
+        }
+    }
     if let Some(l) = &s.looping {
         o.looping = *l.get_ref();
     }

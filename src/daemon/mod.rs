@@ -13,8 +13,12 @@
 //! 3. the pool is shut down and its threads joined,
 //! 4. the sinks are closed (files finalized), even if an earlier stage failed.
 //!
-//! A second stop request aborts: no new frame is admitted, frames still queued are counted as
-//! dropped, frames in flight still finish, and the sinks are still closed.
+//! A second stop request stops at once: no new frame is admitted, frames still queued are
+//! counted as dropped, the sources are stopped hard, frames in flight get one second (then they
+//! are given up and counted as dropped, their workers left to finish on their own), and the
+//! sinks are still closed with their share of the deadline, so the files they wrote stay valid.
+//! What is given up on that request is logged, not an error: the exit code stays 0 unless a
+//! source or a sink had to be abandoned.
 //!
 //! The stop deadline (`[daemon] stop_timeout_s`, from the first stop request or the end of the
 //! run) bounds all four steps: what has not finished by then is abandoned, never waited for,
@@ -152,9 +156,12 @@ pub enum DaemonError {
 }
 
 impl DaemonError {
-    /// sysexits: 69 unavailable source, 73 cannot create output, 70 internal error.
+    /// sysexits: 69 unavailable source, 65 a file that could not be decoded whole, 73 cannot
+    /// create output, 70 internal error.
     pub fn exit_code(&self) -> u8 {
         match self {
+            // The input's fault, and everything decodable of it was processed: EX_DATAERR.
+            Self::Source(SourceError::Incomplete { .. }) => 65,
             Self::Source(_) => 69,
             Self::Http(e) => e.exit_code(),
             Self::Sink {

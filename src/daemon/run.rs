@@ -210,18 +210,34 @@ pub fn run(
 
     // Wait for the executor, taking stop requests (the first stops the sources gracefully and
     // starts the stop deadline, the second aborts) and reloads.
-    let Waited { finished, deadline } = sup.wait();
+    let Waited {
+        finished,
+        deadline,
+        aborted,
+    } = sup.wait();
     let stop_timeout = sup.parts.stop_timeout;
+    // What was left unfinished: lost to the stop deadline (an error), or given up at a second
+    // stop request (`cut_short`: counted and logged, not an error).
     let mut abandoned = Vec::new();
+    let mut cut_short = Vec::new();
     if finished.is_some() {
         // It has sent its last message: the join is immediate.
         let _ = executor_thread.join();
     } else {
         // The drain did not end in time: stop admitting and delivering; what is queued or in
         // flight is counted below as dropped, and the executor's thread is abandoned.
-        tracing::error!("frames still in the workflow at the stop deadline; abandoning the drain");
+        if !aborted {
+            tracing::error!(
+                "frames still in the workflow at the stop deadline; abandoning the drain"
+            );
+        }
         sup.abort();
-        abandoned.push("the workflow's drain".to_owned());
+        let what = "the workflow's drain".to_owned();
+        if aborted {
+            cut_short.push(what);
+        } else {
+            abandoned.push(what);
+        }
     }
     let counts = delivered.close();
 
@@ -277,7 +293,12 @@ pub fn run(
     sink_results.append(&mut sup.closed_sinks);
     let pool_result = own_pool.and(host_result);
     if let Err(PoolError::Abandoned(n)) = &pool_result {
-        abandoned.push(format!("{n} pool worker(s)"));
+        let what = format!("{n} pool worker(s) busy in a step");
+        if aborted {
+            cut_short.push(what);
+        } else {
+            abandoned.push(what);
+        }
     }
 
     // Every decoded frame is processed, failed or dropped: what the sources dropped and the
@@ -288,7 +309,9 @@ pub fn run(
     let decoded: u64 = stopped.stats.values().map(|s| s.decoded).sum();
     let lost = decoded
         .saturating_sub(source_dropped + stopped.leftover + counts.processed + counts.failed);
-    if lost > 0 {
+    if lost > 0 && aborted {
+        cut_short.push(format!("{lost} frame(s) in flight, counted as dropped"));
+    } else if lost > 0 {
         tracing::error!(
             frames = lost,
             "frames abandoned at the stop deadline, counted as dropped"
@@ -370,6 +393,12 @@ pub fn run(
     );
     for line in super::count_lines(&report.counts) {
         tracing::info!("final counts: {line}");
+    }
+    if !cut_short.is_empty() {
+        tracing::warn!(
+            left = %cut_short.join(", "),
+            "stopped at once on a second stop request"
+        );
     }
     if !abandoned.is_empty() {
         let what = abandoned.join(", ");

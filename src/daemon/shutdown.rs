@@ -6,7 +6,8 @@
 //! sources and the pool up to half that before, and the sinks the rest: a drain that does not
 //! finish still leaves time to finalize the files. A thread still busy at its share's end is
 //! abandoned (detached, never joined) and named in the log; frames not delivered by then are
-//! counted as dropped.
+//! counted as dropped. A second stop request cuts the drain and the joins short
+//! ([`StopDeadline::aborted`]); the sinks keep their share.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -23,31 +24,52 @@ use crate::workflow::{FrameResult, Pool, PoolError};
 /// files in well under a second, and a drain that hangs must not take that time from them.
 const SINK_SHARE: u32 = 4;
 
+/// After a second stop request, how long frames in flight may take to finish before the drain
+/// is given up: a step's frame usually takes milliseconds; "at once" waits for no more.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
+
 /// When each stage of the shutdown must be over.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct StopDeadline {
     /// The end of the whole shutdown.
     pub end: Instant,
-    timeout: Duration,
+    drain: Instant,
+    joins: Instant,
 }
 
 impl StopDeadline {
     /// A shutdown that starts now.
     pub(super) fn starting_now(timeout: Duration) -> Self {
+        let end = Instant::now() + timeout;
         Self {
-            end: Instant::now() + timeout,
-            timeout,
+            end,
+            drain: end - timeout / SINK_SHARE,
+            joins: end - timeout / (2 * SINK_SHARE),
+        }
+    }
+
+    /// The same shutdown cut short by a second stop request: frames in flight get
+    /// [`ABORT_GRACE`], sources and pool threads as long again, and the sinks, to finalize their
+    /// files, what they would have had (their share), never past the first deadline.
+    pub(super) fn aborted(&self) -> Self {
+        let drain = self.drain.min(Instant::now() + ABORT_GRACE);
+        let joins = self.joins.min(drain + ABORT_GRACE);
+        let sinks = self.end.saturating_duration_since(self.drain);
+        Self {
+            end: self.end.min(joins + sinks),
+            drain,
+            joins,
         }
     }
 
     /// The drain of admitted frames ends here.
     pub(super) fn drain(&self) -> Instant {
-        self.end - self.timeout / SINK_SHARE
+        self.drain
     }
 
     /// Sources and pool threads are joined until here.
     pub(super) fn joins(&self) -> Instant {
-        self.end - self.timeout / (2 * SINK_SHARE)
+        self.joins
     }
 }
 
@@ -143,7 +165,10 @@ pub(super) fn close_in_order(
     deadline: &StopDeadline,
 ) -> (Result<(), PoolError>, Vec<SinkClosed>) {
     let pool = pool.map_or(Ok(()), |p| p.shutdown_until(deadline.joins()));
-    if let Err(e) = &pool {
+    // Workers abandoned in a step are named with the rest of what the stop left (`run.rs`).
+    if let Err(e) = &pool
+        && !matches!(e, PoolError::Abandoned(_))
+    {
         tracing::error!(error = %e, "worker pool did not shut down cleanly; closing sinks anyway");
     }
     (pool, close_sinks(sinks, Some(deadline.end)))
@@ -169,4 +194,32 @@ pub(super) fn close_sinks(sinks: Vec<SinkRunner>, deadline: Option<Instant>) -> 
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_request_cuts_the_drain_and_joins_short_and_keeps_the_sinks_share() {
+        let first = StopDeadline::starting_now(Duration::from_secs(20));
+        let asked = Instant::now();
+        let cut = first.aborted();
+        assert!(cut.drain() <= asked + ABORT_GRACE + Duration::from_millis(50));
+        assert!(cut.joins() <= cut.drain() + ABORT_GRACE);
+        // The sinks' 5 s, from the joins on, within the first deadline.
+        assert_eq!(cut.end - cut.joins(), Duration::from_secs(5));
+        assert!(cut.end <= first.end);
+        // Near the first deadline already: nothing is extended.
+        let late = StopDeadline {
+            end: asked + Duration::from_millis(500),
+            drain: asked,
+            joins: asked + Duration::from_millis(250),
+        };
+        let cut = late.aborted();
+        assert_eq!(
+            (cut.drain(), cut.joins(), cut.end),
+            (late.drain, late.joins, late.end)
+        );
+    }
 }

@@ -104,7 +104,7 @@ pub trait Sink: Send {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), io_reason(path, source))]
     Io {
         path: std::path::PathBuf,
         source: std::io::Error,
@@ -184,17 +184,83 @@ fn compact_time(t: std::time::SystemTime) -> String {
         .replace(['-', ':'], "")
 }
 
-/// Creates the parent folder of an output file.
+/// Creates the parent folder of an output file. An error names the file, so that a folder on
+/// its way that is a file is named as such ([`io_reason`]).
 fn create_parent(path: &std::path::Path) -> Result<(), SinkError> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => {
             std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
-                path: dir.to_owned(),
+                path: path.to_owned(),
                 source,
             })
         }
         _ => Ok(()),
     }
+}
+
+/// Why a file could not be made at `path`, in words: the system's error says "File exists"
+/// when a folder on the way is a file, and "No such file or directory" under /proc.
+fn io_reason(path: &std::path::Path, error: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    if !matches!(
+        error.kind(),
+        K::AlreadyExists | K::NotADirectory | K::NotFound
+    ) {
+        return error.to_string();
+    }
+    // The nearest folder on the way that exists (relative paths: up to the working directory).
+    let existing = path
+        .ancestors()
+        .skip(1)
+        .find(|a| !a.as_os_str().is_empty() && std::fs::symlink_metadata(a).is_ok());
+    let Some(existing) = existing else {
+        return error.to_string();
+    };
+    match std::fs::metadata(existing) {
+        Ok(m) if !m.is_dir() => format!(
+            "\"{}\" is a file, not a folder ({error})",
+            existing.display()
+        ),
+        Ok(_) if error.kind() == K::NotFound => match kernel_filesystem(existing) {
+            Some(kind) => format!(
+                "\"{}\" is the kernel's {kind} filesystem, where no file can be created \
+                 ({error})",
+                existing.display()
+            ),
+            None => error.to_string(),
+        },
+        _ => error.to_string(),
+    }
+}
+
+/// The name of the kernel's own filesystem `dir` is on (proc, sysfs, ...), if it is one.
+fn kernel_filesystem(dir: &std::path::Path) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statfs is a valid value of that plain C struct.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a NUL-terminated string and `fs` is writable; both outlive the call.
+    if unsafe { libc::statfs(c_path.as_ptr(), &raw mut fs) } != 0 {
+        return None;
+    }
+    // Magic numbers of linux/magic.h.
+    #[allow(
+        clippy::useless_conversion,
+        reason = "f_type is i64 on x86-64, u32 on other targets: widened, never cut"
+    )]
+    let magic = i64::from(fs.f_type);
+    Some(match magic {
+        0x9fa0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x1cd1 => "devpts",
+        0x0027_e0eb | 0x6367_7270 => "cgroup",
+        0x6462_6720 => "debugfs",
+        0x7472_6163 => "tracefs",
+        0x7363_6673 => "securityfs",
+        0x6265_6570 => "configfs",
+        0xcafe_4a11 => "bpf",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -33,13 +33,20 @@ use serde::Serialize;
 
 use crate::frame::{Format, Frame};
 
+mod cut;
+mod device;
+mod ended;
 mod options;
 mod pipeline;
 mod stream;
 mod supervisor;
+mod teardown;
 mod uri;
 
-pub use options::{Backoff, Credentials, Reconnect, Secret, SourceOptions, Transport};
+pub use options::{
+    Backoff, Credentials, FRAME_PIXELS_LIMIT, MAX_FRAME_PIXELS, Reconnect, Secret, SourceOptions,
+    Transport,
+};
 pub use pipeline::describe;
 pub use uri::{CameraFormat, SourceUri, TestPattern, UriError, redact};
 
@@ -86,6 +93,16 @@ pub enum SourceError {
     },
     #[error("source \"{name}\": gstreamer: {message}")]
     Gstreamer { name: String, message: String },
+    #[error(
+        "source \"{name}\" ({uri}): the file gave {decoded} of its {expected} frames (its \
+         duration at its frame rate); the rest could not be decoded: a truncated or damaged file?"
+    )]
+    Incomplete {
+        name: String,
+        uri: String,
+        decoded: u64,
+        expected: u64,
+    },
 }
 
 fn debug_suffix(debug: &Option<String>) -> String {
@@ -115,6 +132,14 @@ pub struct SourceCounters {
     /// Frames copied out of the decoder's buffer because the source's frames held as many of
     /// its buffers as its pool allows (`frame::Pins`).
     pub copied: AtomicU64,
+    /// Connections cut because their server held the pipeline's teardown (`teardown.rs`).
+    pub cut: AtomicU64,
+    /// Pipelines left behind, still going down on a thread of their own, because their
+    /// teardown did not end (`teardown.rs`).
+    pub abandoned: AtomicU64,
+    /// Frames a file holds (its duration at its frame rate) that it did not give: set at its
+    /// end when they are more than rounding explains (`supervisor::shortfall`).
+    pub missing: AtomicU64,
     /// A [`SourceState`] as `u8`. Written by the supervisor (losses, the end) and the streaming
     /// thread (a frame after a loss), read by observers.
     state: AtomicU8,
@@ -181,6 +206,9 @@ pub struct SourceStats {
     pub attempts: u64,
     pub throttled: u64,
     pub copied: u64,
+    pub cut: u64,
+    pub abandoned: u64,
+    pub missing: u64,
 }
 
 impl SourceCounters {
@@ -238,6 +266,9 @@ impl SourceCounters {
             attempts: get(&self.attempts),
             throttled: get(&self.throttled),
             copied: get(&self.copied),
+            cut: get(&self.cut),
+            abandoned: get(&self.abandoned),
+            missing: get(&self.missing),
         }
     }
 }

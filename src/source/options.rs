@@ -60,7 +60,17 @@ pub struct SourceOptions {
     /// Files only: start again at the end.
     pub looping: bool,
     pub reconnect: Reconnect,
+    /// Frames of more pixels than this are refused before they are decoded.
+    pub max_frame_pixels: u64,
 }
+
+/// The default `max_frame_pixels`: every 8K format (7680 x 4320 is 33.2 megapixels, DCI 8K
+/// 8192 x 4320 is 35.4) with room; a 16000 x 16000 JPEG (256) is refused. A frame this size
+/// is 60 MB decoded (I420), 120 MB more in BGR.
+pub const MAX_FRAME_PIXELS: u64 = 40_000_000;
+
+/// The largest `max_frame_pixels`: what JPEG's 16-bit sizes allow.
+pub const FRAME_PIXELS_LIMIT: u64 = 65_535 * 65_535;
 
 impl Default for SourceOptions {
     fn default() -> Self {
@@ -73,6 +83,7 @@ impl Default for SourceOptions {
             stall_timeout: Duration::from_secs(5),
             looping: false,
             reconnect: Reconnect::default(),
+            max_frame_pixels: MAX_FRAME_PIXELS,
         }
     }
 }

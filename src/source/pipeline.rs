@@ -28,6 +28,11 @@ pub(crate) const SOURCE_ELEMENT: &str = "src";
 pub(crate) const APPSINK: &str = "frames";
 /// Name of the videorate element that enforces `max_fps`.
 pub(crate) const RATE: &str = "rate";
+/// Name of the decodebin of a file, stream or camera.
+pub(crate) const DECODE: &str = "decode";
+/// Structure of the application message posted when frames are over `max_frame_pixels`
+/// (fields `width` and `height`, u32), before anything decodes them.
+pub(crate) const TOO_BIG: &str = "vidflow-frame-too-big";
 
 /// After decoding: the `max_fps` throttle (dropping before any conversion), then whatever
 /// conversion is needed to reach I420, NV12 or BGR (none for a decoder that gives I420 or
@@ -48,7 +53,7 @@ pub fn describe(uri: &SourceUri, options: &SourceOptions, convert_threads: usize
     let tail = tail(options, convert_threads);
     match uri {
         SourceUri::File { .. } => {
-            format!("filesrc name={SOURCE_ELEMENT} ! decodebin ! {tail}")
+            format!("filesrc name={SOURCE_ELEMENT} ! decodebin name={DECODE} ! {tail}")
         }
         SourceUri::Rtsp { .. } => {
             let protocols = match options.transport {
@@ -57,7 +62,7 @@ pub fn describe(uri: &SourceUri, options: &SourceOptions, convert_threads: usize
                 Transport::Auto => "udp+tcp",
             };
             format!(
-                "rtspsrc name={SOURCE_ELEMENT} latency={} protocols={protocols} ! decodebin ! {tail}",
+                "rtspsrc name={SOURCE_ELEMENT} latency={} protocols={protocols} ! decodebin name={DECODE} ! {tail}",
                 options.latency_ms
             )
         }
@@ -90,7 +95,7 @@ pub fn describe(uri: &SourceUri, options: &SourceOptions, convert_threads: usize
             } else {
                 format!("{caps} ! ")
             };
-            format!("v4l2src name={SOURCE_ELEMENT} ! {caps}decodebin ! {tail}")
+            format!("v4l2src name={SOURCE_ELEMENT} ! {caps}decodebin name={DECODE} ! {tail}")
         }
         SourceUri::Test(t) => {
             let buffers = t
@@ -126,6 +131,11 @@ pub(crate) fn build(
                 // messages: rtspsrc takes user and password apart, decoded (its own URL parser
                 // would refuse a user without a password, and decode nothing).
                 src.set_property("location", address.without_credentials().as_str());
+                // A read of the server that waits longer than the stall timeout fails, so that
+                // a server gone quiet mid-answer cannot hold rtspsrc's task (and its teardown)
+                // for its default 20 s. One that floods is cut instead (`teardown.rs`).
+                let micros = u64::try_from(options.stall_timeout.as_micros()).unwrap_or(u64::MAX);
+                src.set_property("tcp-timeout", micros.max(1));
                 let (user, password) = match &options.credentials {
                     Some(c) => (c.user.as_str(), Some(c.password.expose())),
                     None => (address.user(), address.password().map(Secret::expose)),
@@ -152,7 +162,77 @@ pub(crate) fn build(
     {
         fixed_pool(&appsink, *buffers)?;
     }
+    limit_frame_size(&pipeline, &appsink, options.max_frame_pixels)?;
     Ok((pipeline, appsink))
+}
+
+/// The size in the caps of a stream, when they fix it, if over `max` pixels.
+fn too_big(caps: &gst::CapsRef, max: u64) -> Option<(u32, u32)> {
+    let s = caps.structure(0)?;
+    let width = u32::try_from(s.get::<i32>("width").ok()?).ok()?;
+    let height = u32::try_from(s.get::<i32>("height").ok()?).ok()?;
+    (u64::from(width) * u64::from(height) > max).then_some((width, height))
+}
+
+/// Refuses frames over `max` pixels before they are decoded (a JPEG header may say 65535 x
+/// 65535, and the decoder would allocate that): decodebin skips every decoder for a stream whose
+/// parsed caps are too big, and the appsink drops caps that are (a raw camera or test pattern,
+/// which no decoder makes). Either posts [`TOO_BIG`] on the bus first.
+fn limit_frame_size(
+    pipeline: &gst::Pipeline,
+    appsink: &gst_app::AppSink,
+    max: u64,
+) -> Result<(), String> {
+    let refuse = |element: &gst::Element, (width, height): (u32, u32)| {
+        let structure = gst::Structure::builder(TOO_BIG)
+            .field("width", width)
+            .field("height", height)
+            .build();
+        let _ = element.post_message(gst::message::Application::new(structure));
+    };
+    if let Some(decode) = pipeline.by_name(DECODE) {
+        // GstAutoplugSelectResult: 0 try, 2 skip (gst-plugins-base's gstplay-enum.h).
+        let select = gst::glib::Type::from_name("GstAutoplugSelectResult")
+            .filter(|t| gst::glib::EnumClass::with_type(*t).is_some())
+            .ok_or_else(|| "decodebin's autoplug result type is unknown".to_owned())?;
+        decode.connect("autoplug-select", false, move |args| {
+            let caps = args.get(2).and_then(|v| v.get::<gst::Caps>().ok());
+            let result = match caps.as_deref().and_then(|c| too_big(c, max)) {
+                Some(size) => {
+                    if let Some(bin) = args.first().and_then(|v| v.get::<gst::Element>().ok()) {
+                        refuse(&bin, size);
+                    }
+                    2
+                }
+                None => 0,
+            };
+            gst::glib::EnumClass::with_type(select).and_then(|c| c.to_value(result))
+        });
+    }
+    let pad = appsink
+        .static_pad("sink")
+        .ok_or_else(|| "appsink has no sink pad".to_owned())?;
+    // The appsink is found from the pad at each event, not held: a probe holding its own
+    // element keeps it alive (with the buffers and the pool it holds) after the pipeline goes.
+    pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |pad, info| {
+        let Some(gst::PadProbeData::Event(event)) = &info.data else {
+            return gst::PadProbeReturn::Ok;
+        };
+        let gst::EventView::Caps(caps) = event.view() else {
+            return gst::PadProbeReturn::Ok;
+        };
+        match too_big(caps.caps(), max) {
+            Some(size) => {
+                if let Some(sink) = pad.parent_element() {
+                    refuse(&sink, size);
+                }
+                gst::PadProbeReturn::Drop
+            }
+            None => gst::PadProbeReturn::Ok,
+        }
+    })
+    .ok_or_else(|| "cannot watch the appsink's caps".to_owned())?;
+    Ok(())
 }
 
 /// `test://...?pool=N`: the appsink answers the allocation query with a pool of exactly
@@ -200,7 +280,7 @@ mod tests {
     fn camera_with_mjpeg_caps_decodes_before_conversion() {
         assert_eq!(
             describe_uri("v4l2:///dev/video2?width=1280&height=720&fps=30&format=mjpg"),
-            "v4l2src name=src ! image/jpeg,width=1280,height=720,framerate=30/1 ! decodebin ! \
+            "v4l2src name=src ! image/jpeg,width=1280,height=720,framerate=30/1 ! decodebin name=decode ! \
              videoconvert n-threads=2 ! video/x-raw,format={I420,NV12,BGR} ! appsink name=frames sync=false \
              max-buffers=1 enable-last-sample=false"
         );
@@ -210,7 +290,7 @@ mod tests {
     fn camera_without_caps_lets_gstreamer_negotiate() {
         assert!(
             describe_uri("v4l2:///dev/video0")
-                .starts_with("v4l2src name=src ! decodebin ! videoconvert")
+                .starts_with("v4l2src name=src ! decodebin name=decode ! videoconvert")
         );
         assert!(
             describe_uri("v4l2:///dev/video0?width=640")
@@ -228,7 +308,9 @@ mod tests {
             ..SourceOptions::default()
         };
         let d = describe(&uri, &options, 2);
-        assert!(d.starts_with("rtspsrc name=src latency=50 protocols=udp+tcp ! decodebin ! "));
+        assert!(d.starts_with(
+            "rtspsrc name=src latency=50 protocols=udp+tcp ! decodebin name=decode ! "
+        ));
         assert!(d.contains("videorate name=rate drop-only=true max-rate=5 ! videoconvert"));
         assert!(!d.contains("secret") && !d.contains("cam/stream"));
     }

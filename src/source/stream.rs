@@ -11,26 +11,14 @@ use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
+use super::cut::{Opened, Server};
+use super::ended::{Ended, Waiting, classify, too_big};
+use super::pipeline::TOO_BIG;
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
 use crate::frame::{Format, Frame, Pins, PoolSize};
 
 /// How long to look for the error that explains a pipeline refusing to start.
 const START_ERROR_WAIT: gst::ClockTime = gst::ClockTime::from_seconds(1);
-
-/// How one connection ended.
-#[derive(Debug)]
-pub(super) enum Ended {
-    /// The stream ended by itself.
-    Eos,
-    /// A stop or abort request ended it.
-    Stopped,
-    /// A live stream delivered nothing for `stall_timeout`.
-    Stalled,
-    /// An error a retry may fix (network, server restart).
-    Failed(SourceError),
-    /// An error no retry fixes (wrong password, missing file).
-    Fatal(SourceError),
-}
 
 /// Checks what can be checked before GStreamer runs, for errors that say what is wrong.
 pub(super) fn preflight(shared: &Shared) -> Result<(), SourceError> {
@@ -50,24 +38,20 @@ pub(super) fn preflight_uri(name: &str, uri: &SourceUri) -> Result<(), SourceErr
             Ok(_) => Err(unavailable("not a regular file".to_owned())),
             Err(e) => Err(unavailable(format!("cannot open: {e}"))),
         },
-        SourceUri::V4l2 { device, .. } => match std::fs::metadata(device) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unavailable(
-                "no such camera device (is it plugged in, and is the user in group \"video\"?)"
-                    .to_owned(),
-            )),
-            Err(e) => Err(unavailable(format!("cannot open camera device: {e}"))),
-        },
+        SourceUri::V4l2 { device, .. } => super::device::check_camera(device).map_err(unavailable),
         SourceUri::Rtsp { .. } | SourceUri::Test(_) => Ok(()),
     }
 }
 
 /// A running pipeline of a source.
 pub(super) struct Connection {
-    pipeline: gst::Pipeline,
-    appsink: gst_app::AppSink,
+    pub(super) pipeline: gst::Pipeline,
+    pub(super) appsink: gst_app::AppSink,
     bus: gst::Bus,
-    eos_thread: Option<JoinHandle<()>>,
+    pub(super) eos_thread: Option<JoinHandle<()>>,
+    /// An RTSP connection's server and the sockets from before it, to cut it if its server
+    /// holds the teardown (`cut.rs`).
+    pub(super) opened: Option<Opened>,
 }
 
 impl Connection {
@@ -100,11 +84,16 @@ impl Connection {
             .bus
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bus.clone());
+        let opened = match &shared.uri {
+            SourceUri::Rtsp { address } => Server::of(address).map(Opened::new),
+            _ => None,
+        };
         let connection = Self {
             pipeline,
             appsink,
             bus,
             eos_thread: None,
+            opened,
         };
         if connection.pipeline.set_state(gst::State::Playing).is_err() {
             let ended = connection
@@ -112,9 +101,9 @@ impl Connection {
                 .timed_pop_filtered(START_ERROR_WAIT, &[gst::MessageType::Error])
                 .map_or_else(
                     || Ended::Failed(shared.unavailable("pipeline refused to start")),
-                    |msg| classify(shared, &msg),
+                    |msg| classify(shared, &msg, &connection.pipeline),
                 );
-            connection.close(shared);
+            let _ = connection.close(shared);
             return Err(ended);
         }
         // A request that came before the bus was known is delivered now.
@@ -138,6 +127,7 @@ impl Connection {
         let connected = Instant::now();
         // When the stop request was taken up (EOS sent).
         let mut stopping: Option<Instant> = None;
+        let mut waiting = Waiting::Frames;
         loop {
             let now = Instant::now();
             let deadline = match stopping {
@@ -156,7 +146,7 @@ impl Connection {
             });
             let Some(msg) = self
                 .bus
-                .timed_pop_filtered(timeout, &[T::Eos, T::Error, T::Application])
+                .timed_pop_filtered(timeout, &[T::Eos, T::Error, T::Application, T::Progress])
             else {
                 if stopping.is_some() {
                     tracing::warn!(
@@ -170,15 +160,22 @@ impl Connection {
                     .last_frame_at()
                     .map_or(connected, |t| t.max(connected));
                 if last.elapsed() >= stall {
-                    return Ended::Stalled;
+                    let streamed = shared.last_frame_at().is_some_and(|t| t >= connected);
+                    return Ended::Stalled(if streamed { Waiting::Frames } else { waiting });
                 }
                 continue;
             };
             match msg.view() {
+                gst::MessageView::Progress(progress) => waiting.follow(progress),
                 gst::MessageView::Eos(_) if stopping.is_some() => return Ended::Stopped,
                 gst::MessageView::Eos(_) => return Ended::Eos,
                 gst::MessageView::Error(_) if shared.request() != RUN => return Ended::Stopped,
-                gst::MessageView::Error(_) => return classify(shared, &msg),
+                gst::MessageView::Error(_) => return classify(shared, &msg, &self.pipeline),
+                gst::MessageView::Application(app)
+                    if app.structure().is_some_and(|s| s.name() == TOO_BIG) =>
+                {
+                    return Ended::Fatal(too_big(shared, app.structure()));
+                }
                 gst::MessageView::Application(app)
                     if app.structure().is_some_and(|s| s.name() == CONTROL_MESSAGE) =>
                 {
@@ -200,66 +197,6 @@ impl Connection {
                 _ => {}
             }
         }
-    }
-
-    /// Takes the pipeline down completely; the appsink callbacks (and their frame sender) go.
-    pub(super) fn close(mut self, shared: &Shared) {
-        *shared
-            .bus
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        // Read before the state change: videorate resets its counters when it stops.
-        if let Some(rate) = self.pipeline.by_name(super::pipeline::RATE) {
-            // Its "drop" count misses what max-rate drops: count in minus out.
-            let (frames_in, frames_out): (u64, u64) = (rate.property("in"), rate.property("out"));
-            let dropped = frames_in.saturating_sub(frames_out);
-            shared
-                .counters
-                .throttled
-                .fetch_add(dropped, Ordering::Relaxed);
-        }
-        let _ = self.pipeline.set_state(gst::State::Null);
-        if let Some(thread) = self.eos_thread.take() {
-            // Returns once the pipeline is down, if it had not already.
-            let _ = thread.join();
-        }
-        self.appsink
-            .set_callbacks(gst_app::AppSinkCallbacks::builder().build());
-    }
-}
-
-/// Turns a bus error into how the connection ended.
-fn classify(shared: &Shared, msg: &gst::Message) -> Ended {
-    let gst::MessageView::Error(err) = msg.view() else {
-        return Ended::Failed(shared.unavailable("unexpected message"));
-    };
-    let scrub = |s: &str| {
-        let s = shared.uri.scrub(s);
-        match &shared.options.credentials {
-            Some(c) if !c.password.expose().is_empty() => s.replace(c.password.expose(), "***"),
-            _ => s,
-        }
-    };
-    let error = SourceError::Stream {
-        name: shared.name.to_string(),
-        uri: shared.uri.to_string(),
-        element: err
-            .src()
-            .map_or_else(|| "pipeline".to_owned(), |s| s.name().to_string()),
-        message: scrub(&err.error().to_string()),
-        debug: err.debug().map(|d| scrub(&d)),
-    };
-    let e = err.error();
-    if e.matches(gst::ResourceError::NotAuthorized) {
-        Ended::Fatal(shared.unavailable(format!(
-            "authentication failed (check user and password): {}",
-            scrub(&e.to_string())
-        )))
-    } else if !shared.uri.is_live() {
-        // A file that cannot be decoded will not decode better next time.
-        Ended::Fatal(error)
-    } else {
-        Ended::Failed(error)
     }
 }
 

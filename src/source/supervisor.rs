@@ -14,8 +14,9 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::ended::Ended;
 use super::options::Backoff;
-use super::stream::{Connection, Ended};
+use super::stream::Connection;
 use super::{RUN, Shared, SourceError, SourceState, SourceUri};
 use crate::frame::Frame;
 
@@ -47,13 +48,14 @@ pub(super) fn supervise(
         let ended = match Connection::open(shared, frames, oldest) {
             Ok(mut connection) => {
                 let ended = connection.watch(shared);
-                connection.close(shared);
+                // Bounded whatever the peer does (`teardown.rs`).
+                let _ = connection.close(shared);
                 ended
             }
             Err(ended) => ended,
         };
         let streamed = shared.last_frame_at().is_some_and(|t| t >= started);
-        let stalled = matches!(ended, Ended::Stalled);
+        let stalled = matches!(ended, Ended::Stalled(_));
         let reason = match ended {
             Ended::Stopped => return Ok(()),
             Ended::Fatal(e) => return Err(e),
@@ -68,14 +70,11 @@ pub(super) fn supervise(
             Ended::Eos if looping => "the file ended without a frame".to_owned(),
             Ended::Eos if ends_for_good => {
                 tracing::info!(source = %shared.name, "end of stream");
-                return Ok(());
+                return shortfall(shared);
             }
             Ended::Failed(e) if !live => return Err(e),
             Ended::Eos => "the stream ended".to_owned(),
-            Ended::Stalled => format!(
-                "no frame for {} ms",
-                shared.options.stall_timeout.as_millis()
-            ),
+            Ended::Stalled(waiting) => waiting.reason(shared.options.stall_timeout),
             Ended::Failed(e) => e.to_string(),
         };
         shared.counters.set_state(if stalled {
@@ -125,4 +124,28 @@ pub(super) fn supervise(
             return Ok(());
         }
     }
+}
+
+/// A file that ended having given fewer frames than it holds (its duration at its frame rate,
+/// known from its first frame): the rest could not be decoded. A frame or two, or 1%, is
+/// rounding (a duration a few milliseconds off); more is a damaged or truncated file.
+fn shortfall(shared: &Shared) -> Result<(), SourceError> {
+    if !matches!(shared.uri, SourceUri::File { .. }) || shared.options.looping {
+        return Ok(());
+    }
+    let Some(expected) = shared.counters.total() else {
+        return Ok(());
+    };
+    let decoded = shared.counters.decoded.load(Ordering::Relaxed);
+    let missing = expected.saturating_sub(decoded);
+    if missing <= (expected / 100).max(2) {
+        return Ok(());
+    }
+    shared.counters.missing.store(missing, Ordering::Relaxed);
+    Err(SourceError::Incomplete {
+        name: shared.name.to_string(),
+        uri: shared.uri.to_string(),
+        decoded,
+        expected,
+    })
 }

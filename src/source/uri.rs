@@ -236,7 +236,12 @@ impl SourceUri {
 impl fmt::Display for SourceUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::File { path } => write!(f, "file://{}", path.display()),
+            // The path it opens: a relative one is under the working directory (shown
+            // whole, as `file://` needs, rather than `file://in/x.mp4`).
+            Self::File { path } => {
+                let whole = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+                write!(f, "file://{}", whole.display())
+            }
             Self::Rtsp { address } => address.fmt(f),
             Self::V4l2 { device, .. } => write!(f, "v4l2://{}", device.display()),
             Self::Test(t) => write!(f, "test://{}", t.pattern),
@@ -309,6 +314,18 @@ mod tests {
                 path: "/data/my clip.mp4".into()
             }
         );
+    }
+
+    #[test]
+    fn a_relative_path_shows_as_the_absolute_path_it_opens() {
+        let uri = SourceUri::parse("in/input.mp4").unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            uri.to_string(),
+            format!("file://{}", cwd.join("in/input.mp4").display())
+        );
+        let uri = SourceUri::parse("file:///data/x.mp4").unwrap();
+        assert_eq!(uri.to_string(), "file:///data/x.mp4");
     }
 
     #[test]

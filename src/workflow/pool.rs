@@ -15,7 +15,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -38,7 +38,14 @@ pub struct PoolMetrics {
     pub wakeups: AtomicU64,
     /// Jobs that panicked (caught; the worker went on).
     pub panics: AtomicU64,
+    /// Workers inside a job now: raised before a job runs, lowered after (release), read by
+    /// `shutdown_until` (acquire) to tell busy workers from idle ones at a deadline.
+    pub busy: AtomicUsize,
 }
+
+/// How long idle workers are given, past a deadline, to take their stop and end: they do so in
+/// microseconds; this is for a loaded machine's scheduler.
+const IDLE_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Why shutting a pool down went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +145,17 @@ impl Pool {
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                 Ok(()) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    let busy = self.threads.iter().filter(|t| !t.is_finished()).count();
+                    // Idle workers have their stop queued: unless one is in a job, the deadline
+                    // only came before they got to it.
+                    let in_jobs = self.handle.metrics.busy.load(Ordering::Acquire);
+                    if in_jobs == 0 && self.exited_within(IDLE_EXIT) {
+                        break;
+                    }
+                    // The idle ones end on their own once they take their stop.
+                    let busy = match in_jobs {
+                        0 => self.threads.iter().filter(|t| !t.is_finished()).count(),
+                        n => n,
+                    };
                     // Dropping a JoinHandle detaches its thread.
                     let joined: Vec<_> = self.threads.drain(..).collect();
                     let failed = joined
@@ -156,6 +173,18 @@ impl Pool {
             }
         }
         self.stop_and_join()
+    }
+
+    /// Whether every worker ends within `grace`.
+    fn exited_within(&self, grace: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + grace;
+        loop {
+            match self.exited.recv_deadline(until) {
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return true,
+                Ok(()) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return false,
+            }
+        }
     }
 
     fn stop_and_join(&mut self) -> Result<(), PoolError> {
@@ -216,9 +245,11 @@ fn work(receiver: &Receiver<Msg>, metrics: &PoolMetrics) {
         };
         match msg {
             Msg::Run(job) => {
+                metrics.busy.fetch_add(1, Ordering::AcqRel);
                 if catch_unwind(AssertUnwindSafe(job)).is_err() {
                     metrics.panics.fetch_add(1, Ordering::Relaxed);
                 }
+                metrics.busy.fetch_sub(1, Ordering::Release);
             }
             Msg::Stop => return,
         }
@@ -278,6 +309,30 @@ mod tests {
         assert_eq!(threads.len(), 2);
         assert_eq!(pool.metrics().panics.load(Ordering::Relaxed), 4);
         pool.shutdown().unwrap();
+    }
+
+    /// Issue 25: a deadline that had passed when the pool's turn came (a source's wait took
+    /// it) reported its 2 idle workers as "still busy ... abandoned".
+    #[test]
+    fn idle_workers_are_joined_even_past_the_deadline_and_only_busy_ones_are_abandoned() {
+        let pool = Pool::new(2).unwrap();
+        let past = std::time::Instant::now();
+        assert!(pool.shutdown_until(past).is_ok());
+
+        let pool = Pool::new(3).unwrap();
+        let (started_tx, started) = crossbeam_channel::unbounded();
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        pool.handle().execute(Box::new(move || {
+            started_tx.send(()).unwrap();
+            let _ = released.recv_timeout(HANG_GUARD);
+        }));
+        started.recv_timeout(HANG_GUARD).unwrap();
+        let result = pool.shutdown_until(std::time::Instant::now());
+        drop(release);
+        assert!(
+            matches!(result, Err(PoolError::Abandoned(1))),
+            "one worker was busy, two idle: {result:?}"
+        );
     }
 
     #[test]

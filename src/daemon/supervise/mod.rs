@@ -111,6 +111,9 @@ pub(super) struct Waited {
     /// not over by its deadline.
     pub finished: Option<(RunStats, Executor)>,
     pub deadline: StopDeadline,
+    /// A second stop request cut the shutdown short: what it left unfinished (frames queued or
+    /// in flight, the pool's busy workers) was given up on request, not lost to a deadline.
+    pub aborted: bool,
 }
 
 /// The running pipeline: its parts, and what is needed to change them.
@@ -288,6 +291,7 @@ impl Supervisor {
                         return Waited {
                             finished: Some((std::mem::take(&mut self.totals), executor)),
                             deadline,
+                            aborted: self.stops > 1,
                         };
                     }
                     // The executor's thread panicked: nothing is left to wait for.
@@ -296,6 +300,7 @@ impl Supervisor {
                         return Waited {
                             finished: None,
                             deadline,
+                            aborted: self.stops > 1,
                         };
                     }
                 },
@@ -305,6 +310,7 @@ impl Supervisor {
                     return Waited {
                         finished: None,
                         deadline,
+                        aborted: self.stops > 1,
                     };
                 }
                 i if i < first_retired => {
@@ -359,7 +365,12 @@ impl Supervisor {
                 s.handle.control().stop();
             }
         } else {
-            tracing::warn!("second stop request: aborting");
+            tracing::warn!(
+                "second stop request: stopping at once (queued frames are dropped, frames in \
+                 flight get a second, the sinks still finalize their files)"
+            );
+            let first = self.deadline_now();
+            self.deadline = Some(first.aborted());
             self.abort();
         }
     }
@@ -387,4 +398,7 @@ pub(super) fn add_source_stats(total: &mut SourceStats, more: &SourceStats) {
     total.attempts += more.attempts;
     total.throttled += more.throttled;
     total.copied += more.copied;
+    total.cut += more.cut;
+    total.abandoned += more.abandoned;
+    total.missing += more.missing;
 }

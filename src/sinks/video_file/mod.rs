@@ -229,7 +229,7 @@ impl SinkFactory for Factory {
             .filter(|d| !d.as_os_str().is_empty() && !d.to_string_lossy().contains('{'))
         {
             super::create_parent(&first)?;
-            tempfile_probe(dir)?;
+            tempfile_probe(dir, &first)?;
         }
         crate::gst_setup::init().map_err(|message| SinkError::Gstreamer {
             path: first.clone(),
@@ -254,11 +254,12 @@ impl SinkFactory for Factory {
     }
 }
 
-/// Checks that files can be created in `dir` (creating and removing one).
-fn tempfile_probe(dir: &std::path::Path) -> Result<(), SinkError> {
+/// Checks that files can be created in `dir` (creating and removing one); an error names
+/// `output`, the file to be made there.
+fn tempfile_probe(dir: &std::path::Path, output: &std::path::Path) -> Result<(), SinkError> {
     let probe = dir.join(format!(".vidflow-probe-{}", std::process::id()));
     let io = |source| SinkError::Io {
-        path: dir.to_owned(),
+        path: output.to_owned(),
         source,
     };
     std::fs::File::create(&probe).map_err(io)?;

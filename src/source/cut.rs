@@ -1,0 +1,332 @@
+//! Cutting the TCP connection of an RTSP source whose server holds its teardown.
+//!
+//! Why: rtspsrc reads an answer byte by byte, and once the first byte of a message is in, its
+//! read can no longer be cancelled (`gstrtspconnection.c` clears `may_cancel` until the message
+//! is complete, so that a message is never cut in half). A server that answers
+//! `RTSP/1.0 200 OK\r\nX-Junk: ` and then sends `A` forever, with no line end, keeps that read
+//! going for good: its per-read timeout never fires (bytes keep coming), rtspsrc's task never
+//! ends, and setting the pipeline to NULL waits for that task forever. Only the socket can end
+//! it, and rtspsrc does not give its socket away.
+//!
+//! How: the socket is found among this process's descriptors (`/proc/self/fd`): a TCP socket
+//! whose peer is the server's address and port, opened after the connection started (its inode
+//! is not in the snapshot taken then). If another connection of this process to the same server
+//! is open, only a single such socket is cut (two could be the other connection's). The cut
+//! never closes rtspsrc's descriptor (it would close it again later, maybe after the number was
+//! reused): `dup3` puts an unconnected socket in its place, so its next read fails at once
+//! (ENOTCONN), and `shutdown` on our own duplicate of the original wakes a read blocked in it;
+//! closing that duplicate then ends the TCP connection.
+//!
+//! Linux only (`/proc/self/fd`); elsewhere nothing is found and the pipeline is left behind
+//! (see `teardown.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::RawFd;
+use std::sync::{Mutex, PoisonError};
+
+use crate::spec::Address;
+
+/// The server a connection talks to: its port, and its address when the URI gives one (a host
+/// name is not resolved here: any peer on that port matches).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Server {
+    host: String,
+    ip: Option<IpAddr>,
+    port: u16,
+}
+
+impl Server {
+    /// The server of an RTSP address (port 554, or 322 for rtsps, unless given).
+    pub(super) fn of(address: &Address) -> Option<Self> {
+        let url = address.without_credentials();
+        let host = url.host_str()?.to_owned();
+        let default = if url.scheme().eq_ignore_ascii_case("rtsps") {
+            322
+        } else {
+            554
+        };
+        let ip = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .ok();
+        Some(Self {
+            host,
+            ip,
+            port: url.port().unwrap_or(default),
+        })
+    }
+
+    fn is(&self, ip: IpAddr, port: u16) -> bool {
+        port == self.port
+            && self
+                .ip
+                .is_none_or(|mine| mine.to_canonical() == ip.to_canonical())
+    }
+}
+
+/// Connections of this process open to each server (see [`Opened`]): a cut takes only a sure
+/// socket when another connection to the same server could own one of the candidates.
+static OPEN: Mutex<Option<HashMap<Server, usize>>> = Mutex::new(None);
+
+/// A connection to `server`, counted while it lives.
+#[derive(Debug)]
+pub(super) struct Opened {
+    pub(super) server: Server,
+    /// Socket inodes of this process when the connection started.
+    before: HashSet<u64>,
+}
+
+impl Opened {
+    pub(super) fn new(server: Server) -> Self {
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        *open
+            .get_or_insert_with(HashMap::new)
+            .entry(server.clone())
+            .or_default() += 1;
+        Self {
+            server,
+            before: sockets().into_keys().collect(),
+        }
+    }
+
+    fn others(&self) -> usize {
+        let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.as_ref()
+            .and_then(|o| o.get(&self.server))
+            .map_or(0, |n| n.saturating_sub(1))
+    }
+
+    /// Cuts this connection's sockets; returns how many were cut, or why none was.
+    pub(super) fn cut(&self) -> Result<usize, String> {
+        let candidates: Vec<(u64, RawFd)> = sockets()
+            .into_iter()
+            .filter(|(inode, fd)| {
+                !self.before.contains(inode)
+                    && peer(*fd).is_some_and(|(ip, port)| self.server.is(ip, port))
+            })
+            .collect();
+        match candidates.len() {
+            0 => return Err("no socket to the server found".to_owned()),
+            1 => {}
+            n if self.others() > 0 => {
+                return Err(format!(
+                    "{n} sockets to the server, and another connection of this process talks to it"
+                ));
+            }
+            _ => {}
+        }
+        let cut = candidates
+            .into_iter()
+            .filter(|&(inode, fd)| cut_socket(fd, inode, &self.server))
+            .count();
+        if cut == 0 {
+            return Err("its socket went away".to_owned());
+        }
+        Ok(cut)
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = open.as_mut()
+            && let Some(n) = open.get_mut(&self.server)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.server);
+            }
+        }
+    }
+}
+
+/// Every socket descriptor of this process: inode -> descriptor.
+fn sockets() -> HashMap<u64, RawFd> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return HashMap::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let fd: RawFd = entry.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            let inode = target
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()?;
+            Some((inode, fd))
+        })
+        .collect()
+}
+
+/// The peer of a connected TCP socket.
+fn peer(fd: RawFd) -> Option<(IpAddr, u16)> {
+    // SAFETY: an all-zero sockaddr_storage is a valid value of that plain C struct.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_storage>()).ok()?;
+    // SAFETY: `storage` is writable for `len` bytes and outlives the call; a descriptor that is
+    // not a socket (or no longer open) only makes the call fail.
+    let rc = unsafe {
+        libc::getpeername(
+            fd,
+            std::ptr::from_mut(&mut storage).cast::<libc::sockaddr>(),
+            &raw mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into the storage, which
+            // is large and aligned enough for any socket address.
+            let v4 = unsafe { &*std::ptr::from_ref(&storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+            Some((IpAddr::V4(ip), u16::from_be(v4.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for a sockaddr_in6 (family AF_INET6).
+            let v6 = unsafe { &*std::ptr::from_ref(&storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(v6.sin6_addr.s6_addr);
+            Some((IpAddr::V6(ip), u16::from_be(v6.sin6_port)))
+        }
+        _ => None,
+    }
+}
+
+/// The inode of an open descriptor, if it is a socket.
+fn socket_inode(fd: RawFd) -> Option<u64> {
+    // SAFETY: an all-zero `stat` is a valid value of that plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable and outlives the call; a closed descriptor only makes it fail.
+    if unsafe { libc::fstat(fd, &raw mut st) } != 0 {
+        return None;
+    }
+    (st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(st.st_ino)
+}
+
+/// Cuts the socket at `fd` if it still is the one found (same inode, same peer). Returns
+/// whether it did.
+fn cut_socket(fd: RawFd, inode: u64, server: &Server) -> bool {
+    // Our own reference to the socket first: from here on, what is checked and shut down is
+    // that socket, whatever happens to the number `fd`.
+    // SAFETY: dup on any number is sound; it fails if `fd` is not open.
+    let original = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if original < 0 {
+        return false;
+    }
+    let ours = socket_inode(original) == Some(inode)
+        && peer(original).is_some_and(|(ip, port)| server.is(ip, port));
+    let mut cut = false;
+    if ours {
+        // SAFETY: creates a new socket descriptor owned here; no memory is involved.
+        let dead =
+            unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if dead >= 0 {
+            // SAFETY: `fd` was the wedged connection's socket a moment ago and that connection
+            // cannot close it while its read is held (the reason for the cut); dup3 atomically
+            // makes the number refer to the unconnected socket, which rtspsrc closes later in
+            // place of the original. `dead` is ours and closed right after.
+            cut = unsafe { libc::dup3(dead, fd, libc::O_CLOEXEC) } == fd;
+            // SAFETY: `dead` is a descriptor made above and not used after this.
+            unsafe { libc::close(dead) };
+        }
+        // SAFETY: `original` is our own duplicate of the socket: shutting it down wakes a read
+        // blocked in it (which then sees the end of the stream).
+        unsafe { libc::shutdown(original, libc::SHUT_RDWR) };
+    }
+    // SAFETY: `original` is our own duplicate, closed once; with the number replaced, this is
+    // the last reference, and the TCP connection ends.
+    unsafe { libc::close(original) };
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn server(port: u16) -> Server {
+        Server::of(&Address::parse(&format!("rtsp://127.0.0.1:{port}/x")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_server_is_the_uris_host_and_port_with_rtsps_default() {
+        let s = Server::of(&Address::parse("rtsp://u:p@10.0.0.9/x").unwrap()).unwrap();
+        assert_eq!((s.ip, s.port), (Some("10.0.0.9".parse().unwrap()), 554));
+        let s = Server::of(&Address::parse("rtsps://cam.local:8322/x").unwrap()).unwrap();
+        assert_eq!((s.ip, s.port), (None, 8322));
+        let s = Server::of(&Address::parse("rtsps://[::1]/x").unwrap()).unwrap();
+        assert_eq!((s.ip, s.port), (Some("::1".parse().unwrap()), 322));
+        assert!(s.is("::1".parse().unwrap(), 322));
+        assert!(!s.is("::1".parse().unwrap(), 554));
+    }
+
+    /// A read blocked on a socket that a peer keeps open ends once the socket is cut, and the
+    /// descriptor number stays open (now an unconnected socket), so its owner closes it safely.
+    #[test]
+    fn a_cut_ends_a_blocked_read_and_leaves_the_number_to_its_owner() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let opened = Opened::new(server(port));
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (mut peer_side, _) = listener.accept().unwrap();
+        peer_side
+            .write_all(b"RTSP/1.0 200 OK\r\nX-Junk: AAAA")
+            .unwrap();
+        let fd = client.as_raw_fd();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let mut total = 0;
+            loop {
+                match client.read(&mut buf) {
+                    Ok(0) | Err(_) => return (total, client),
+                    Ok(n) => total += n,
+                }
+            }
+        });
+        // The reader is in (or back to) a blocking read on a connection the peer holds open.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(opened.cut(), Ok(1));
+        let (total, client) = reader.join().unwrap();
+        assert_eq!(total, 29);
+        // The number is still open: a socket, not connected to anyone.
+        assert!(socket_inode(fd).is_some());
+        assert!(peer(fd).is_none());
+        drop(client);
+        // The peer sees the connection end.
+        let mut rest = Vec::new();
+        assert_eq!(peer_side.read_to_end(&mut rest).unwrap_or(0), 0);
+    }
+
+    #[test]
+    fn sockets_from_before_the_connection_are_never_cut() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let older = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let opened = Opened::new(server(port));
+        assert!(opened.cut().is_err());
+        assert!(peer(older.as_raw_fd()).is_some());
+    }
+
+    #[test]
+    fn two_candidates_are_left_alone_while_another_connection_talks_to_the_server() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mine = Opened::new(server(port));
+        let other = Opened::new(server(port));
+        let a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let b = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let e = mine.cut().unwrap_err();
+        assert!(e.contains("another connection"), "{e}");
+        assert!(peer(a.as_raw_fd()).is_some() && peer(b.as_raw_fd()).is_some());
+        drop(other);
+        assert_eq!(mine.cut(), Ok(2));
+    }
+}
