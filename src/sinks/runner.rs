@@ -75,12 +75,13 @@ impl Default for Routing {
 /// Counts of one sink.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SinkStats {
-    /// Frames written.
+    /// Frames written (for a sink that writes behind its thread, an encoder: frames it took,
+    /// less those it lost afterwards; at the end, frames in finished files).
     pub written: u64,
     /// Frames with nothing for this sink (its input was skipped or the frame failed).
     pub skipped: u64,
-    /// Frames lost: the sink failed to write them, or they were dropped from its full queue
-    /// (`on_full = "drop_oldest"`).
+    /// Frames lost: the sink failed to write them (or took them and lost them afterwards), or
+    /// they were dropped from its full queue (`on_full = "drop_oldest"`).
     pub dropped: u64,
 }
 
@@ -94,11 +95,26 @@ struct SinkCounters {
     failed: AtomicU64,
     /// Whether the last write failed.
     failing: AtomicBool,
+    /// Frames the sink took and lost afterwards ([`Sink::lost_after_write`]): written by the
+    /// sink's thread (relaxed, like the rest).
+    lost_after_write: Option<Arc<AtomicU64>>,
 }
 
 impl SinkCounters {
     fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far, with `overflow` results dropped from the full queue: a frame the
+    /// sink took and lost afterwards is dropped, not written.
+    fn stats(&self, overflow: &AtomicU64) -> SinkStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let lost = self.lost_after_write.as_deref().map_or(0, get);
+        SinkStats {
+            written: get(&self.written).saturating_sub(lost),
+            skipped: get(&self.skipped),
+            dropped: get(&self.failed) + get(overflow) + lost,
+        }
     }
 }
 
@@ -133,12 +149,7 @@ pub struct SinkSender {
 impl SinkSender {
     /// The sink's counts so far (what its final [`SinkStats`] will be if nothing else comes).
     pub fn stats(&self) -> SinkStats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        SinkStats {
-            written: get(&self.counters.written),
-            skipped: get(&self.counters.skipped),
-            dropped: get(&self.counters.failed) + get(&self.overflow),
-        }
+        self.counters.stats(&self.overflow)
     }
 
     /// Results waiting in the sink's queue.
@@ -195,7 +206,10 @@ impl SinkRunner {
         let (close, close_rx) = crossbeam_channel::bounded::<()>(0);
         let (closed_tx, closed) = crossbeam_channel::bounded::<Closed>(1);
         let overflow = Arc::new(AtomicU64::new(0));
-        let counters = Arc::new(SinkCounters::default());
+        let counters = Arc::new(SinkCounters {
+            lost_after_write: sink.lost_after_write(),
+            ..SinkCounters::default()
+        });
         let sender = SinkSender {
             name: name.into(),
             sender,
@@ -210,13 +224,10 @@ impl SinkRunner {
             .spawn(move || {
                 let mut sink = sink;
                 write_all(&label, sink.as_mut(), &receiver, &close_rx, &counters);
-                let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-                let stats = SinkStats {
-                    written: get(&counters.written),
-                    skipped: get(&counters.skipped),
-                    dropped: get(&counters.failed) + get(&overflow),
-                };
-                let _ = closed_tx.send((stats, sink.close()));
+                // Closing may lose frames the sink took (a segment that is not finalized):
+                // counted after it.
+                let closed = sink.close();
+                let _ = closed_tx.send((counters.stats(&overflow), closed));
             })
             .map_err(|e| SinkError::Other(format!("cannot spawn sink thread: {e}")))?;
         Ok(Self {
