@@ -557,6 +557,8 @@ impl Sink for VideoFile {
 
 #[cfg(test)]
 mod tests {
+    use opencv::core::MatTrait;
+
     use super::*;
 
     #[test]
