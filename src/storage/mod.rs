@@ -19,8 +19,10 @@
 //! over a cap (counted as one expected file) has its room made by a pass on the sink's thread
 //! before it is created: the thread's next pass may be a [`PASS_GAP`] away.
 //!
-//! One process per folder: an index is locked (`flock`) while open, so a second vidflow on the
-//! same folder writes its files but never takes in, nor deletes, the first one's.
+//! One process per folder: a folder's lock file is locked (`flock`) while its index is open,
+//! rewrites included, so a second vidflow on the same folder writes its files but never takes
+//! in, nor deletes, the first one's. A file whose delete fails stays listed and counted
+//! (`undeletable`); passes leave it alone for [`purge::DELETE_RETRY`] and use other files.
 //!
 //! Stop protocol: [`Storage::stop`] (after the sinks are closed) wakes the thread, which runs a
 //! last pass (for the files finished last; bounded like any pass) and ends; it is joined, and
@@ -418,7 +420,7 @@ fn run(shared: &Shared) {
         log_pass(&pass, "purged old files");
         let mut control = lock(&shared.control);
         control.watch = watch;
-        if pass.more {
+        if pass.more || pass.failed > 0 {
             control.poked = true;
             last = None;
         }
