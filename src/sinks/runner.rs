@@ -32,6 +32,7 @@ use serde::Serialize;
 
 use super::{Sink, SinkError};
 use crate::outcome::FrameResult;
+use crate::throttle::{self, Say, Throttle};
 
 /// Frame results queued per sink: enough to ride out a slow write without stalling workers.
 pub const SINK_QUEUE: usize = 16;
@@ -249,7 +250,8 @@ fn write_all(
     close: &Receiver<()>,
     counters: &SinkCounters,
 ) {
-    let mut failing = false;
+    // Failures as logged: the first of each message, then a count every INTERVAL.
+    let said = Throttle::default();
     // Set by the close signal: what is queued then is still written, then the loop ends.
     let mut closing = false;
     loop {
@@ -278,22 +280,47 @@ fn write_all(
             }
             Err(TryRecvError::Disconnected) => break,
         };
-        match sink.write(&result) {
+        let failing = match sink.write(&result) {
             Ok(true) => {
                 SinkCounters::bump(&counters.written);
-                failing = false;
+                false
             }
-            Ok(false) => SinkCounters::bump(&counters.skipped),
+            Ok(false) => {
+                SinkCounters::bump(&counters.skipped);
+                false
+            }
             Err(e) => {
                 SinkCounters::bump(&counters.failed);
-                if !failing {
-                    tracing::error!(sink = %label, error = %e, "write failed; frames are counted as dropped");
-                    failing = true;
+                let message = e.to_string();
+                match said.hit(label, &message) {
+                    Say::First => tracing::error!(
+                        sink = %label,
+                        error = %message,
+                        "write failed; frames are counted as dropped (the same failure again is \
+                         counted, and said every {} s)",
+                        throttle::INTERVAL.as_secs()
+                    ),
+                    Say::Again { more, over } => lost_more(label, more, over, &message),
+                    Say::Counted => {}
                 }
+                true
             }
-        }
+        };
         counters.failing.store(failing, Ordering::Relaxed);
     }
+    for u in said.drain() {
+        lost_more(label, u.more, u.over, &u.cause);
+    }
+}
+
+/// Says that sink `label` lost `more` more frames in the last `over`, with `message`.
+fn lost_more(label: &str, more: u64, over: std::time::Duration, message: &str) {
+    tracing::error!(
+        sink = %label,
+        frames = more,
+        "sink \"{label}\" failed to write {more} more frame(s) in the last {:.1} s: {message}",
+        over.as_secs_f64()
+    );
 }
 
 impl SinkRunner {
@@ -531,5 +558,66 @@ mod tests {
         assert_eq!(written.try_iter().collect::<Vec<_>>(), vec![0, 2]);
         assert_eq!(stats.written, 2, "{stats:?}");
         assert_eq!(stats.skipped + stats.dropped, 0, "{stats:?}");
+    }
+
+    /// A sink whose every other write fails, with the same message (a stand-in: no real sink
+    /// fails that regularly).
+    struct EveryOther(u64);
+
+    impl Sink for EveryOther {
+        fn write(&mut self, _: &FrameResult) -> Result<bool, SinkError> {
+            self.0 += 1;
+            if self.0.is_multiple_of(2) {
+                return Err(SinkError::Other("the disk said no".to_owned()));
+            }
+            Ok(true)
+        }
+        fn close(self: Box<Self>) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    /// A writer into a shared buffer, for a subscriber in a test.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_sink_failing_on_every_other_frame_is_said_once_then_counted() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for seq in 0..100 {
+            tx.send(result("cam", seq)).unwrap();
+        }
+        drop(tx);
+        let (_close, close_rx) = crossbeam_channel::bounded::<()>(0);
+        let counters = SinkCounters::default();
+        tracing::subscriber::with_default(subscriber, || {
+            write_all("rec", &mut EveryOther(0), &rx, &close_rx, &counters);
+        });
+        assert_eq!(counters.failed.load(Ordering::Relaxed), 50);
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        // One line for the first failure, one with the count of the 49 others (at the end:
+        // the run is shorter than an interval); once per run of failures, it was 50 lines.
+        assert_eq!(log.matches("write failed").count(), 1, "{log}");
+        assert_eq!(log.lines().count(), 2, "{log}");
+        assert!(
+            log.contains("sink \"rec\" failed to write 49 more frame(s)"),
+            "{log}"
+        );
     }
 }
