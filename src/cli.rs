@@ -224,6 +224,10 @@ fn validate(paths: &[PathBuf]) -> u8 {
     for path in paths {
         let found = match config::load(path) {
             Ok(p) => {
+                for n in &p.notes {
+                    let at = format!("{}:{}:{}", n.path.display(), n.line, n.column);
+                    eprintln!("{at}: note: {}", n.message);
+                }
                 let missing = p
                     .sources
                     .iter()

@@ -23,5 +23,6 @@ pub mod source;
 pub mod spec;
 pub mod steps;
 pub mod storage;
+pub mod throttle;
 pub mod value;
 pub mod workflow;

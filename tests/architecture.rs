@@ -20,7 +20,15 @@ use syn::visit::{self, Visit};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "vocabulary",
-        &["spec", "gst_setup", "frame", "value", "outcome", "storage"],
+        &[
+            "spec",
+            "gst_setup",
+            "frame",
+            "value",
+            "outcome",
+            "storage",
+            "throttle",
+        ],
     ),
     ("kinds", &["steps", "sinks", "source"]),
     ("binding", &["config"]),

@@ -227,3 +227,64 @@ path = "events.jsonl"
     assert_eq!(stats["frames_processed"], 1);
     assert_eq!(stats["pool"]["pools_built"], 0);
 }
+
+/// The frames counted in `stderr` for step `step`: one per first failure line, plus those of
+/// each "failed on N more frame(s)" line.
+fn failures_logged(stderr: &str, step: &str) -> (usize, u64) {
+    let first = stderr
+        .lines()
+        .filter(|l| {
+            l.contains("step failed; frame skipped") && l.contains(&format!("step={step} "))
+        })
+        .count();
+    let prefix = format!("step \"{step}\" failed on ");
+    let more: u64 = stderr
+        .lines()
+        .filter_map(|l| l.split_once(&prefix))
+        .map(|(_, rest)| rest.split(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    (first, more)
+}
+
+#[test]
+fn a_step_failing_on_every_frame_is_said_once_then_counted() {
+    // A step that fails on every frame of an 11-second live source is said once in full, then
+    // as counts (every 10 s, and at the end), which add up to every failure. (Before, one line
+    // per frame: 330.)
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "p.toml",
+        r#"
+[sources.cam]
+uri = "test://ball?width=160&height=120&fps=30&live=true&frames=330"
+queue = 60
+
+[steps.roi]
+kind = "crop"
+image = "$frame"
+x = 100
+width = 100
+height = 50
+
+[sinks.events]
+kind = "jsonl"
+path = "out/events.jsonl"
+"#,
+    );
+    let out =
+        spawn_run(&p, &["--stats-json", "stats.json"], dir.path()).finish(Duration::from_secs(90));
+    assert!(out.status.success(), "{}", out.stderr);
+    let stats = read_json(&dir.path().join("stats.json"));
+    let failed = stats["frames_failed"].as_u64().unwrap();
+    assert_eq!(
+        failed + stats["frames_dropped"].as_u64().unwrap(),
+        330,
+        "{stats}"
+    );
+    let (first, more) = failures_logged(&out.stderr, "roi");
+    assert_eq!(first, 1, "{}", out.stderr);
+    assert_eq!(1 + more, failed, "{}", out.stderr);
+    let lines = out.stderr.lines().filter(|l| l.contains(" WARN ")).count();
+    assert!(lines < 10, "{lines} warnings:\n{}", out.stderr);
+}

@@ -2,7 +2,9 @@
 //! encoders: SIGTERM at random moments (every decoded frame is in the JSONL and in the video
 //! segments), SIGKILL (every segment decodes, every line parses, a second run appends and leaves
 //! the first run's files alone), and a sink that fails mid-run (a full disk: a real small
-//! tmpfs; an encoder error: x264 refuses an odd frame size) while the other sinks go on.
+//! tmpfs; a write error: the segments' folder replaced by a file mid-run, so the next segment
+//! cannot be created) while the other sinks go on, `written` counting only the frames of the
+//! segments the sink finished.
 //!
 //! Random moments come from a seed printed at the start of each test (`OUTPUTS_SEED=...`
 //! replays it). Frames are counted by decoding each segment with GStreamer.
@@ -363,10 +365,12 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Runs until the video sink has failed, checks that the workflow and the JSONL sink go on,
-/// then stops: the exit is within the deadline, non-zero, and the loss is counted.
-fn failing_video_sink_is_alone(dir: &Path, p: &Path) {
+/// Runs until the video sink has failed (`fail` is called once the run is started: to make it
+/// fail), checks that the workflow and the JSONL sink go on, then stops: the exit is within the
+/// deadline, non-zero, and the loss is counted. Returns the video sink's `written`.
+fn failing_video_sink_is_alone(dir: &Path, p: &Path, fail: impl FnOnce(&Running)) -> u64 {
     let run = start(dir, p);
+    fail(&run);
     run.wait_for_stderr("write failed", DEADLINE);
     let events = dir.join("out/events.jsonl");
     let at_failure = jsonl(&events).len();
@@ -394,6 +398,7 @@ fn failing_video_sink_is_alone(dir: &Path, p: &Path) {
         processed,
         "{stats}"
     );
+    video["written"].as_u64().unwrap()
 }
 
 #[test]
@@ -414,19 +419,40 @@ fn a_full_disk_fails_the_video_sink_alone() {
         "preset = \"ultrafast\"\nbitrate_kbps = 20000",
     );
     std::fs::write(&p, text).unwrap();
-    failing_video_sink_is_alone(dir.path(), &p);
+    let written = failing_video_sink_is_alone(dir.path(), &p, |_| {});
+    // The segment the disk filled plays up to its last cluster, but was not finished: what it
+    // holds is not counted as written; the segments before it are.
+    let segments = segments(&dir.path().join("full/cam.mkv"));
+    let (cut, finished) = segments.split_last().expect("no segment at all");
+    let in_finished: u64 = finished.iter().map(|p| count_video_frames(p)).sum();
+    assert_eq!(written, in_finished, "{segments:?}");
+    println!(
+        "{written} frame(s) written, {} in the cut segment",
+        decode(cut).0
+    );
 }
 
 #[test]
-fn an_encoder_error_fails_the_video_sink_alone() {
+fn a_write_error_fails_the_video_sink_alone_and_written_counts_finished_segments() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    // x264 cannot encode an odd frame size: a real encoder error at the first frame.
     let p = pipeline(
         dir.path(),
-        "test://ball?width=161&height=121&fps=30&live=true",
-        "out/{source}.mkv",
+        "test://ball?width=320&height=240&fps=30&live=true",
+        "rec/{source}.mkv",
         "",
     );
-    failing_video_sink_is_alone(dir.path(), &p);
+    // Once the third segment has started, its folder is moved away (the segment being written
+    // goes on there and is finished) and a file takes its name: the fourth cannot be created.
+    let (rec, moved) = (dir.path().join("rec"), dir.path().join("rec.old"));
+    let replace_folder = |run: &Running| {
+        run.wait_for_stderr_times("new video segment", 3, DEADLINE);
+        std::fs::rename(&rec, &moved).unwrap();
+        std::fs::write(&rec, "not a folder").unwrap();
+    };
+    let written = failing_video_sink_is_alone(dir.path(), &p, replace_folder);
+    let segments = segments(&moved.join("cam.mkv"));
+    assert_eq!(segments.len(), 3, "{segments:?}");
+    let in_files: u64 = segments.iter().map(|p| count_video_frames(p)).sum();
+    assert_eq!(written, in_files, "{segments:?}");
 }

@@ -20,6 +20,7 @@ mod http;
 mod raw;
 mod resolve;
 mod routing;
+mod sizes;
 mod source;
 mod storage;
 mod written;
@@ -138,11 +139,11 @@ pub fn load(path: &Path) -> Result<Pipeline, ConfigError> {
 
 /// Like [`load`], for text already read.
 pub fn load_text(source: &SourceText) -> Result<Pipeline, ConfigError> {
-    let mut diagnostics = Vec::new();
+    let (mut diagnostics, mut notes) = (Vec::new(), Vec::new());
     let raw = raw::parse(&source.text, &mut diagnostics);
-    let pipeline = raw.map(|raw| resolve::resolve(raw, &mut diagnostics));
+    let pipeline = raw.map(|raw| resolve::resolve(raw, &mut diagnostics, &mut notes));
     match pipeline {
-        Some(p) if diagnostics.is_empty() => Ok(p.with_source(source)),
+        Some(p) if diagnostics.is_empty() => Ok(p.with_source(source, notes)),
         _ => {
             diagnostics.sort_by_key(|d| d.span.as_ref().map_or(0, |s| s.start));
             Err(ConfigError::Invalid {

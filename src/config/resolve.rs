@@ -34,10 +34,17 @@ pub struct Pipeline {
     pub sinks: Vec<SinkConfig>,
     /// Each step's and sink's table as written, to tell at a reload what changed.
     pub written: Written,
+    /// What `validate` says besides problems: a sink that will pad the images it records.
+    pub notes: Vec<super::Problem>,
 }
 
 impl Pipeline {
-    pub(super) fn with_source(mut self, source: &super::SourceText) -> Self {
+    pub(super) fn with_source(
+        mut self,
+        source: &super::SourceText,
+        notes: Vec<Diagnostic>,
+    ) -> Self {
+        self.notes = notes.into_iter().map(|d| source.problem(d)).collect();
         self.path = source.path.clone();
         self.written = Written::of(&source.text);
         self
@@ -139,7 +146,13 @@ struct Declared {
     kind: Option<&'static StepKind>,
 }
 
-pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipeline {
+/// Resolves `raw`: its problems go to `diags`; `notes` get what is worth saying but is not a
+/// problem (a size a sink will pad).
+pub(super) fn resolve(
+    raw: RawPipeline<'_>,
+    diags: &mut Vec<Diagnostic>,
+    notes: &mut Vec<Diagnostic>,
+) -> Pipeline {
     let source_names: Vec<String> = raw
         .sources
         .iter()
@@ -255,7 +268,17 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
     }
 
     let order = topological_order(&deps, &declared, &name_spans, diags);
-    let sinks = resolve_sinks(raw.sinks, &resolver, &source_names, diags);
+    // The size of each step's `image` output, where its parameters fix it.
+    let image_sizes: Vec<Option<(u32, u32)>> = built
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| s.step.image_size()))
+        .collect();
+    let sinks = Sinks {
+        resolver: &resolver,
+        source_names: &source_names,
+        image_sizes: &image_sizes,
+    };
+    let sinks = sinks.resolve(raw.sinks, diags, notes);
 
     // Renumber step references into the new order.
     let mut position = vec![0; built.len()];
@@ -298,6 +321,7 @@ pub(super) fn resolve(raw: RawPipeline<'_>, diags: &mut Vec<Diagnostic>) -> Pipe
         steps,
         sinks,
         written: Written::default(),
+        notes: Vec::new(),
     }
 }
 
@@ -363,104 +387,119 @@ fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorC
     config
 }
 
-fn resolve_sinks(
-    raw: Vec<RawComponent<'_>>,
-    resolver: &Resolver<'_>,
-    source_names: &[String],
-    diags: &mut Vec<Diagnostic>,
-) -> Vec<SinkConfig> {
-    let mut out = Vec::new();
-    for mut c in raw {
-        let Some(kind) = sinks::kind(c.kind.get_ref()) else {
-            diags.push(unknown_kind(
-                "sink",
-                &c,
-                sinks::KINDS.iter().map(|k| k.name),
-            ));
-            continue;
-        };
-        let what = format!("sink \"{}\"", c.name.get_ref());
-        let mut inputs = Vec::new();
-        let mut ok = true;
-        for port in kind.inputs {
-            let texts: Vec<Spanned<String>> = match c.take(port.name) {
-                None if port.list => Vec::new(),
-                None => {
-                    diags.push(Diagnostic::at(
-                        c.name.span(),
-                        format!("{what}: missing input \"{}\"", port.name),
-                    ));
-                    ok = false;
-                    continue;
-                }
-                Some((key, value)) if port.list => match value.get_ref() {
-                    DeValue::Array(items) => items
-                        .iter()
-                        .filter_map(|item| reference_text(&what, &key, item, diags))
-                        .collect(),
-                    // One reference where a list is taken: a list of one.
-                    DeValue::String(_) => reference_text(&what, &key, &value, diags)
-                        .into_iter()
-                        .collect(),
-                    _ => {
+/// What sinks are resolved against: the steps, the sources, and the sizes steps fix.
+struct Sinks<'a> {
+    resolver: &'a Resolver<'a>,
+    source_names: &'a [String],
+    image_sizes: &'a [Option<(u32, u32)>],
+}
+
+impl Sinks<'_> {
+    fn resolve(
+        &self,
+        raw: Vec<RawComponent<'_>>,
+        diags: &mut Vec<Diagnostic>,
+        notes: &mut Vec<Diagnostic>,
+    ) -> Vec<SinkConfig> {
+        let (resolver, source_names) = (self.resolver, self.source_names);
+        let mut out = Vec::new();
+        for mut c in raw {
+            let Some(kind) = sinks::kind(c.kind.get_ref()) else {
+                diags.push(unknown_kind(
+                    "sink",
+                    &c,
+                    sinks::KINDS.iter().map(|k| k.name),
+                ));
+                continue;
+            };
+            let what = format!("sink \"{}\"", c.name.get_ref());
+            let mut inputs = Vec::new();
+            let mut ok = true;
+            for port in kind.inputs {
+                let texts: Vec<Spanned<String>> = match c.take(port.name) {
+                    None if port.list => Vec::new(),
+                    None => {
                         diags.push(Diagnostic::at(
-                            value.span(),
-                            format!(
-                                "{what}: \"{}\" must be a reference or a list of references",
-                                port.name
-                            ),
+                            c.name.span(),
+                            format!("{what}: missing input \"{}\"", port.name),
                         ));
                         ok = false;
                         continue;
                     }
-                },
-                Some((key, value)) => reference_text(&what, &key, &value, diags)
-                    .into_iter()
-                    .collect(),
-            };
-            for text in texts {
-                match resolver.resolve(&what, port.name, port.ty, &text, diags) {
-                    Some(from) => inputs.push(SinkInput {
-                        port: port.name,
-                        label: text.get_ref().trim_start_matches('$').to_owned(),
-                        from,
-                    }),
-                    None => ok = false,
-                }
-            }
-        }
-        let sources = super::routing::sources(&what, c.take("sources"), source_names, diags);
-        let on_full = super::routing::on_full(&what, c.take("on_full"), diags);
-        let name = c.name.get_ref().as_str().into();
-        let name_span = c.name.span();
-        match (kind.build)(Params::new(c.into_params())) {
-            Ok(factory) if ok => {
-                let (Some(sources), Some(on_full)) = (sources, on_full) else {
-                    continue;
-                };
-                let takes = sources.as_ref().map_or(source_names.len(), Vec::len);
-                if takes > 1
-                    && let Some(d) = factory.single_source()
-                {
-                    diags.push(prefixed(&what, d, name_span));
-                    continue;
-                }
-                out.push(SinkConfig {
-                    name,
-                    kind,
-                    routing: Routing {
-                        sources: sources.map(|s| s.iter().map(|s| s.as_str().into()).collect()),
-                        on_full: on_full.unwrap_or_else(|| factory.default_on_full()),
+                    Some((key, value)) if port.list => match value.get_ref() {
+                        DeValue::Array(items) => items
+                            .iter()
+                            .filter_map(|item| reference_text(&what, &key, item, diags))
+                            .collect(),
+                        // One reference where a list is taken: a list of one.
+                        DeValue::String(_) => reference_text(&what, &key, &value, diags)
+                            .into_iter()
+                            .collect(),
+                        _ => {
+                            diags.push(Diagnostic::at(
+                                value.span(),
+                                format!(
+                                    "{what}: \"{}\" must be a reference or a list of references",
+                                    port.name
+                                ),
+                            ));
+                            ok = false;
+                            continue;
+                        }
                     },
-                    factory,
-                    inputs,
-                });
+                    Some((key, value)) => reference_text(&what, &key, &value, diags)
+                        .into_iter()
+                        .collect(),
+                };
+                for text in texts {
+                    match resolver.resolve(&what, port.name, port.ty, &text, diags) {
+                        Some(from) => inputs.push((
+                            SinkInput {
+                                port: port.name,
+                                label: text.get_ref().trim_start_matches('$').to_owned(),
+                                from,
+                            },
+                            text.span(),
+                        )),
+                        None => ok = false,
+                    }
+                }
             }
-            Ok(_) => {}
-            Err(d) => diags.push(prefixed(&what, d, name_span)),
+            let sources = super::routing::sources(&what, c.take("sources"), source_names, diags);
+            let on_full = super::routing::on_full(&what, c.take("on_full"), diags);
+            let name = c.name.get_ref().as_str().into();
+            let name_span = c.name.span();
+            match (kind.build)(Params::new(c.into_params())) {
+                Ok(factory) if ok => {
+                    let (Some(sources), Some(on_full)) = (sources, on_full) else {
+                        continue;
+                    };
+                    let takes = sources.as_ref().map_or(source_names.len(), Vec::len);
+                    if takes > 1
+                        && let Some(d) = factory.single_source()
+                    {
+                        diags.push(prefixed(&what, d, name_span));
+                        continue;
+                    }
+                    let sizes = self.image_sizes;
+                    super::sizes::check_sink(&what, factory.as_ref(), &inputs, sizes, diags, notes);
+                    out.push(SinkConfig {
+                        name,
+                        kind,
+                        routing: Routing {
+                            sources: sources.map(|s| s.iter().map(|s| s.as_str().into()).collect()),
+                            on_full: on_full.unwrap_or_else(|| factory.default_on_full()),
+                        },
+                        factory,
+                        inputs: inputs.into_iter().map(|(input, _)| input).collect(),
+                    });
+                }
+                Ok(_) => {}
+                Err(d) => diags.push(prefixed(&what, d, name_span)),
+            }
         }
+        out
     }
-    out
 }
 
 struct Resolver<'a> {

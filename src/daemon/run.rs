@@ -41,6 +41,7 @@ pub fn run(
         http: http_config,
         storage: storage_config,
         written,
+        notes: _,
     } = pipeline;
     // Bound before anything starts: a port in use fails the run at once.
     let http = match http_config.as_ref().map(super::http::bind).transpose() {

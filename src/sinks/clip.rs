@@ -37,6 +37,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::video_file::VideoFile;
+use super::video_file::size::SaidOnce;
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
@@ -216,7 +217,12 @@ impl SinkFactory for Factory {
             image,
             when,
             sources: HashMap::new(),
+            sizes: SaidOnce::default(),
         }))
+    }
+
+    fn images_of(&self, width: u32, height: u32) -> Result<Option<String>, String> {
+        super::video_file::size::images_of(width, height)
     }
 }
 
@@ -226,6 +232,8 @@ struct ClipSink {
     image: Ref,
     when: Vec<Ref>,
     sources: HashMap<Arc<str>, SourceClips>,
+    /// Padded or refused image sizes already logged.
+    sizes: SaidOnce,
 }
 
 /// One encoded frame.
@@ -260,7 +268,11 @@ struct SourceClips {
     pipeline: gst::Pipeline,
     appsrc: gst_app::AppSrc,
     appsink: gst_app::AppSink,
+    /// The size encoded: the images' own, padded to a size H.264 takes
+    /// ([`super::video_file::size`]).
     info: gst_video::VideoInfo,
+    /// The images' own size.
+    image: (u32, u32),
     frame_duration: gst::ClockTime,
     /// The source's time of its first frame (encoder time 0).
     first: Duration,
@@ -320,7 +332,8 @@ impl SourceClips {
             u32::try_from(width).map_err(|_| err("bad width".to_owned()))?,
             u32::try_from(height).map_err(|_| err("bad height".to_owned()))?,
         );
-        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, w, h)
+        let (coded_w, coded_h) = super::video_file::size::coded_size(w, h).map_err(err)?;
+        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, coded_w, coded_h)
             .fps(gst::Fraction::new(fps.0, fps.1))
             .build()
             .map_err(|e| err(e.to_string()))?;
@@ -338,6 +351,7 @@ impl SourceClips {
             appsrc,
             appsink,
             info,
+            image: (w, h),
             frame_duration,
             first,
             last_pts: None,
@@ -671,7 +685,12 @@ impl ClipSink {
     ) -> Option<gst::ClockTime> {
         let clips = self.sources.get(source)?;
         let size = |v: i32| u32::try_from(v).unwrap_or(0);
-        let (from, to) = super::video_file::changed(&clips.info, size(width), size(height), fps)?;
+        let (from, to) = super::video_file::changed(
+            (clips.image, clips.info.fps()),
+            size(width),
+            size(height),
+            fps,
+        )?;
         let last_trigger = clips.trigger.map(|t| clips.first + Duration::from(t));
         tracing::info!(
             source = %source,
@@ -702,6 +721,9 @@ impl Sink for ClipSink {
         let carried = self.close_if_changed(&frame.source, (width, height, fps), at);
         let settings = &self.settings;
         if !self.sources.contains_key(&frame.source) {
+            let size = |v: i32| u32::try_from(v).unwrap_or(0);
+            self.sizes
+                .say("clip", &frame.source, size(width), size(height));
             let files = self.files.clone();
             let mut c = SourceClips::start(
                 settings,

@@ -82,6 +82,14 @@ pub trait SinkFactory: Send + Sync + fmt::Debug {
     fn single_source(&self) -> Option<Diagnostic> {
         None
     }
+
+    /// What the sink does with the images on its `image` input when validation knows their
+    /// size in advance (a `crop` or `resize` makes them): `Ok(Some(note))`, recorded but not
+    /// as they are (said by `validate`, not a problem); `Err(problem)`, they cannot be
+    /// recorded. `Ok(None)` (the default): nothing to say.
+    fn images_of(&self, _width: u32, _height: u32) -> Result<Option<String>, String> {
+        Ok(None)
+    }
 }
 
 /// An open sink. Called from its own thread only.
@@ -96,6 +104,14 @@ pub trait Sink: Send {
     /// When the sink wants [`Sink::idle`] called again if no frame comes first (a periodic
     /// fsync, say); `None`: only when a frame has been written.
     fn wake_at(&self) -> Option<std::time::Instant> {
+        None
+    }
+    /// For a sink that writes behind [`Sink::write`] (an encoder, a muxer): the count of frames
+    /// it took (`Ok(true)`) and lost afterwards, before they reached a finished output (an
+    /// encoder that failed with frames in it, a segment that was not finalized). The runner
+    /// asks once, reads it whenever it reports counts (also after [`Sink::close`]), and moves
+    /// them from `written` to `dropped`. `None` (the default): what `write` took is written.
+    fn lost_after_write(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicU64>> {
         None
     }
     /// Finalizes the output (flush, trailer, ...).

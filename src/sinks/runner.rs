@@ -32,6 +32,7 @@ use serde::Serialize;
 
 use super::{Sink, SinkError};
 use crate::outcome::FrameResult;
+use crate::throttle::{self, Say, Throttle};
 
 /// Frame results queued per sink: enough to ride out a slow write without stalling workers.
 pub const SINK_QUEUE: usize = 16;
@@ -75,12 +76,13 @@ impl Default for Routing {
 /// Counts of one sink.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SinkStats {
-    /// Frames written.
+    /// Frames written (for a sink that writes behind its thread, an encoder: frames it took,
+    /// less those it lost afterwards; at the end, frames in finished files).
     pub written: u64,
     /// Frames with nothing for this sink (its input was skipped or the frame failed).
     pub skipped: u64,
-    /// Frames lost: the sink failed to write them, or they were dropped from its full queue
-    /// (`on_full = "drop_oldest"`).
+    /// Frames lost: the sink failed to write them (or took them and lost them afterwards), or
+    /// they were dropped from its full queue (`on_full = "drop_oldest"`).
     pub dropped: u64,
 }
 
@@ -94,11 +96,26 @@ struct SinkCounters {
     failed: AtomicU64,
     /// Whether the last write failed.
     failing: AtomicBool,
+    /// Frames the sink took and lost afterwards ([`Sink::lost_after_write`]): written by the
+    /// sink's thread (relaxed, like the rest).
+    lost_after_write: Option<Arc<AtomicU64>>,
 }
 
 impl SinkCounters {
     fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far, with `overflow` results dropped from the full queue: a frame the
+    /// sink took and lost afterwards is dropped, not written.
+    fn stats(&self, overflow: &AtomicU64) -> SinkStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let lost = self.lost_after_write.as_deref().map_or(0, get);
+        SinkStats {
+            written: get(&self.written).saturating_sub(lost),
+            skipped: get(&self.skipped),
+            dropped: get(&self.failed) + get(overflow) + lost,
+        }
     }
 }
 
@@ -133,12 +150,7 @@ pub struct SinkSender {
 impl SinkSender {
     /// The sink's counts so far (what its final [`SinkStats`] will be if nothing else comes).
     pub fn stats(&self) -> SinkStats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        SinkStats {
-            written: get(&self.counters.written),
-            skipped: get(&self.counters.skipped),
-            dropped: get(&self.counters.failed) + get(&self.overflow),
-        }
+        self.counters.stats(&self.overflow)
     }
 
     /// Results waiting in the sink's queue.
@@ -195,7 +207,10 @@ impl SinkRunner {
         let (close, close_rx) = crossbeam_channel::bounded::<()>(0);
         let (closed_tx, closed) = crossbeam_channel::bounded::<Closed>(1);
         let overflow = Arc::new(AtomicU64::new(0));
-        let counters = Arc::new(SinkCounters::default());
+        let counters = Arc::new(SinkCounters {
+            lost_after_write: sink.lost_after_write(),
+            ..SinkCounters::default()
+        });
         let sender = SinkSender {
             name: name.into(),
             sender,
@@ -210,13 +225,10 @@ impl SinkRunner {
             .spawn(move || {
                 let mut sink = sink;
                 write_all(&label, sink.as_mut(), &receiver, &close_rx, &counters);
-                let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-                let stats = SinkStats {
-                    written: get(&counters.written),
-                    skipped: get(&counters.skipped),
-                    dropped: get(&counters.failed) + get(&overflow),
-                };
-                let _ = closed_tx.send((stats, sink.close()));
+                // Closing may lose frames the sink took (a segment that is not finalized):
+                // counted after it.
+                let closed = sink.close();
+                let _ = closed_tx.send((counters.stats(&overflow), closed));
             })
             .map_err(|e| SinkError::Other(format!("cannot spawn sink thread: {e}")))?;
         Ok(Self {
@@ -238,7 +250,8 @@ fn write_all(
     close: &Receiver<()>,
     counters: &SinkCounters,
 ) {
-    let mut failing = false;
+    // Failures as logged: the first of each message, then a count every INTERVAL.
+    let said = Throttle::default();
     // Set by the close signal: what is queued then is still written, then the loop ends.
     let mut closing = false;
     loop {
@@ -267,22 +280,47 @@ fn write_all(
             }
             Err(TryRecvError::Disconnected) => break,
         };
-        match sink.write(&result) {
+        let failing = match sink.write(&result) {
             Ok(true) => {
                 SinkCounters::bump(&counters.written);
-                failing = false;
+                false
             }
-            Ok(false) => SinkCounters::bump(&counters.skipped),
+            Ok(false) => {
+                SinkCounters::bump(&counters.skipped);
+                false
+            }
             Err(e) => {
                 SinkCounters::bump(&counters.failed);
-                if !failing {
-                    tracing::error!(sink = %label, error = %e, "write failed; frames are counted as dropped");
-                    failing = true;
+                let message = e.to_string();
+                match said.hit(label, &message) {
+                    Say::First => tracing::error!(
+                        sink = %label,
+                        error = %message,
+                        "write failed; frames are counted as dropped (the same failure again is \
+                         counted, and said every {} s)",
+                        throttle::INTERVAL.as_secs()
+                    ),
+                    Say::Again { more, over } => lost_more(label, more, over, &message),
+                    Say::Counted => {}
                 }
+                true
             }
-        }
+        };
         counters.failing.store(failing, Ordering::Relaxed);
     }
+    for u in said.drain() {
+        lost_more(label, u.more, u.over, &u.cause);
+    }
+}
+
+/// Says that sink `label` lost `more` more frames in the last `over`, with `message`.
+fn lost_more(label: &str, more: u64, over: std::time::Duration, message: &str) {
+    tracing::error!(
+        sink = %label,
+        frames = more,
+        "sink \"{label}\" failed to write {more} more frame(s) in the last {:.1} s: {message}",
+        over.as_secs_f64()
+    );
 }
 
 impl SinkRunner {
@@ -520,5 +558,66 @@ mod tests {
         assert_eq!(written.try_iter().collect::<Vec<_>>(), vec![0, 2]);
         assert_eq!(stats.written, 2, "{stats:?}");
         assert_eq!(stats.skipped + stats.dropped, 0, "{stats:?}");
+    }
+
+    /// A sink whose every other write fails, with the same message (a stand-in: no real sink
+    /// fails that regularly).
+    struct EveryOther(u64);
+
+    impl Sink for EveryOther {
+        fn write(&mut self, _: &FrameResult) -> Result<bool, SinkError> {
+            self.0 += 1;
+            if self.0.is_multiple_of(2) {
+                return Err(SinkError::Other("the disk said no".to_owned()));
+            }
+            Ok(true)
+        }
+        fn close(self: Box<Self>) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    /// A writer into a shared buffer, for a subscriber in a test.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_sink_failing_on_every_other_frame_is_said_once_then_counted() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for seq in 0..100 {
+            tx.send(result("cam", seq)).unwrap();
+        }
+        drop(tx);
+        let (_close, close_rx) = crossbeam_channel::bounded::<()>(0);
+        let counters = SinkCounters::default();
+        tracing::subscriber::with_default(subscriber, || {
+            write_all("rec", &mut EveryOther(0), &rx, &close_rx, &counters);
+        });
+        assert_eq!(counters.failed.load(Ordering::Relaxed), 50);
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        // One line for the first failure, one with the count of the 49 others (at the end:
+        // the run is shorter than an interval); once per run of failures, it was 50 lines.
+        assert_eq!(log.matches("write failed").count(), 1, "{log}");
+        assert_eq!(log.lines().count(), 2, "{log}");
+        assert!(
+            log.contains("sink \"rec\" failed to write 49 more frame(s)"),
+            "{log}"
+        );
     }
 }

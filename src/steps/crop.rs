@@ -80,6 +80,11 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 }
 
 impl Step for Crop {
+    fn image_size(&self) -> Option<(u32, u32)> {
+        let side = |v: i32| u32::try_from(v).ok();
+        Some((side(self.rect.width)?, side(self.rect.height)?))
+    }
+
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let r = self.rect;
         let (cols, rows, _) = input.get::<Image>(0)?.shape();

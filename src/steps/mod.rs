@@ -171,6 +171,13 @@ pub trait Step: Send + Sync + fmt::Debug {
     fn source_resized(&self, _source: &str, _from: Format, _to: Format) -> Option<String> {
         None
     }
+
+    /// The width and height of every image on the step's `image` output, when its parameters
+    /// fix them (`crop`, `resize`): validation tells a sink that records them what it will do
+    /// with that size. `None` (the default): the size depends on the frames.
+    fn image_size(&self) -> Option<(u32, u32)> {
+        None
+    }
 }
 
 /// What a step made of a frame.

@@ -66,6 +66,11 @@ fn dimension(key: &str, v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
 }
 
 impl Step for Resize {
+    fn image_size(&self) -> Option<(u32, u32)> {
+        let side = |v: i32| u32::try_from(v).ok();
+        Some((side(self.size.width)?, side(self.size.height)?))
+    }
+
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         if let Some(Some(Value::Image(Image::Frame(frame)))) = input.values.first() {
             let out = frame

@@ -13,6 +13,11 @@
 //! naming a path (`/`, `..`) is refused, so an edited index cannot reach outside its folder.
 //! No thread: called under the storage's lock. Rewritten (to a temporary file, then renamed)
 //! when most of its lines describe deleted files.
+//!
+//! One daemon per folder: `.vidflow-files.lock` beside it is locked (`flock`) from before the
+//! index is read until the storage closes it. The lock is on that file, never replaced, not on
+//! the index (which a rewrite replaces): so it is held without a gap across a rewrite, where
+//! another process could otherwise take the new index between the rename and the re-lock.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -25,6 +30,8 @@ use super::Class;
 
 /// The index's file name, in each folder vidflow writes to.
 pub const INDEX: &str = ".vidflow-files.jsonl";
+/// The file whose lock says that a daemon has the folder (see the module header).
+pub const LOCK: &str = ".vidflow-files.lock";
 
 /// One line of an index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,6 +85,8 @@ pub(super) fn plain_name(name: &str) -> bool {
 pub(super) struct Index {
     path: PathBuf,
     file: File,
+    /// [`LOCK`], locked while this is open.
+    _lock: File,
     /// Lines in the file, and lines that still describe a kept file (to know when to rewrite).
     pub lines: u64,
 }
@@ -88,8 +97,8 @@ impl Index {
         let path = folder.join(INDEX);
         // Locked before it is read: a second vidflow on this folder must not take in the files
         // the first is writing (it could delete one mid-write).
+        let lock = lock_folder(folder)?;
         let file = OpenOptions::new().append(true).create(true).open(&path)?;
-        lock_exclusive(&file, folder)?;
         let mut listed = Listing::default();
         let mut lines = 0;
         match File::open(&path) {
@@ -107,7 +116,13 @@ impl Index {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        Ok((Self { path, file, lines }, listed.into_vec()))
+        let index = Self {
+            path,
+            file,
+            _lock: lock,
+            lines,
+        };
+        Ok((index, listed.into_vec()))
     }
 
     /// Appends one line (one `write`: whole or not at all, as far as readers go).
@@ -134,30 +149,29 @@ impl Index {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
+        // The folder's lock was held throughout (it is not on the index).
         self.file = OpenOptions::new().append(true).open(&self.path)?;
-        let folder = self.path.parent().unwrap_or(Path::new("."));
-        lock_exclusive(&self.file, folder)?;
         self.lines = kept.len() as u64;
         Ok(())
     }
 }
 
-/// Takes the index's lock (`flock`, released when the file is closed or the process ends,
-/// SIGKILL included), or says that another process holds it.
-fn lock_exclusive(file: &File, folder: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: `file` is open for the whole call, so its descriptor is valid.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(std::io::Error::other(format!(
-            "{} is in use by another vidflow process (its index {INDEX} is locked)",
+/// Takes the folder's lock, [`LOCK`] (`flock`, released when the file is closed or the process
+/// ends, SIGKILL included), or says that another process holds it.
+fn lock_folder(folder: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(folder.join(LOCK))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(std::io::Error::other(format!(
+            "{} is in use by another vidflow process (its {LOCK} is locked)",
             folder.display()
-        )));
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
-    Err(e)
 }
 
 /// The files an index lists, as its lines are read: in the order added, a name added again
@@ -277,12 +291,44 @@ mod tests {
         }
         index.rewrite(&[add("9.mp4")]).unwrap();
         index.append(&add("10.mp4")).unwrap();
-        // (Closed first: an open index is locked; the rewritten file is locked too.)
+        // (Closed first: an open index's folder is locked, across the rewrite too.)
         assert!(Index::open(dir.path()).is_err());
         drop(index);
         let (index, listed) = Index::open(dir.path()).unwrap();
         let names: Vec<_> = listed.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["9.mp4", "10.mp4"]);
         assert_eq!(index.lines, 2);
+    }
+
+    #[test]
+    fn no_other_opener_gets_the_folder_while_its_index_is_rewritten() {
+        // Another process's daemon opening the folder, in a loop, while this one rewrites its
+        // index again and again: it must never get in (it would take in, and could delete, the
+        // files this one is writing). A lock on the index itself had a gap between the rename
+        // and the re-lock that the opener won (and this one's rewrite then failed).
+        let dir = tempfile::tempdir().unwrap();
+        let (mut index, _) = Index::open(dir.path()).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (folder, stopped) = (dir.path().to_owned(), stop.clone());
+        let opener = std::thread::spawn(move || {
+            let (mut tries, mut got_in) = (0u64, 0u64);
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                tries += 1;
+                if Index::open(&folder).is_ok() {
+                    got_in += 1;
+                }
+            }
+            (tries, got_in)
+        });
+        let mut failed = 0;
+        for n in 0..300 {
+            if index.rewrite(&[add(&format!("{n}.mp4"))]).is_err() {
+                failed += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (tries, got_in) = opener.join().unwrap();
+        assert!(tries > 0);
+        assert_eq!((got_in, failed), (0, 0), "{tries} tries");
     }
 }

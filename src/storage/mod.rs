@@ -25,8 +25,10 @@
 //! for the swap, so that a reader (the HTTP loop) never waits on a pass, a slow delete or a
 //! hung mount.
 //!
-//! One process per folder: an index is locked (`flock`) while open, so a second vidflow on the
-//! same folder writes its files but never takes in, nor deletes, the first one's.
+//! One process per folder: a folder's lock file is locked (`flock`) while its index is open,
+//! rewrites included, so a second vidflow on the same folder writes its files but never takes
+//! in, nor deletes, the first one's. A file whose delete fails stays listed and counted
+//! (`undeletable`); passes leave it alone for [`purge::DELETE_RETRY`] and use other files.
 //!
 //! Stop protocol: [`Storage::stop`] (after the sinks are closed) wakes the thread, which runs a
 //! last pass (for the files finished last; bounded like any pass) and ends; it is joined, and
@@ -478,7 +480,7 @@ fn run(shared: &Shared) {
         next_report = Instant::now() + REPORT_INTERVAL;
         let mut control = lock(&shared.control);
         control.watch = watch;
-        if pass.more {
+        if pass.more || pass.failed > 0 {
             control.poked = true;
             last = None;
         }

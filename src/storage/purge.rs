@@ -42,6 +42,21 @@ pub(super) struct Entry {
     pub bytes: u64,
     /// Being written: never deleted.
     pub open: bool,
+    /// When deleting it last failed (EACCES, EBUSY, EROFS, ...): it is still on the disk, so it
+    /// still counts against its caps and stays in the index, but passes leave it alone for
+    /// [`DELETE_RETRY`] and free room with other files.
+    pub undeletable: Option<std::time::Instant>,
+}
+
+impl Entry {
+    /// Whether a pass may plan to delete it: not being written, and no failed delete within
+    /// [`DELETE_RETRY`].
+    fn deletable(&self) -> bool {
+        !self.open
+            && self
+                .undeletable
+                .is_none_or(|at| at.elapsed() >= DELETE_RETRY)
+    }
 }
 
 impl Entry {
@@ -65,6 +80,8 @@ pub struct SinkTotals {
     pub purged_bytes: u64,
     /// Times a write found its filesystem full.
     pub disk_full: u64,
+    /// Deletes that failed (the file is kept, listed and counted; tried again later).
+    pub undeletable: u64,
 }
 
 /// Why a file was deleted (for the pass's log line).
@@ -97,6 +114,23 @@ pub struct Pass {
     pub reasons: BTreeMap<Reason, u64>,
     /// The budget ran out: another pass is due at once.
     pub more: bool,
+    /// Files planned that could not be deleted (still on the disk, still listed): another
+    /// pass, with other files, is due at once.
+    pub failed: u64,
+}
+
+impl Pass {
+    /// Adds what `other`, a pass right after this one, did.
+    fn and(mut self, other: Pass) -> Pass {
+        self.files += other.files;
+        self.bytes += other.bytes;
+        for (reason, n) in other.reasons {
+            *self.reasons.entry(reason).or_default() += n;
+        }
+        self.more = other.more;
+        self.failed += other.failed;
+        self
+    }
 }
 
 #[derive(Debug, Default)]
@@ -166,6 +200,7 @@ impl State {
                         closed: l.closed.map(|(t, _)| t),
                         bytes,
                         open: false,
+                        undeletable: None,
                     },
                 );
             }
@@ -223,6 +258,7 @@ impl State {
                 closed: None,
                 bytes: disk::file_size(path).unwrap_or(0),
                 open: true,
+                undeletable: None,
             },
         );
         Ok(())
@@ -251,10 +287,12 @@ impl State {
         }
     }
 
-    /// Deletes `path`, one of ours, at once (an empty file the disk had no room for).
+    /// Deletes `path`, one of ours, at once (an empty file the disk had no room for). A file
+    /// that cannot be deleted stays listed (a later pass may).
     pub(super) fn forget(&mut self, path: &Path) {
-        if let Some(&id) = self.by_path.get(path) {
-            let _ = std::fs::remove_file(path);
+        if let Some(&id) = self.by_path.get(path)
+            && delete(path).is_ok()
+        {
             self.remove(id);
         }
     }
@@ -413,9 +451,20 @@ impl State {
             .max()
             .unwrap_or(0)
             .max(MIN_ROOM);
-        let mut plan = Plan::default();
-        self.plan_floor(&mut plan, Some((dev, expected)));
-        self.execute(plan)
+        // Files that cannot be deleted are left out of the next plan: plan again (from the
+        // free space then) until one deletes all it planned, each file failing once at most.
+        let mut pass = Pass::default();
+        loop {
+            let mut plan = Plan::default();
+            self.plan_floor(&mut plan, Some((dev, expected)));
+            let empty = plan.ids.is_empty();
+            let this = self.execute(plan);
+            let again = this.failed > 0 && !empty;
+            pass = pass.and(this);
+            if !again {
+                return pass;
+            }
+        }
     }
 
     fn dev_of(&self, e: &Entry) -> Option<u64> {
@@ -433,7 +482,7 @@ impl State {
         for (&id, e) in &self.entries {
             let Some(max) = self.max_age(e) else { continue };
             let last = e.closed.unwrap_or(e.created);
-            if !e.open && now.duration_since(last).is_ok_and(|age| age > max) {
+            if e.deletable() && now.duration_since(last).is_ok_and(|age| age > max) {
                 plan.add(id, Reason::Age);
             }
         }
@@ -544,7 +593,11 @@ impl State {
                 if freed >= bytes || plan.full() {
                     return;
                 }
-                if e.open || plan.has(id) || !within(e) || class.is_some_and(|c| c != e.class) {
+                if !e.deletable()
+                    || plan.has(id)
+                    || !within(e)
+                    || class.is_some_and(|c| c != e.class)
+                {
                     continue;
                 }
                 freed += e.bytes;
@@ -553,24 +606,36 @@ impl State {
         }
     }
 
-    /// Deletes what `plan` lists, and forgets it.
+    /// Deletes what `plan` lists, and forgets what it deleted. A file that cannot be deleted
+    /// is neither counted as purged nor forgotten: it is marked undeletable for a while (see
+    /// [`Entry::undeletable`]), so that the next pass (due at once: [`Pass::failed`]) makes
+    /// the room with other files.
     fn execute(&mut self, plan: Plan) -> Pass {
         let mut pass = Pass {
             more: plan.full(),
             ..Pass::default()
         };
         for (id, reason) in plan.ids {
-            let Some(e) = self.entries.get(&id) else {
+            let Some(e) = self.entries.get_mut(&id) else {
                 continue;
             };
             let path = e.path();
             let bytes = disk::file_size(&path).unwrap_or(0);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => {
-                    tracing::warn!(path = %path.display(), error = %err, "cannot delete an old file; it is no longer managed");
+            if let Err(err) = delete(&path) {
+                let first = e.undeletable.replace(std::time::Instant::now()).is_none();
+                let message = "cannot delete an old file; it is kept in the index and counted, \
+                               and other files make the room";
+                if first {
+                    tracing::warn!(path = %path.display(), error = %err, retry_s = DELETE_RETRY.as_secs(), "{message}");
+                } else {
+                    tracing::debug!(path = %path.display(), error = %err, "{message}");
                 }
+                self.totals
+                    .entry(e.sink.to_string())
+                    .or_default()
+                    .undeletable += 1;
+                pass.failed += 1;
+                continue;
             }
             let Some(e) = self.entries.remove(&id) else {
                 continue;
@@ -666,6 +731,17 @@ impl State {
 
 /// Room freed at least when a write finds its disk full.
 const MIN_ROOM: u64 = 16 << 20;
+/// How long passes leave a file alone after deleting it failed (a permission, a busy or
+/// read-only filesystem: what a person fixes, not the next pass).
+pub(super) const DELETE_RETRY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Deletes `path`; one already gone counts as deleted.
+fn delete(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
 /// An index shorter than this is never rewritten.
 const COMPACT_MIN_LINES: u64 = 1024;
 

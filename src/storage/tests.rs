@@ -370,3 +370,82 @@ fn a_file_that_starts_over_a_cap_has_room_made_before_it_starts_not_a_pass_gap_l
     assert!(kept <= 800, "{kept} bytes kept under a cap of 800");
     drop(b);
 }
+
+/// A file of ours that cannot be deleted: another file bind-mounted over it (unlink gives
+/// EBUSY, as for a file in use on some filesystems), unmounted when dropped. Needs root, as
+/// CI has.
+struct Busy(PathBuf);
+
+impl Busy {
+    fn over(path: &Path, bytes: usize) -> Self {
+        let under = path.with_extension("under");
+        std::fs::write(&under, vec![9u8; bytes]).unwrap();
+        let ok = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(&under)
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cannot bind-mount over {} (needs root)", path.display());
+        assert_eq!(
+            std::fs::remove_file(path).unwrap_err().raw_os_error(),
+            Some(libc::EBUSY)
+        );
+        Self(path.to_owned())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_file_that_cannot_be_deleted_stays_listed_and_counted_and_other_files_make_the_room() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, None, Some(250)));
+    f.write(&rec, "a.mp4", 100);
+    let _busy = Busy::over(&f.path("a.mp4"), 100);
+    f.write(&rec, "b.mp4", 100);
+    f.write(&rec, "c.mp4", 100);
+    // 300 bytes under a 250-byte cap: a.mp4, the oldest, cannot go, so b.mp4 goes instead (in
+    // the pass right after, which a failed delete asks for at once).
+    f.storage.pass();
+    f.storage.pass();
+    assert!(f.exists("a.mp4") && !f.exists("b.mp4") && f.exists("c.mp4"));
+    let totals = f.storage.report().sinks["rec"];
+    assert_eq!(
+        (totals.kept_files, totals.kept_bytes),
+        (2, 200),
+        "{totals:?}"
+    );
+    assert_eq!(
+        (totals.purged_files, totals.purged_bytes),
+        (1, 100),
+        "{totals:?}"
+    );
+    assert_eq!(totals.undeletable, 1, "{totals:?}");
+    // Still listed in the index: a restarted storage still knows it as ours.
+    let index = std::fs::read_to_string(f.path(index::INDEX)).unwrap();
+    assert!(!index.contains("{\"del\":\"a.mp4\"}"), "{index}");
+    assert!(index.contains("{\"del\":\"b.mp4\"}"), "{index}");
+}
+
+#[test]
+fn a_full_disk_is_told_only_the_room_really_made() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f
+        .storage
+        .sink("rec", policy(Class::Continuous, Some(30), None));
+    f.write(&rec, "a.mp4", 100);
+    let _busy = Busy::over(&f.path("a.mp4"), 100);
+    f.write(&rec, "b.mp4", 100);
+    let writing = rec.create(&f.path("c.mp4"), "door").unwrap();
+    // All but the open file are asked for; a.mp4 cannot go.
+    assert_eq!(rec.disk_full(&f.path("c.mp4")), 100);
+    assert!(f.exists("a.mp4") && !f.exists("b.mp4"));
+    drop(writing);
+}

@@ -21,6 +21,7 @@
 //! pipeline goes to `Null`. A failed encoder skips the EOS.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,11 @@ struct State {
     unindexed: Vec<PathBuf>,
     /// The segment named last.
     last: Option<PathBuf>,
+    /// Segments named and not yet closed, with the frames the muxer took for each so far (the
+    /// last is the one being written).
+    muxing: Vec<(PathBuf, u64)>,
+    /// Frames in segments the muxer closed: in files that play to their end.
+    finished: u64,
 }
 
 #[derive(Debug, Default)]
@@ -106,7 +112,11 @@ fn name_segment(namer: &Mutex<Namer>, files: &SinkFiles, shared: &Shared) -> Pat
         let mut namer = namer.lock().unwrap_or_else(PoisonError::into_inner);
         (namer.next_name(), namer.source.clone())
     };
-    shared.lock().last = Some(name.clone());
+    {
+        let mut state = shared.lock();
+        state.last = Some(name.clone());
+        state.muxing.push((name.clone(), 0));
+    }
     match files.create(&name, &source) {
         Ok(writing) => shared.lock().writing.push(writing),
         // The file is written all the same: it is only never deleted by retention.
@@ -117,6 +127,35 @@ fn name_segment(namer: &Mutex<Namer>, files: &SinkFiles, shared: &Shared) -> Pat
     }
     tracing::info!(path = %name.display(), "new video segment");
     name
+}
+
+/// Counts each buffer the muxer inside `split` takes into the segment being written (the last
+/// named: `splitmuxsink` names the next segment before it gives the muxer its first buffer).
+fn count_muxed_frames(split: &gst::Element, shared: &Arc<Shared>) -> Result<(), String> {
+    let muxer = split
+        .property::<Option<gst::Element>>("muxer")
+        .ok_or("splitmuxsink has no muxer")?;
+    let probe = |pad: &gst::Pad, shared: Arc<Shared>| {
+        pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
+            if let Some((_, frames)) = shared.lock().muxing.last_mut() {
+                *frames += 1;
+            }
+            gst::PadProbeReturn::Ok
+        });
+    };
+    let pads = muxer.sink_pads();
+    if pads.is_empty() {
+        let shared = shared.clone();
+        muxer.connect_pad_added(move |_, pad| {
+            if pad.direction() == gst::PadDirection::Sink {
+                probe(pad, shared.clone());
+            }
+        });
+    }
+    for pad in &pads {
+        probe(pad, shared.clone());
+    }
+    Ok(())
 }
 
 impl Namer {
@@ -162,12 +201,21 @@ pub(super) struct Encoder {
     shared: Arc<Shared>,
     pub info: gst_video::VideoInfo,
     pub frame_duration: gst::ClockTime,
+    /// The images' own size (`info` is the size encoded: see [`super::size`]).
+    image: (u32, u32),
     pub first_pts: Option<Duration>,
     pub last_pts: Option<gst::ClockTime>,
-    pub written: u64,
+    /// Frames the encoder took.
+    pub pushed: u64,
     /// Set once the encoder failed: the error, reported at close too.
     failed: Option<String>,
     path: PathBuf,
+    source: String,
+    /// The sink's count of frames it took that are in no finished file (see
+    /// [`Encoder::settle`]).
+    lost: Arc<AtomicU64>,
+    /// Whether this encoder's frames were settled into `lost` already.
+    settled: bool,
 }
 
 impl Encoder {
@@ -177,12 +225,14 @@ impl Encoder {
         height: u32,
         fps: (i32, i32),
         files: &SinkFiles,
+        lost: Arc<AtomicU64>,
     ) -> Result<Self, SinkError> {
         let path = PathBuf::from(settings.template.replace("{source}", &settings.source));
         let err = |message: String| SinkError::Gstreamer {
             path: path.clone(),
             message,
         };
+        let (coded_width, coded_height) = super::size::coded_size(width, height).map_err(err)?;
         crate::sinks::create_parent(&path)?;
         let keyframes = (u64::from(settings.keyframe_seconds) * fps.0.max(1) as u64
             / fps.1.max(1) as u64)
@@ -228,10 +278,12 @@ impl Encoder {
             .by_name("src")
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             .ok_or_else(|| err("no appsrc".to_owned()))?;
-        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, width, height)
-            .fps(gst::Fraction::new(fps.0, fps.1))
-            .build()
-            .map_err(|e| err(e.to_string()))?;
+        count_muxed_frames(&split, &shared).map_err(err)?;
+        let info =
+            gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, coded_width, coded_height)
+                .fps(gst::Fraction::new(fps.0, fps.1))
+                .build()
+                .map_err(|e| err(e.to_string()))?;
         let caps = info.to_caps().map_err(|e| err(e.to_string()))?;
         appsrc.set_caps(Some(&caps));
 
@@ -266,6 +318,11 @@ impl Encoder {
                         // Dropped outside the lock: finishing it takes the storage's.
                         let done: Vec<Writing> = {
                             let mut state = on_bus.lock();
+                            let at = Path::new(&location);
+                            if let Some(i) = state.muxing.iter().position(|(p, _)| p == at) {
+                                let (_, frames) = state.muxing.remove(i);
+                                state.finished += frames;
+                            }
                             let (done, open) = std::mem::take(&mut state.writing)
                                 .into_iter()
                                 .partition(|w| w.path() == Path::new(&location));
@@ -294,11 +351,15 @@ impl Encoder {
             shared,
             info,
             frame_duration,
+            image: (width, height),
             first_pts: None,
             last_pts: None,
-            written: 0,
+            pushed: 0,
             failed: None,
             path,
+            source: settings.source.clone(),
+            lost,
+            settled: false,
         })
     }
 
@@ -312,6 +373,7 @@ impl Encoder {
     /// Puts the encoder in the failed state for good (see the module header).
     fn fail(&mut self, message: String) -> SinkError {
         let _ = self.pipeline.set_state(gst::State::Null);
+        self.settle(false);
         self.failed = Some(message.clone());
         self.release();
         self.error(message)
@@ -388,12 +450,12 @@ impl Encoder {
         if let Err(e) = self.appsrc.push_buffer(buffer) {
             return Err(self.fail(format!("encoder refused a frame: {e:?}")));
         }
-        self.written += 1;
+        self.pushed += 1;
         Ok(())
     }
 
     /// Finalizes the last segment (see the module header).
-    pub(super) fn close(self) -> Result<(), SinkError> {
+    pub(super) fn close(mut self) -> Result<(), SinkError> {
         if let Some(message) = &self.failed {
             self.release();
             return Err(self.error(message.clone()));
@@ -426,8 +488,42 @@ impl Encoder {
             }
         };
         let _ = self.pipeline.set_state(gst::State::Null);
+        self.settle(outcome.is_ok());
         self.release();
         outcome.map_err(|m| self.error(m))
+    }
+
+    /// The size of the images this encoder takes and their frame rate.
+    pub(super) fn format(&self) -> ((u32, u32), gst::Fraction) {
+        (self.image, self.info.fps())
+    }
+
+    /// Once the pipeline has stopped: counts into `lost` the frames this encoder took that are
+    /// in no finished segment. A segment is finished when the muxer closed it, or, when the
+    /// encoder reached its end of stream (`finalized`), every segment still open. Frames
+    /// still queued in the encoder, and those of a segment that was not finalized (an encoder
+    /// error, a full disk: it may play up to its last fragment, but is not counted as
+    /// written), are lost.
+    fn settle(&mut self, finalized: bool) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        let in_files = {
+            let mut state = self.shared.lock();
+            let open: u64 = state.muxing.drain(..).map(|(_, n)| n).sum();
+            state.finished + if finalized { open } else { 0 }
+        };
+        let lost = self.pushed.saturating_sub(in_files);
+        if lost > 0 {
+            self.lost.fetch_add(lost, Ordering::Relaxed);
+            tracing::warn!(
+                source = %self.source,
+                path = %self.path.display(),
+                "video_file: {lost} of the {} frame(s) the encoder took are in no finished \
+                 segment; counted as dropped",
+                self.pushed
+            );
+        }
     }
 }
 

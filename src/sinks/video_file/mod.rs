@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use gstreamer as gst;
@@ -28,6 +29,7 @@ use crate::storage::{Class, FilePolicy, Retention, SinkFiles};
 use crate::value::{Image, Value, ValueType};
 
 mod encoder;
+pub(super) mod size;
 
 use encoder::{Encoder, Settings};
 
@@ -246,11 +248,17 @@ impl SinkFactory for Factory {
             encoders: HashMap::new(),
             files: storage.sink(name, self.policy),
             full: HashMap::new(),
+            lost: Arc::default(),
+            sizes: size::SaidOnce::default(),
         }))
     }
 
     fn single_source(&self) -> Option<Diagnostic> {
         self.mixes_sources.clone()
+    }
+
+    fn images_of(&self, width: u32, height: u32) -> Result<Option<String>, String> {
+        size::images_of(width, height)
     }
 }
 
@@ -274,6 +282,11 @@ pub(super) struct VideoFile {
     files: SinkFiles,
     /// Sources whose encoder stopped on a full disk: when to look for room again.
     full: HashMap<Arc<str>, (std::time::Instant, std::path::PathBuf)>,
+    /// Frames taken (`write` said `Ok(true)`) that are in no finished segment: written by the
+    /// encoders as they end (see `Encoder::settle`), read by the runner.
+    lost: Arc<AtomicU64>,
+    /// Padded or refused image sizes already logged.
+    sizes: size::SaidOnce,
 }
 
 /// After a full disk, how often a source looks for room to start a new segment (frames in
@@ -297,9 +310,10 @@ impl AsRef<[u8]> for ImageBytes {
 }
 
 impl VideoFile {
-    /// BGR bytes laid out as GStreamer expects them for `info` (rows padded to its stride).
-    /// The image as a buffer of BGR rows at the stride GStreamer expects for `info`: the
-    /// image's own memory when it is laid out that way (no copy), its rows copied otherwise.
+    /// The image as a buffer of BGR rows at the size and stride GStreamer expects for `info`:
+    /// the image's own memory when it is laid out that way (no copy), its rows copied
+    /// otherwise. An image smaller than `info` (an odd or tiny size, see [`size`]) is padded:
+    /// its last column and row repeated.
     pub(super) fn buffer_for(
         image: &Image,
         info: &gst_video::VideoInfo,
@@ -318,9 +332,38 @@ impl VideoFile {
         } else {
             mat
         };
+        let (width, height) = (info.width() as i32, info.height() as i32);
+        let (right, bottom) = (width - mat.cols(), height - mat.rows());
+        if right < 0 || bottom < 0 {
+            return Err(SinkError::Other(format!(
+                "video_file: an image of {}x{} for an encoder of {width}x{height}",
+                mat.cols(),
+                mat.rows()
+            )));
+        }
+        let padded;
+        let mat = if right > 0 || bottom > 0 {
+            let mut out = Mat::default();
+            opencv::core::copy_make_border(
+                mat,
+                &mut out,
+                0,
+                bottom,
+                0,
+                right,
+                opencv::core::BORDER_REPLICATE,
+                opencv::core::Scalar::default(),
+            )
+            .map_err(other)?;
+            padded = out;
+            &padded
+        } else {
+            mat
+        };
         let stride = info.stride()[0] as usize;
         let row = info.width() as usize * 3;
-        if own_memory && mat.is_continuous() && row == stride {
+        let untouched = own_memory && right == 0 && bottom == 0;
+        if untouched && mat.is_continuous() && row == stride {
             // The buffer keeps the image (and so its pixels) alive until the encoder is done.
             return Ok(gst::Buffer::from_slice(ImageBytes(image.clone())));
         }
@@ -381,25 +424,28 @@ impl VideoFile {
     }
 }
 
-/// The format an encoder of `info` encodes and the one of an image `width` x `height` at `fps`,
-/// when they differ in size or frame rate (30/1 and 60/2 are the same rate); `None` when the
-/// encoder fits the image.
+/// The format an encoder of images `image` at `rate` takes and the one of an image `width` x
+/// `height` at `fps`, when they differ in size or frame rate (30/1 and 60/2 are the same
+/// rate); `None` when the encoder fits the image.
 pub(super) fn changed(
-    info: &gst_video::VideoInfo,
+    (image, rate): ((u32, u32), gst::Fraction),
     width: u32,
     height: u32,
     fps: (i32, i32),
 ) -> Option<(Format, Format)> {
-    let rate = gst::Fraction::new(fps.0, fps.1);
-    if (info.width(), info.height(), info.fps()) == (width, height, rate) {
+    if (image, rate) == ((width, height), gst::Fraction::new(fps.0, fps.1)) {
         return None;
     }
-    let to = Format {
-        width: i32::try_from(width).unwrap_or(i32::MAX),
-        height: i32::try_from(height).unwrap_or(i32::MAX),
-        fps: Some(fps),
+    let format = |(w, h): (u32, u32), fps| Format {
+        width: i32::try_from(w).unwrap_or(i32::MAX),
+        height: i32::try_from(h).unwrap_or(i32::MAX),
+        fps,
     };
-    Some((Format::of(info), to))
+    let from = format(
+        image,
+        (rate.numer() > 0).then(|| (rate.numer(), rate.denom())),
+    );
+    Some((from, format((width, height), Some(fps))))
 }
 
 impl VideoFile {
@@ -411,7 +457,7 @@ impl VideoFile {
         let Some(enc) = self.encoders.get(source) else {
             return;
         };
-        let Some((from, to)) = changed(&enc.info, width, height, fps) else {
+        let Some((from, to)) = changed(enc.format(), width, height, fps) else {
             return;
         };
         tracing::info!(
@@ -442,7 +488,10 @@ impl Sink for VideoFile {
         let h = u32::try_from(height).map_err(|_| bad("height"))?;
         let fps = frame.fps.unwrap_or(DEFAULT_FPS);
         self.close_if_changed(&frame.source, w, h, fps);
-        let files = &self.files;
+        if !self.encoders.contains_key(&frame.source) {
+            self.sizes.say("video_file", &frame.source, w, h);
+        }
+        let (files, lost) = (&self.files, &self.lost);
         let enc = match self.encoders.entry(frame.source.clone()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
@@ -450,7 +499,7 @@ impl Sink for VideoFile {
                     source: frame.source.to_string(),
                     ..self.settings.clone()
                 };
-                e.insert(Encoder::start(&settings, w, h, fps, files)?)
+                e.insert(Encoder::start(&settings, w, h, fps, files, lost.clone())?)
             }
         };
         let mut buffer = Self::buffer_for(&image, &enc.info)?;
@@ -464,7 +513,7 @@ impl Sink for VideoFile {
                 enc.first_pts = Some(p);
                 gst::ClockTime::ZERO
             }
-            (None, _) => enc.frame_duration * enc.written,
+            (None, _) => enc.frame_duration * enc.pushed,
         };
         let pts = match enc.last_pts {
             Some(last) if pts <= last => last + gst::ClockTime::from_nseconds(1),
@@ -480,6 +529,10 @@ impl Sink for VideoFile {
         }
         self.files.wrote();
         Ok(true)
+    }
+
+    fn lost_after_write(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.lost.clone())
     }
 
     fn close(self: Box<Self>) -> Result<(), SinkError> {
@@ -505,18 +558,17 @@ impl Sink for VideoFile {
 
 #[cfg(test)]
 mod tests {
+    use opencv::core::MatTrait;
+
     use super::*;
 
     #[test]
     fn another_size_or_frame_rate_is_a_change_and_the_same_rate_written_otherwise_is_not() {
         gst::init().unwrap();
-        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, 320, 240)
-            .fps(gst::Fraction::new(15, 1))
-            .build()
-            .unwrap();
-        assert_eq!(changed(&info, 320, 240, (15, 1)), None);
-        assert_eq!(changed(&info, 320, 240, (30, 2)), None);
-        let (from, to) = changed(&info, 640, 480, (15, 1)).unwrap();
+        let info = ((320, 240), gst::Fraction::new(15, 1));
+        assert_eq!(changed(info, 320, 240, (15, 1)), None);
+        assert_eq!(changed(info, 320, 240, (30, 2)), None);
+        let (from, to) = changed(info, 640, 480, (15, 1)).unwrap();
         assert_eq!(
             (from.to_string(), to.to_string()),
             (
@@ -524,7 +576,40 @@ mod tests {
                 "640x480 at 15 fps".to_owned()
             )
         );
-        assert!(changed(&info, 320, 240, (30000, 1001)).is_some());
-        assert!(changed(&info, 240, 320, (15, 1)).is_some());
+        assert!(changed(info, 320, 240, (30000, 1001)).is_some());
+        assert!(changed(info, 240, 320, (15, 1)).is_some());
+    }
+
+    #[test]
+    fn an_odd_image_is_padded_with_its_last_column_and_row() {
+        gst::init().unwrap();
+        // 5x3, each pixel (x, y) = (10 x, 10 y, 7).
+        let mut mat = Mat::new_rows_cols_with_default(
+            3,
+            5,
+            opencv::core::CV_8UC3,
+            opencv::core::Scalar::all(0.0),
+        )
+        .unwrap();
+        for y in 0..3 {
+            for x in 0..5 {
+                *mat.at_2d_mut::<opencv::core::Vec3b>(y, x).unwrap() =
+                    opencv::core::Vec3b::from([10 * x as u8, 10 * y as u8, 7]);
+            }
+        }
+        let (w, h) = size::coded_size(5, 3).unwrap();
+        let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, w, h)
+            .build()
+            .unwrap();
+        let buffer = VideoFile::buffer_for(&Image::from(mat), &info).unwrap();
+        let map = buffer.map_readable().unwrap();
+        assert_eq!(map.len(), info.size());
+        let stride = info.stride()[0] as usize;
+        let pixel = |x: usize, y: usize| &map[y * stride + 3 * x..y * stride + 3 * x + 3];
+        assert_eq!(pixel(2, 1), &[20, 10, 7]);
+        // Right of the image: its last column; below it: its last row.
+        assert_eq!(pixel(15, 1), &[40, 10, 7]);
+        assert_eq!(pixel(2, 15), &[20, 20, 7]);
+        assert_eq!(pixel(15, 15), &[40, 20, 7]);
     }
 }

@@ -73,6 +73,7 @@ use super::pool::{PoolError, PoolHandle, PoolMetrics};
 use crate::config::{ExecutorConfig, OnStepError};
 use crate::frame::Frame;
 use crate::outcome::{FrameResult, StepFailure};
+use crate::throttle::Throttle;
 use gate::Gates;
 use pool_source::PoolSource;
 use reorder::Lanes;
@@ -200,6 +201,9 @@ struct Shared {
     /// workflow, instead of waking a worker for them.
     coordinator_runs_steps: bool,
     metrics: Arc<ExecutorMetrics>,
+    /// Step failures as logged: the first of each step and message, then a count every
+    /// [`crate::throttle::INTERVAL`] (the frames' records count every one).
+    failures_said: Throttle,
 }
 
 impl Executor {
@@ -222,6 +226,7 @@ impl Executor {
                 inline: true,
                 coordinator_runs_steps: true,
                 metrics: Arc::new(ExecutorMetrics::for_graph(&graph)),
+                failures_said: Throttle::default(),
                 graph,
             }),
             config,
@@ -394,6 +399,7 @@ impl Executor {
                 .in_flight
                 .store(in_flight as u64, Ordering::Relaxed);
         }
+        run::say_unsaid_failures(&self.shared.failures_said);
         stats
     }
 

@@ -25,6 +25,7 @@ use crate::frame::{Format, Frame};
 use crate::outcome::{FrameRecord, Outcome, StepFailure};
 use crate::spec::Ref;
 use crate::steps::{StepError, StepInput, StepOutput};
+use crate::throttle::{self, Say, Throttle};
 use crate::value::{Image, Value};
 use crate::workflow::graph::Node;
 
@@ -252,18 +253,40 @@ fn inputs(run: &Run, n: &Node) -> Option<Vec<Option<Value>>> {
 
 fn fail(run: &Run, step: &Arc<str>, message: String) -> Outcome {
     let frame = run.record.frame();
-    tracing::warn!(
-        step = %step,
-        source = %frame.source,
-        frame = frame.seq,
-        error = %message,
-        "step failed; frame skipped"
-    );
+    match run.shared.failures_said.hit(step, &message) {
+        Say::First => tracing::warn!(
+            step = %step,
+            source = %frame.source,
+            frame = frame.seq,
+            error = %message,
+            "step failed; frame skipped (the same failure again is counted, and said every {} s)",
+            throttle::INTERVAL.as_secs()
+        ),
+        Say::Again { more, over } => say_more(step, more, over, &message),
+        Say::Counted => {}
+    }
     run.record.set_failure(StepFailure {
         step: step.clone(),
         message,
     });
     Outcome::Failed
+}
+
+/// Says that `step` failed `more` more times in the last `over`, with `message`.
+fn say_more(step: &str, more: u64, over: std::time::Duration, message: &str) {
+    tracing::warn!(
+        step = %step,
+        frames = more,
+        "step \"{step}\" failed on {more} more frame(s) in the last {:.1} s: {message}",
+        over.as_secs_f64()
+    );
+}
+
+/// Says the step failures counted and not said yet (at the end of a run).
+pub(super) fn say_unsaid_failures(said: &Throttle) {
+    for u in said.drain() {
+        say_more(&u.what, u.more, u.over, &u.cause);
+    }
 }
 
 /// Marks `node` finished: counts down its successors, passes its gate to the next frame of the
