@@ -311,7 +311,7 @@ pub(super) fn render(live: &Live) -> String {
 /// Retention: per sink, the files kept and purged; per filesystem, its space.
 fn storage_metrics(out: &mut Text, report: &crate::storage::StorageReport) {
     type Pick = fn(&crate::storage::SinkTotals) -> u64;
-    let per_sink: [(&str, &str, &str, Pick); 5] = [
+    let per_sink: [(&str, &str, &str, Pick); 6] = [
         (
             "vidflow_storage_kept_bytes",
             "gauge",
@@ -341,6 +341,12 @@ fn storage_metrics(out: &mut Text, report: &crate::storage::StorageReport) {
             "counter",
             "Writes of the sink that found their filesystem full.",
             |t| t.disk_full,
+        ),
+        (
+            "vidflow_storage_undeletable_total",
+            "counter",
+            "Deletes of the sink's files that failed (the file is kept and counted, tried again later).",
+            |t| t.undeletable,
         ),
     ];
     for (name, kind, help, pick) in per_sink {
@@ -509,6 +515,35 @@ mod tests {
     fn cpu_ticks_are_read_after_a_command_name_with_spaces_and_parentheses() {
         let line = "42 (a b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
         assert_eq!(cpu_ticks(line), Some(300));
+    }
+
+    #[test]
+    fn every_storage_total_of_a_sink_is_a_sample() {
+        let totals = crate::storage::SinkTotals {
+            kept_files: 1,
+            kept_bytes: 2,
+            purged_files: 3,
+            purged_bytes: 4,
+            disk_full: 5,
+            undeletable: 6,
+        };
+        let report = crate::storage::StorageReport {
+            sinks: [("rec".to_owned(), totals)].into_iter().collect(),
+            filesystems: Vec::new(),
+        };
+        let mut out = Text(String::new());
+        storage_metrics(&mut out, &report);
+        for (name, value) in [
+            ("kept_files", 1),
+            ("kept_bytes", 2),
+            ("purged_files_total", 3),
+            ("purged_bytes_total", 4),
+            ("disk_full_total", 5),
+            ("undeletable_total", 6),
+        ] {
+            let line = format!("vidflow_storage_{name}{{sink=\"rec\"}} {value}\n");
+            assert!(out.0.contains(&line), "{line} in\n{}", out.0);
+        }
     }
 
     #[test]
