@@ -6,7 +6,9 @@
 //! its end aborts the whole process (Rust does not unwind into C). gstreamer-app's appsink and
 //! appsrc callbacks and gstreamer's pad tasks catch a panic themselves (they post an error on
 //! the bus); the log function, bus sync handlers, pad probes and signal handlers (`connect`)
-//! do not, so the code vidflow gives them must run inside [`from_c`] (the log function does).
+//! do not, so the code vidflow gives them runs inside [`from_c`]: the log function, the
+//! source's autoplug-select and appsink probes (`source/pipeline.rs`), and `video_file`'s
+//! muxer probes, format-location and bus handler (`sinks/video_file/encoder.rs`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;

@@ -21,6 +21,7 @@ use gstreamer_video as gst_video;
 
 use super::options::{Secret, SourceOptions, Transport};
 use super::uri::{CameraFormat, SourceUri, TestPattern};
+use crate::gst_setup::from_c;
 
 /// Name of the element whose `location`/`device` property receives the URI.
 pub(crate) const SOURCE_ELEMENT: &str = "src";
@@ -174,6 +175,15 @@ fn too_big(caps: &gst::CapsRef, max: u64) -> Option<(u32, u32)> {
     (u64::from(width) * u64::from(height) > max).then_some((width, height))
 }
 
+/// Posts [`TOO_BIG`] with the size refused, from `element`.
+fn refuse(element: &gst::Element, (width, height): (u32, u32)) {
+    let structure = gst::Structure::builder(TOO_BIG)
+        .field("width", width)
+        .field("height", height)
+        .build();
+    let _ = element.post_message(gst::message::Application::new(structure));
+}
+
 /// Refuses frames over `max` pixels before they are decoded (a JPEG header may say 65535 x
 /// 65535, and the decoder would allocate that): decodebin skips every decoder for a stream whose
 /// parsed caps are too big, and the appsink drops caps that are (a raw camera or test pattern,
@@ -183,29 +193,24 @@ fn limit_frame_size(
     appsink: &gst_app::AppSink,
     max: u64,
 ) -> Result<(), String> {
-    let refuse = |element: &gst::Element, (width, height): (u32, u32)| {
-        let structure = gst::Structure::builder(TOO_BIG)
-            .field("width", width)
-            .field("height", height)
-            .build();
-        let _ = element.post_message(gst::message::Application::new(structure));
-    };
     if let Some(decode) = pipeline.by_name(DECODE) {
         // GstAutoplugSelectResult: 0 try, 2 skip (gst-plugins-base's gstplay-enum.h).
         let select = gst::glib::Type::from_name("GstAutoplugSelectResult")
             .filter(|t| gst::glib::EnumClass::with_type(*t).is_some())
             .ok_or_else(|| "decodebin's autoplug result type is unknown".to_owned())?;
         decode.connect("autoplug-select", false, move |args| {
-            let caps = args.get(2).and_then(|v| v.get::<gst::Caps>().ok());
-            let result = match caps.as_deref().and_then(|c| too_big(c, max)) {
-                Some(size) => {
-                    if let Some(bin) = args.first().and_then(|v| v.get::<gst::Element>().ok()) {
-                        refuse(&bin, size);
+            let result = from_c("decodebin's autoplug-select", 0, || {
+                let caps = args.get(2).and_then(|v| v.get::<gst::Caps>().ok());
+                match caps.as_deref().and_then(|c| too_big(c, max)) {
+                    Some(size) => {
+                        if let Some(bin) = args.first().and_then(|v| v.get::<gst::Element>().ok()) {
+                            refuse(&bin, size);
+                        }
+                        2
                     }
-                    2
+                    None => 0,
                 }
-                None => 0,
-            };
+            });
             gst::glib::EnumClass::with_type(select).and_then(|c| c.to_value(result))
         });
     }
@@ -215,24 +220,31 @@ fn limit_frame_size(
     // The appsink is found from the pad at each event, not held: a probe holding its own
     // element keeps it alive (with the buffers and the pool it holds) after the pipeline goes.
     pad.add_probe(gst::PadProbeType::EVENT_DOWNSTREAM, move |pad, info| {
-        let Some(gst::PadProbeData::Event(event)) = &info.data else {
-            return gst::PadProbeReturn::Ok;
-        };
-        let gst::EventView::Caps(caps) = event.view() else {
-            return gst::PadProbeReturn::Ok;
-        };
-        match too_big(caps.caps(), max) {
-            Some(size) => {
-                if let Some(sink) = pad.parent_element() {
-                    refuse(&sink, size);
-                }
-                gst::PadProbeReturn::Drop
-            }
-            None => gst::PadProbeReturn::Ok,
-        }
+        from_c("the appsink's caps probe", gst::PadProbeReturn::Ok, || {
+            caps_probe(pad, info, max)
+        })
     })
     .ok_or_else(|| "cannot watch the appsink's caps".to_owned())?;
     Ok(())
+}
+
+/// Refuses caps over `max` pixels: the frame sink posts the error, and the event is dropped.
+fn caps_probe(pad: &gst::Pad, info: &mut gst::PadProbeInfo, max: u64) -> gst::PadProbeReturn {
+    let Some(gst::PadProbeData::Event(event)) = &info.data else {
+        return gst::PadProbeReturn::Ok;
+    };
+    let gst::EventView::Caps(caps) = event.view() else {
+        return gst::PadProbeReturn::Ok;
+    };
+    match too_big(caps.caps(), max) {
+        Some(size) => {
+            if let Some(sink) = pad.parent_element() {
+                refuse(&sink, size);
+            }
+            gst::PadProbeReturn::Drop
+        }
+        None => gst::PadProbeReturn::Ok,
+    }
 }
 
 /// `test://...?pool=N`: the appsink answers the allocation query with a pool of exactly
@@ -243,25 +255,34 @@ fn fixed_pool(appsink: &gst_app::AppSink, buffers: u32) -> Result<(), String> {
         .static_pad("sink")
         .ok_or_else(|| "appsink has no sink pad".to_owned())?;
     pad.add_probe(gst::PadProbeType::QUERY_DOWNSTREAM, move |_, info| {
-        let Some(gst::PadProbeData::Query(query)) = &mut info.data else {
-            return gst::PadProbeReturn::Ok;
-        };
-        let gst::QueryViewMut::Allocation(allocation) = query.view_mut() else {
-            return gst::PadProbeReturn::Ok;
-        };
-        let size = allocation
-            .get()
-            .0
-            .and_then(|caps| gst_video::VideoInfo::from_caps(caps).ok())
-            .and_then(|info| u32::try_from(info.size()).ok());
-        let Some(size) = size else {
-            return gst::PadProbeReturn::Ok;
-        };
-        allocation.add_allocation_pool(None::<&gst::BufferPool>, size, buffers, buffers);
-        gst::PadProbeReturn::Handled
+        from_c(
+            "the appsink's allocation probe",
+            gst::PadProbeReturn::Ok,
+            || allocation_probe(info, buffers),
+        )
     })
     .ok_or_else(|| "cannot watch the appsink's allocation query".to_owned())?;
     Ok(())
+}
+
+/// Answers an allocation query with a pool of exactly `buffers` buffers of the caps' size.
+fn allocation_probe(info: &mut gst::PadProbeInfo, buffers: u32) -> gst::PadProbeReturn {
+    let Some(gst::PadProbeData::Query(query)) = &mut info.data else {
+        return gst::PadProbeReturn::Ok;
+    };
+    let gst::QueryViewMut::Allocation(allocation) = query.view_mut() else {
+        return gst::PadProbeReturn::Ok;
+    };
+    let size = allocation
+        .get()
+        .0
+        .and_then(|caps| gst_video::VideoInfo::from_caps(caps).ok())
+        .and_then(|info| u32::try_from(info.size()).ok());
+    let Some(size) = size else {
+        return gst::PadProbeReturn::Ok;
+    };
+    allocation.add_allocation_pool(None::<&gst::BufferPool>, size, buffers, buffers);
+    gst::PadProbeReturn::Handled
 }
 
 #[cfg(test)]

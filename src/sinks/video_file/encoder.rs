@@ -30,6 +30,7 @@ use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
 
+use crate::gst_setup::from_c;
 use crate::sinks::SinkError;
 use crate::storage::{SinkFiles, Writing};
 
@@ -137,25 +138,75 @@ fn count_muxed_frames(split: &gst::Element, shared: &Arc<Shared>) -> Result<(), 
         .ok_or("splitmuxsink has no muxer")?;
     let probe = |pad: &gst::Pad, shared: Arc<Shared>| {
         pad.add_probe(gst::PadProbeType::BUFFER, move |_, _| {
-            if let Some((_, frames)) = shared.lock().muxing.last_mut() {
-                *frames += 1;
-            }
-            gst::PadProbeReturn::Ok
+            from_c("video_file's muxer probe", gst::PadProbeReturn::Ok, || {
+                if let Some((_, frames)) = shared.lock().muxing.last_mut() {
+                    *frames += 1;
+                }
+                gst::PadProbeReturn::Ok
+            })
         });
     };
     let pads = muxer.sink_pads();
     if pads.is_empty() {
         let shared = shared.clone();
         muxer.connect_pad_added(move |_, pad| {
-            if pad.direction() == gst::PadDirection::Sink {
-                probe(pad, shared.clone());
-            }
+            from_c("video_file's muxer pad-added", (), || {
+                if pad.direction() == gst::PadDirection::Sink {
+                    probe(pad, shared.clone());
+                }
+            })
         });
     }
     for pad in &pads {
         probe(pad, shared.clone());
     }
     Ok(())
+}
+
+/// What the encoder's bus says, on the thread that posts it: its first error (and whether the
+/// disk was full), its end, and each segment the muxer finished (its frames then count as
+/// written, and a segment the disk had no room for at all is removed).
+fn on_encoder_message(shared: &Shared, msg: &gst::Message) {
+    match msg.view() {
+        gst::MessageView::Error(e) => shared.update(|s| {
+            if s.error.is_none() {
+                s.no_space = e.error().matches(gst::ResourceError::NoSpaceLeft);
+                s.error = Some(format!(
+                    "{}{}",
+                    e.error(),
+                    e.debug().map(|d| format!(" ({d})")).unwrap_or_default()
+                ));
+            }
+        }),
+        gst::MessageView::Eos(_) => shared.update(|s| s.eos = true),
+        gst::MessageView::Element(e) => {
+            let closed = e
+                .structure()
+                .filter(|s| s.name() == "splitmuxsink-fragment-closed")
+                .and_then(|s| s.get::<String>("location").ok());
+            if let Some(location) = closed {
+                // Dropped outside the lock: finishing it takes the storage's.
+                let done: Vec<Writing> = {
+                    let mut state = shared.lock();
+                    let at = Path::new(&location);
+                    if let Some(i) = state.muxing.iter().position(|(p, _)| p == at) {
+                        let (_, frames) = state.muxing.remove(i);
+                        state.finished += frames;
+                    }
+                    let (done, open) = std::mem::take(&mut state.writing)
+                        .into_iter()
+                        .partition(|w| w.path() == Path::new(&location));
+                    state.writing = open;
+                    done
+                };
+                // A segment the disk had no room for at all is removed.
+                for w in done {
+                    w.discard_if_empty();
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 impl Namer {
@@ -271,8 +322,10 @@ impl Encoder {
         let shared = Arc::new(Shared::default());
         let (on_name, files) = (shared.clone(), files.clone());
         split.connect("format-location", false, move |_| {
-            let name = name_segment(&namer, &files, &on_name);
-            Some(name.to_string_lossy().into_owned().to_value())
+            from_c("video_file's format-location", None, || {
+                let name = name_segment(&namer, &files, &on_name);
+                Some(name.to_string_lossy().into_owned().to_value())
+            })
         });
         let appsrc = pipeline
             .by_name("src")
@@ -297,47 +350,10 @@ impl Encoder {
         let bus = pipeline.bus().ok_or_else(|| err("no bus".to_owned()))?;
         let on_bus = shared.clone();
         bus.set_sync_handler(move |_, msg| {
-            match msg.view() {
-                gst::MessageView::Error(e) => on_bus.update(|s| {
-                    if s.error.is_none() {
-                        s.no_space = e.error().matches(gst::ResourceError::NoSpaceLeft);
-                        s.error = Some(format!(
-                            "{}{}",
-                            e.error(),
-                            e.debug().map(|d| format!(" ({d})")).unwrap_or_default()
-                        ));
-                    }
-                }),
-                gst::MessageView::Eos(_) => on_bus.update(|s| s.eos = true),
-                gst::MessageView::Element(e) => {
-                    let closed = e
-                        .structure()
-                        .filter(|s| s.name() == "splitmuxsink-fragment-closed")
-                        .and_then(|s| s.get::<String>("location").ok());
-                    if let Some(location) = closed {
-                        // Dropped outside the lock: finishing it takes the storage's.
-                        let done: Vec<Writing> = {
-                            let mut state = on_bus.lock();
-                            let at = Path::new(&location);
-                            if let Some(i) = state.muxing.iter().position(|(p, _)| p == at) {
-                                let (_, frames) = state.muxing.remove(i);
-                                state.finished += frames;
-                            }
-                            let (done, open) = std::mem::take(&mut state.writing)
-                                .into_iter()
-                                .partition(|w| w.path() == Path::new(&location));
-                            state.writing = open;
-                            done
-                        };
-                        // A segment the disk had no room for at all is removed.
-                        for w in done {
-                            w.discard_if_empty();
-                        }
-                    }
-                }
-                _ => {}
-            }
-            gst::BusSyncReply::Drop
+            from_c("video_file's bus handler", gst::BusSyncReply::Drop, || {
+                on_encoder_message(&on_bus, msg);
+                gst::BusSyncReply::Drop
+            })
         });
         pipeline
             .set_state(gst::State::Playing)
