@@ -135,6 +135,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         onnx: checked.file("onnx").or_else(|| Some(path.clone())),
         onnx_int8: checked.file("onnx_int8"),
         outputs: Some(OUTPUTS.map(str::to_owned).to_vec()),
+        opencv_refuses: None,
     };
     let network = {
         let (image, real) = inference::check_image(checked.check_image().as_deref());

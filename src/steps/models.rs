@@ -298,6 +298,120 @@ mod tests {
         }
     }
 
+    /// COCO 2017's 80 detection categories, in the order of their ids (1 to 90 with gaps), as
+    /// the dataset's annotations name them.
+    const COCO: [&str; 80] = [
+        "person",
+        "bicycle",
+        "car",
+        "motorcycle",
+        "airplane",
+        "bus",
+        "train",
+        "truck",
+        "boat",
+        "traffic light",
+        "fire hydrant",
+        "stop sign",
+        "parking meter",
+        "bench",
+        "bird",
+        "cat",
+        "dog",
+        "horse",
+        "sheep",
+        "cow",
+        "elephant",
+        "bear",
+        "zebra",
+        "giraffe",
+        "backpack",
+        "umbrella",
+        "handbag",
+        "tie",
+        "suitcase",
+        "frisbee",
+        "skis",
+        "snowboard",
+        "sports ball",
+        "kite",
+        "baseball bat",
+        "baseball glove",
+        "skateboard",
+        "surfboard",
+        "tennis racket",
+        "bottle",
+        "wine glass",
+        "cup",
+        "fork",
+        "knife",
+        "spoon",
+        "bowl",
+        "banana",
+        "apple",
+        "sandwich",
+        "orange",
+        "broccoli",
+        "carrot",
+        "hot dog",
+        "pizza",
+        "donut",
+        "cake",
+        "chair",
+        "couch",
+        "potted plant",
+        "bed",
+        "dining table",
+        "toilet",
+        "tv",
+        "laptop",
+        "mouse",
+        "remote",
+        "keyboard",
+        "cell phone",
+        "microwave",
+        "oven",
+        "toaster",
+        "sink",
+        "refrigerator",
+        "book",
+        "clock",
+        "vase",
+        "scissors",
+        "teddy bear",
+        "hair drier",
+        "toothbrush",
+    ];
+
+    /// The `names` of an Ultralytics ONNX export's metadata (`{0: 'person', 1: 'bicycle',
+    /// ...}`, a Python dict's text), read from the file's bytes.
+    fn metadata_names(onnx: &[u8]) -> Vec<String> {
+        let text = String::from_utf8_lossy(onnx);
+        let start = text.find("{0: '").expect("no names in the metadata");
+        let end = start + text[start..].find('}').unwrap();
+        text[start + 1..end]
+            .split(", ")
+            .enumerate()
+            .map(|(i, entry)| {
+                let (index, name) = entry.split_once(": ").unwrap();
+                assert_eq!(index, i.to_string(), "{entry}");
+                name.trim_matches('\'').to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn yolov12n_coco_names_the_80_coco_classes_in_its_own_order() {
+        let models: BTreeMap<String, Model> = toml::from_str(MODELS_TOML).unwrap();
+        let model = &models["yolov12n_coco"];
+        let classes = model.classes.as_ref().unwrap();
+        assert_eq!(classes, &COCO);
+        // The export's own metadata, in the file models.toml names: the same list.
+        let file = models_dir().join(&model.files["onnx"]);
+        let onnx = std::fs::read(&file).expect("run scripts/fetch-assets");
+        assert_eq!(&metadata_names(&onnx), classes);
+    }
+
     /// sha256sum (coreutils) of `path`: an implementation independent of this module's.
     fn coreutils_sum(path: &Path) -> String {
         let out = std::process::Command::new("sha256sum")

@@ -193,6 +193,9 @@ pub(super) struct ModelFiles {
     pub(super) onnx_int8: Option<PathBuf>,
     /// The outputs the step decodes, in its order; `None`: all, in the network's order.
     pub(super) outputs: Option<Vec<String>>,
+    /// Why OpenCV cannot run this network, known without trying (`auto` then does not try it,
+    /// and OpenCV's importer does not print its errors on every load).
+    pub(super) opencv_refuses: Option<String>,
 }
 
 /// One output of a forward pass.
@@ -278,7 +281,10 @@ fn load_engine(
     }
     };
     match backend {
-        Backend::OpenCv => Ok(Box::new(opencv_dnn::OpenCvEngine::load(opencv)?)),
+        Backend::OpenCv => match &opencv.opencv_refuses {
+            Some(why) => Err(why.clone()),
+            None => Ok(Box::new(opencv_dnn::OpenCvEngine::load(opencv)?)),
+        },
         Backend::OnnxRuntime => Ok(Box::new(onnxruntime::OrtEngine::load(
             &onnx()?,
             files.outputs.clone(),

@@ -245,6 +245,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             .or_else(|| (source.config.is_none()).then(|| source.model.clone())),
         onnx_int8: source.onnx_int8.clone(),
         outputs: None,
+        opencv_refuses: (source.layout == Layout::Yolov8).then(|| {
+            format!(
+                "opencv cannot read {}: OpenCV 4.6 reads no network of the yolov8 layout",
+                source.onnx.as_ref().unwrap_or(&source.model).display()
+            )
+        }),
     };
     let decoder = Decoder {
         layout: source.layout,

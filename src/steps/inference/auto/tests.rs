@@ -194,6 +194,7 @@ fn asked_for_a_reduced_precision_auto_still_runs_the_f32_references() {
         onnx: Some(dir.join("m.onnx")),
         onnx_int8: Some(dir.join("m-int8.onnx")),
         outputs: None,
+        opencv_refuses: None,
     };
     let files = Files {
         opencv: &files,
