@@ -74,7 +74,7 @@ fn candidates(stderr: &str) -> Vec<(String, String)> {
             continue;
         };
         let timed = ms.parse::<f64>().is_ok() && unit.starts_with("ms");
-        if timed && !note.contains("disagreed") {
+        if timed && !note.contains("disagreed") && !note.contains("not judged") {
             agreed.push((backend.to_owned(), precision.to_owned()));
         }
     }

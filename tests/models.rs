@@ -54,10 +54,12 @@ fn validate(text: &str) -> Finished {
 
 /// A reference detection: class, score, box.
 type Reference = (String, f32, BBox);
+/// A reference detection as the fixture writes it: class, score, x, y, width, height.
+type Written = (String, f32, f32, f32, f32, f32);
 
 fn yolov12n_references() -> BTreeMap<u64, Vec<Reference>> {
     let path = repo_root().join("tests/fixtures/vision/vtest-yolov12n.json");
-    let raw: BTreeMap<String, Vec<(String, f32, f32, f32, f32, f32)>> =
+    let raw: BTreeMap<String, Vec<Written>> =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     raw.into_iter()
         .map(|(frame, found)| {

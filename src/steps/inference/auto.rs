@@ -6,8 +6,9 @@
 //! only where it keeps full precision's tracks: it must find f32's boxes on the check image
 //! ([`agree::boxes_agree`]) and, on the model's check clip, the tracker must follow the same
 //! objects with the same IDs from its detections as from f32's ([`agree::tracks_agree`]). Every
-//! reduced precision that agrees on the image is run on the clip, so the log names each engine
-//! and precision `auto` could take on this machine, whichever is fastest at the moment.
+//! reduced precision that agrees on the image, and is faster than every more precise engine
+//! that agrees (else it is never taken), is run on the clip: the log names each engine and
+//! precision `auto` could take on this machine, whichever is fastest at the moment.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -170,7 +171,7 @@ pub(super) fn choose(
     }
     let start = Instant::now();
     let mut clip: Option<Vec<Mat>> = None;
-    let verdicts = judge(&trials, check, &mut |i| {
+    let verdicts = judge(&trials, request.precision, check, &mut |i| {
         let frames = clip.get_or_insert_with(|| {
             check_clip(check.clip.as_ref().map(|(path, n)| (path.as_path(), *n)))
         });
@@ -183,6 +184,9 @@ pub(super) fn choose(
     for (t, verdict) in trials.into_iter().zip(verdicts) {
         let ok = verdict.is_ok();
         notes.push(match verdict {
+            Err(why) if why.starts_with("not judged") => {
+                format!("{} {:.1} ms, {why}", t.name(), t.ms)
+            }
             Err(why) => format!("{} {:.1} ms, disagreed: {why}", t.name(), t.ms),
             Ok(None) => format!("{} {:.1} ms", t.name(), t.ms),
             Ok(Some(clip)) => format!("{} {:.1} ms with {clip}", t.name(), t.ms),
@@ -226,13 +230,16 @@ pub(super) fn choose(
 }
 
 /// Whether each trial agrees with full precision: `Ok(None)` for an f32 engine that gives the
-/// reference's outputs (the first f32 trial whose outputs are numbers is the reference), `Ok(Some(tracks))` for a reduced
-/// precision that finds f32's boxes on the check image and keeps its tracks on the clip
-/// (`tracks` says by how much), `Err(why)` otherwise. `clip` runs trial `i` on the check clip;
-/// the reference tracks come from the fastest f32 trial that agrees. An error: f32's check image
-/// could not be decoded.
+/// reference's outputs (the first f32 trial whose outputs are numbers is the reference),
+/// `Ok(Some(tracks))` for a reduced precision that finds f32's boxes on the check image and keeps
+/// its tracks on the clip (`tracks` says by how much), `Err(why)` otherwise (`why` starts with
+/// "not judged" where it could not be, or need not be: it is never taken then either). `only`
+/// is the precision asked for, if any. `clip` runs trial `i` on the check clip; the reference
+/// tracks come from the fastest f32 trial that agrees. An error: f32's check image could not be
+/// decoded.
 pub(super) fn judge(
     trials: &[Trial],
+    only: Option<Precision>,
     check: &Check<'_>,
     clip: &mut dyn FnMut(usize) -> Result<Vec<Vec<Track>>, String>,
 ) -> Result<Vec<Result<Option<String>, String>>, String> {
@@ -271,13 +278,35 @@ pub(super) fn judge(
         .filter(|&i| trials[i].precision == Precision::F32 && verdicts[i].is_ok())
         .min_by(|&a, &b| trials[a].ms.total_cmp(&trials[b].ms))
         .unwrap_or(r);
+    // The reduced precisions, the most precise and then the fastest first: one no faster than a
+    // more precise engine that agrees is never taken (`pick` prefers the more precise of two
+    // within 15% of each other), so it is not run on the clip.
+    let mut reduced: Vec<usize> = (0..trials.len())
+        .filter(|&i| trials[i].precision != Precision::F32 && verdicts[i].is_ok())
+        .collect();
+    reduced.sort_by(|&a, &b| {
+        let (a, b) = (&trials[a], &trials[b]);
+        rank(a.precision)
+            .cmp(&rank(b.precision))
+            .then(a.ms.total_cmp(&b.ms))
+    });
     let mut reference_tracks: Option<Result<Vec<Vec<Track>>, String>> = None;
-    for (i, t) in trials.iter().enumerate() {
-        if t.precision == Precision::F32 || verdicts[i].is_err() {
-            continue;
-        }
+    for i in reduced {
+        let t = &trials[i];
+        let better = (0..trials.len()).find(|&j| {
+            rank(trials[j].precision) < rank(t.precision)
+                && only.is_none_or(|p| p == trials[j].precision)
+                && trials[j].ms <= t.ms
+                && verdicts[j].is_ok()
+        });
         verdicts[i] = (|| {
             agree::boxes_agree(&full, &boxes(&t.outputs)?)?;
+            if let Some(j) = better {
+                return Err(format!(
+                    "not judged on the clip: never taken here, {} agrees and is as fast",
+                    trials[j].name()
+                ));
+            }
             if check.clip.is_none() {
                 return Err("not judged: no check clip for this model".to_owned());
             }
@@ -292,15 +321,19 @@ pub(super) fn judge(
     Ok(verdicts)
 }
 
+/// How precise a precision is: 0 the most.
+fn rank(p: Precision) -> u8 {
+    match p {
+        Precision::F32 => 0,
+        Precision::Bf16 => 1,
+        Precision::Int8 => 2,
+    }
+}
+
 /// Of candidates that agreed, `(precision, ms)`: the index of the most precise of those within
 /// [`CLOSE`] of the fastest (the fastest among equals).
 fn pick(times: &[(Precision, f64)]) -> Option<usize> {
     let fastest = times.iter().map(|t| t.1).min_by(f64::total_cmp)?;
-    let rank = |p: Precision| match p {
-        Precision::F32 => 0,
-        Precision::Bf16 => 1,
-        Precision::Int8 => 2,
-    };
     times
         .iter()
         .enumerate()

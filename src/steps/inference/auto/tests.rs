@@ -31,9 +31,19 @@ fn trial(backend: Backend, precision: Precision, ms: f64, outputs: &[f32]) -> Tr
     }
 }
 
-/// A check on which each output value is the x of a 10x10 box (so outputs are boxes), with a
-/// clip of `frames` frames.
+/// Judged with no precision asked for: see [`judged_for`].
 fn judged(
+    trials: &[Trial],
+    frames: usize,
+    clip: &mut dyn FnMut(usize) -> Result<Vec<Vec<Track>>, String>,
+) -> Vec<Result<Option<String>, String>> {
+    judged_for(None, trials, frames, clip)
+}
+
+/// Judged for a request of precision `only`, on a check where each output value is the x of a
+/// 10x10 box (so outputs are boxes), with a clip of `frames` frames.
+fn judged_for(
+    only: Option<Precision>,
     trials: &[Trial],
     frames: usize,
     clip: &mut dyn FnMut(usize) -> Result<Vec<Vec<Track>>, String>,
@@ -68,7 +78,7 @@ fn judged(
         fits: &fits,
         settings: String::new(),
     };
-    judge(trials, &check, clip).unwrap()
+    judge(trials, only, &check, clip).unwrap()
 }
 
 fn tracks(ids: &[u64]) -> Vec<Vec<Track>> {
@@ -149,40 +159,81 @@ fn a_reduced_precision_must_keep_f32s_tracks_on_the_clip() {
         trial(Backend::OpenVino, Precision::Int8, 6.0, &[0.0, 300.0]),
     ];
     let mut runs = Vec::new();
-    // Every engine finds the same two boxes but for openvino int8; on the clip, bf16 follows
-    // them as f32 does, onnxruntime int8 gives one more track.
+    // Every engine finds the same two boxes on the image but for openvino int8; on the clip,
+    // bf16 gives one more track, onnxruntime int8 follows them as f32 does.
     let verdicts = judged(&trials, 20, &mut |i| {
         runs.push(i);
         Ok(match i {
-            3 => tracks(&[1, 2, 3]),
+            2 => tracks(&[1, 2, 3]),
             _ => tracks(&[1, 2]),
         })
     });
     assert_eq!(verdicts[0], Ok(None));
     assert_eq!(verdicts[1], Ok(None));
-    let bf16 = verdicts[2].as_ref().unwrap().as_ref().unwrap();
+    let e = verdicts[2].as_ref().unwrap_err();
+    assert!(e.contains("3 tracks against f32's 2"), "{e}");
+    let int8 = verdicts[3].as_ref().unwrap().as_ref().unwrap();
     assert_eq!(
-        bf16,
+        int8,
         "2 tracks against f32's 2 and IDF1 1.000 on the check clip"
     );
-    assert!(
-        verdicts[3]
-            .as_ref()
-            .unwrap_err()
-            .contains("3 tracks against f32's 2")
-    );
-    assert!(
-        verdicts[4]
-            .as_ref()
-            .unwrap_err()
-            .contains("finds 50% of f32's 2 boxes")
-    );
-    // The reference tracks come from the fastest f32 engine, once; openvino int8, which
-    // disagreed on the image, is not run on the clip.
+    let e = verdicts[4].as_ref().unwrap_err();
+    assert!(e.contains("finds 50% of f32's 2 boxes"), "{e}");
+    // bf16 first, then the reference tracks from the fastest f32 engine, once; openvino int8,
+    // which disagreed on the image, is not run on the clip.
     assert_eq!(runs, [2, 1, 3]);
     // Without a clip, no reduced precision is taken.
     let verdicts = judged(&trials, 0, &mut |_| Ok(tracks(&[1, 2])));
     assert!(verdicts[2].as_ref().unwrap_err().contains("no check clip"));
+}
+
+#[test]
+fn a_reduced_precision_never_taken_here_is_not_run_on_the_clip() {
+    // bf16 agrees at 5 ms: onnxruntime int8 at 9 ms would never be taken, openvino int8 at 4 ms
+    // could be. An int8 slower than an f32 engine that agrees is never taken either.
+    let trials = [
+        trial(Backend::OpenVino, Precision::F32, 20.0, &[0.0, 100.0]),
+        trial(Backend::OpenVino, Precision::Bf16, 5.0, &[0.0, 100.0]),
+        trial(Backend::OnnxRuntime, Precision::Int8, 9.0, &[0.0, 100.0]),
+        trial(Backend::OpenVino, Precision::Int8, 4.0, &[0.0, 100.0]),
+    ];
+    let mut runs = Vec::new();
+    let verdicts = judged(&trials, 20, &mut |i| {
+        runs.push(i);
+        Ok(tracks(&[1, 2]))
+    });
+    assert!(matches!(verdicts[1], Ok(Some(_))));
+    let e = verdicts[2].as_ref().unwrap_err();
+    assert_eq!(
+        e,
+        "not judged on the clip: never taken here, openvino bf16 agrees and is as fast"
+    );
+    assert!(matches!(verdicts[3], Ok(Some(_))));
+    assert_eq!(runs, [1, 0, 3]);
+    let slow = [
+        trial(Backend::OpenVino, Precision::F32, 20.0, &[0.0, 100.0]),
+        trial(Backend::OnnxRuntime, Precision::Int8, 25.0, &[0.0, 100.0]),
+    ];
+    let verdicts = judged(&slow, 20, &mut |_| panic!("not run on the clip"));
+    assert!(
+        verdicts[1]
+            .as_ref()
+            .unwrap_err()
+            .contains("openvino f32 agrees")
+    );
+    // Asked for int8, neither f32 nor bf16 can be taken: every int8 that agrees on the image is
+    // run on the clip, however fast the others are.
+    let mut runs = Vec::new();
+    let verdicts = judged_for(Some(Precision::Int8), &trials, 20, &mut |i| {
+        runs.push(i);
+        Ok(tracks(&[1, 2]))
+    });
+    assert!(matches!(verdicts[2], Ok(Some(_))), "{verdicts:?}");
+    assert!(matches!(verdicts[3], Ok(Some(_))), "{verdicts:?}");
+    let verdicts = judged_for(Some(Precision::Int8), &slow, 20, &mut |_| {
+        Ok(tracks(&[1, 2]))
+    });
+    assert!(matches!(verdicts[1], Ok(Some(_))), "{verdicts:?}");
 }
 
 #[test]
