@@ -219,3 +219,39 @@ fn a_model_file_of_the_wrong_layout_or_class_count_is_a_clear_error() {
         }
     }
 }
+
+#[test]
+fn every_pipeline_file_naming_yolov12n_says_its_weights_are_agpl() {
+    // The weights' licence travels with every file that runs them: the shipped pipelines, the
+    // README, models.toml (the default stays MIT: a pipeline without `model` names none).
+    let mut naming = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("pipelines")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc: toml::Table = toml::from_str(&text).unwrap();
+        let names_it = doc
+            .get("steps")
+            .and_then(|s| s.as_table())
+            .is_some_and(|steps| {
+                steps
+                    .values()
+                    .any(|s| s.get("model").and_then(|m| m.as_str()) == Some("yolov12n_coco"))
+            });
+        if names_it {
+            naming.push(path.display().to_string());
+            assert!(
+                text.contains("AGPL-3.0"),
+                "{} names yolov12n_coco without its licence",
+                path.display()
+            );
+        }
+    }
+    eprintln!("pipelines naming yolov12n_coco: {naming:?}");
+    for file in ["README.md", "models/models.toml"] {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        assert!(
+            text.contains("yolov12n_coco") && text.contains("AGPL-3.0"),
+            "{file}"
+        );
+    }
+}
