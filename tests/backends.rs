@@ -239,8 +239,15 @@ fn auto_times_every_installed_engine_and_takes_one_that_agrees() {
 
 #[test]
 fn auto_asked_for_a_reduced_precision_judges_it_against_f32_and_takes_it() {
-    for precision in ["bf16", "int8"] {
-        let (lines, stderr) = people(&format!("precision = \"{precision}\""));
+    // bf16 on yolov3_tiny_coco, int8 on yolov12n_coco: yolov3-tiny's int8 copy at 416 loses
+    // tracks on the check clip (IDF1 0.90 against f32's: auto rightly refuses it, a validate
+    // error), YOLOv12n's keeps them (0.99).
+    let cases = [
+        ("", "bf16", 1.0),
+        ("model = \"yolov12n_coco\"", "int8", MIN_RECALL),
+    ];
+    for (model, precision, least) in cases {
+        let (lines, stderr) = people(&format!("{model}\nprecision = \"{precision}\""));
         let line = auto_line(&stderr);
         let figures = figures(line);
         // The f32 engines ran, as references; what was taken is of the precision asked for
@@ -259,7 +266,10 @@ fn auto_asked_for_a_reduced_precision_judges_it_against_f32_and_takes_it() {
             "person",
             &references("vtest-people.json"),
         );
-        assert_eq!(matched, total, "auto {precision}: {matched} of {total}");
+        assert!(
+            matched as f64 >= least * total as f64,
+            "auto {precision}: {matched} of {total}"
+        );
     }
 }
 

@@ -31,10 +31,7 @@ fn yolo_blob(side: i32) -> Mat {
 fn max_difference(a: &[Tensor], b: &[Tensor]) -> f32 {
     let shapes = |t: &[Tensor]| {
         t.iter()
-            .map(|t| match t.shape.split_first() {
-                Some((1, rest)) if rest.len() >= 2 => rest.to_vec(),
-                _ => t.shape.clone(),
-            })
+            .map(|t| agree::unbatched(&t.shape).to_vec())
             .collect::<Vec<_>>()
     };
     assert_eq!(shapes(a), shapes(b));
