@@ -125,7 +125,15 @@ fn the_demo_counts_the_same_on_every_engine_and_precision_auto_can_take() {
         auto_counts.values().sum::<u64>() >= 4,
         "too few crossings in {FRAMES} frames to tell counts apart: {auto_counts:?}"
     );
-    let mut seen = vec![("auto".to_owned(), auto_counts.clone())];
+    // What auto took, to name it beside the counts.
+    let took = stderr
+        .lines()
+        .find(|l| l.contains("network engine chosen by auto"))
+        .and_then(|l| l.split_once(" backend=\""))
+        .map_or("", |(_, rest)| {
+            rest.split_once(" threads=").map_or(rest, |t| t.0)
+        });
+    let mut seen = vec![(format!("auto ({took})"), auto_counts.clone())];
     for (backend, precision) in &agreed {
         let (forced, _) = counts(Some((backend, precision)));
         seen.push((format!("{backend} {precision}"), forced.clone()));
