@@ -130,8 +130,9 @@ fn the_demo_counts_the_same_on_every_engine_and_precision_auto_can_take() {
         .lines()
         .find(|l| l.contains("network engine chosen by auto"))
         .and_then(|l| l.split_once(" backend=\""))
-        .map_or("", |(_, rest)| {
-            rest.split_once(" threads=").map_or(rest, |t| t.0)
+        .map_or(String::new(), |(_, rest)| {
+            let taken = rest.split_once(" threads=").map_or(rest, |t| t.0);
+            taken.replace("\" precision=\"", " ").replace('"', "")
         });
     let mut seen = vec![(format!("auto ({took})"), auto_counts.clone())];
     for (backend, precision) in &agreed {
