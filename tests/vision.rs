@@ -277,3 +277,55 @@ class_names = "{0}/names.txt"
         out.stderr
     );
 }
+
+#[test]
+fn fetch_assets_check_names_every_file_whose_sum_is_not_the_one_models_toml_records() {
+    let check = |models: &Path| {
+        let out = std::process::Command::new(repo_root().join("scripts/fetch-assets"))
+            .arg("--check")
+            .env("VIDFLOW_MODELS_DIR", models)
+            .output()
+            .unwrap();
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        (out.status.code(), text(out.stdout), text(out.stderr))
+    };
+    let (code, stdout, stderr) = check(&models_dir());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("every file models.toml names is in"),
+        "{stdout}"
+    );
+
+    // The same files (links), but for one with a byte changed and one missing.
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(models_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_owned();
+        match name.to_str().unwrap() {
+            "yolov12n-int8.onnx" => {
+                let mut bytes = std::fs::read(&path).unwrap();
+                let middle = bytes.len() / 2;
+                bytes[middle] ^= 1;
+                std::fs::write(dir.path().join(&name), bytes).unwrap();
+            }
+            "yolov3-tiny.cfg" => {}
+            _ => std::os::unix::fs::symlink(&path, dir.path().join(&name)).unwrap(),
+        }
+    }
+    let (code, _, stderr) = check(dir.path());
+    assert_eq!(code, Some(1), "{stderr}");
+    let named: Vec<&str> = stderr.lines().collect();
+    assert_eq!(named.len(), 2, "{stderr}");
+    assert!(
+        named
+            .iter()
+            .any(|l| l.contains("yolov3-tiny.cfg is missing")),
+        "{stderr}"
+    );
+    assert!(
+        named
+            .iter()
+            .any(|l| l.contains("yolov12n-int8.onnx is not the file models.toml records")),
+        "{stderr}"
+    );
+}

@@ -135,17 +135,19 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         onnx: checked.file("onnx").or_else(|| Some(path.clone())),
         onnx_int8: checked.file("onnx_int8"),
         outputs: Some(OUTPUTS.map(str::to_owned).to_vec()),
+        opencv_refuses: None,
     };
     let network = {
         let (image, real) = inference::check_image(checked.check_image().as_deref());
-        let (input, width, height) =
-            Faces::blob(&image).map_err(|e| fail(format!("{label}: check image: {e}")))?;
-        let boxes = |outputs: &[Tensor]| {
-            Ok(faces
-                .found(outputs, width, height)?
-                .into_iter()
-                .map(|d| d.bbox)
-                .collect())
+        let input = |image: &Mat| Ok(Faces::blob(image)?.0);
+        let detections = |image: &Mat, outputs: &[Tensor]| {
+            // The padded input's size, as Faces::blob makes it.
+            let pad = |n: i32| (n.max(0) as usize).div_ceil(32) * 32;
+            faces.found(outputs, pad(image.cols()), pad(image.rows()))
+        };
+        let fits = |outputs: &[Tensor]| match outputs.len() {
+            12 => Ok(()),
+            n => Err(format!("yunet gives 12 outputs, not {n}")),
         };
         let opencv_files = ModelFiles {
             onnx: Some(path.clone()),
@@ -156,9 +158,13 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             &opencv_files,
             request,
             &Check {
-                input,
+                image,
                 real,
-                boxes: &boxes,
+                clip: checked.check_clip(),
+                input: &input,
+                input_name: "the image padded to a multiple of 32".to_owned(),
+                detections: &detections,
+                fits: &fits,
                 settings: format!("{} {}", faces.confidence, faces.nms_iou),
             },
         )

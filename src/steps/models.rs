@@ -30,10 +30,12 @@ pub(super) const MODELS_DIR_VAR: &str = "VIDFLOW_MODELS_DIR";
 /// `licence`, `output`) document the model for people; a unit test checks they are there.
 #[derive(Debug, Deserialize)]
 pub(super) struct Model {
-    /// How the step decodes the outputs: `darknet`, `yolov5`, `yolox`, `yunet`.
+    /// How the step decodes the outputs: `darknet`, `yolov5`, `yolox`, `yolov8`, `yunet`.
     pub(super) layout: String,
     /// The default square input size, in pixels (none: the image's own size).
     pub(super) input_size: Option<u32>,
+    /// The input sizes the network can take (none: [`Sizes::ANY`]).
+    pub(super) input_sizes: Option<Sizes>,
     /// A file of class names, one a line (in the models directory).
     pub(super) class_names: Option<String>,
     /// The class names themselves, for a model with few.
@@ -42,10 +44,56 @@ pub(super) struct Model {
     /// "auto"` judges the engines. An input, not a trust anchor: it has no sha256, and without
     /// it `auto` judges f32 engines on a synthetic picture and takes no reduced precision.
     pub(super) check_image: Option<String>,
+    /// Consecutive frames of a video stacked top to bottom in one picture (in the models
+    /// directory), on which `auto` runs the tracker over f32's and a reduced precision's
+    /// detections: a reduced precision is taken only where both give the same tracks. An input,
+    /// like the check image: without it no reduced precision is taken.
+    pub(super) check_clip: Option<ClipFile>,
     /// Role (`model`, `config`, `onnx`) -> file name in the models directory.
     pub(super) files: BTreeMap<String, String>,
     /// File name -> sha256 (every file the entry names).
     pub(super) sha256: BTreeMap<String, String>,
+}
+
+/// The square input sizes a network can take: multiples of `multiple` from `from` to `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Sizes {
+    pub(super) from: u32,
+    pub(super) to: u32,
+    pub(super) multiple: u32,
+}
+
+impl Sizes {
+    /// What a network without `input_sizes` may be given (a YOLO's largest stride is 32).
+    pub(super) const ANY: Self = Self {
+        from: 32,
+        to: 4096,
+        multiple: 32,
+    };
+
+    /// Whether `side` is one of them.
+    pub(super) fn takes(self, side: u32) -> bool {
+        (self.from..=self.to).contains(&side) && side.is_multiple_of(self.multiple.max(1))
+    }
+}
+
+impl std::fmt::Display for Sizes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "multiples of {} from {} to {}",
+            self.multiple, self.from, self.to
+        )
+    }
+}
+
+/// `check_clip`: the picture and how many frames it stacks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClipFile {
+    pub(super) file: String,
+    pub(super) frames: u32,
 }
 
 /// Why a model cannot be used.
@@ -102,6 +150,21 @@ impl Checked {
             .as_ref()
             .map(|f| self.dir.join(f))
             .filter(|p| p.is_file())
+    }
+
+    /// The model's check clip, if it names one and the file is there: its path and how many
+    /// frames it stacks.
+    pub(super) fn check_clip(&self) -> Option<(PathBuf, u32)> {
+        self.model
+            .check_clip
+            .as_ref()
+            .map(|c| (self.dir.join(&c.file), c.frames))
+            .filter(|(p, _)| p.is_file())
+    }
+
+    /// The input sizes the model takes.
+    pub(super) fn input_sizes(&self) -> Sizes {
+        self.model.input_sizes.unwrap_or(Sizes::ANY)
     }
 
     /// The path of the file with this role (`model`, `config`, `onnx`).
@@ -235,28 +298,167 @@ mod tests {
         }
     }
 
-    #[test]
-    fn fetch_assets_checks_the_sums_the_registry_records() {
-        let script = include_str!("../../scripts/fetch-assets");
-        let models: BTreeMap<String, Model> = toml::from_str(MODELS_TOML).unwrap();
-        for (name, m) in &models {
-            for (file, sum) in &m.sha256 {
-                assert!(
-                    script.contains(&format!("_SHA={sum}")),
-                    "{name}: fetch-assets does not check {file} against {sum}"
-                );
-            }
-        }
+    /// COCO 2017's 80 detection categories, in the order of their ids (1 to 90 with gaps), as
+    /// the dataset's annotations name them.
+    const COCO: [&str; 80] = [
+        "person",
+        "bicycle",
+        "car",
+        "motorcycle",
+        "airplane",
+        "bus",
+        "train",
+        "truck",
+        "boat",
+        "traffic light",
+        "fire hydrant",
+        "stop sign",
+        "parking meter",
+        "bench",
+        "bird",
+        "cat",
+        "dog",
+        "horse",
+        "sheep",
+        "cow",
+        "elephant",
+        "bear",
+        "zebra",
+        "giraffe",
+        "backpack",
+        "umbrella",
+        "handbag",
+        "tie",
+        "suitcase",
+        "frisbee",
+        "skis",
+        "snowboard",
+        "sports ball",
+        "kite",
+        "baseball bat",
+        "baseball glove",
+        "skateboard",
+        "surfboard",
+        "tennis racket",
+        "bottle",
+        "wine glass",
+        "cup",
+        "fork",
+        "knife",
+        "spoon",
+        "bowl",
+        "banana",
+        "apple",
+        "sandwich",
+        "orange",
+        "broccoli",
+        "carrot",
+        "hot dog",
+        "pizza",
+        "donut",
+        "cake",
+        "chair",
+        "couch",
+        "potted plant",
+        "bed",
+        "dining table",
+        "toilet",
+        "tv",
+        "laptop",
+        "mouse",
+        "remote",
+        "keyboard",
+        "cell phone",
+        "microwave",
+        "oven",
+        "toaster",
+        "sink",
+        "refrigerator",
+        "book",
+        "clock",
+        "vase",
+        "scissors",
+        "teddy bear",
+        "hair drier",
+        "toothbrush",
+    ];
+
+    /// The `names` of an Ultralytics ONNX export's metadata (`{0: 'person', 1: 'bicycle',
+    /// ...}`, a Python dict's text), read from the file's bytes.
+    fn metadata_names(onnx: &[u8]) -> Vec<String> {
+        let text = String::from_utf8_lossy(onnx);
+        let start = text.find("{0: '").expect("no names in the metadata");
+        let end = start + text[start..].find('}').unwrap();
+        text[start + 1..end]
+            .split(", ")
+            .enumerate()
+            .map(|(i, entry)| {
+                let (index, name) = entry.split_once(": ").unwrap();
+                assert_eq!(index, i.to_string(), "{entry}");
+                name.trim_matches('\'').to_owned()
+            })
+            .collect()
     }
 
     #[test]
-    fn sha256_of_a_known_text() {
+    fn yolov12n_coco_names_the_80_coco_classes_in_its_own_order() {
+        let models: BTreeMap<String, Model> = toml::from_str(MODELS_TOML).unwrap();
+        let model = &models["yolov12n_coco"];
+        let classes = model.classes.as_ref().unwrap();
+        assert_eq!(classes, &COCO);
+        // The export's own metadata, in the file models.toml names: the same list.
+        let file = models_dir().join(&model.files["onnx"]);
+        let onnx = std::fs::read(&file).expect("run scripts/fetch-assets");
+        assert_eq!(&metadata_names(&onnx), classes);
+    }
+
+    /// sha256sum (coreutils) of `path`: an implementation independent of this module's.
+    fn coreutils_sum(path: &Path) -> String {
+        let out = std::process::Command::new("sha256sum")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+    }
+
+    #[test]
+    fn a_file_is_hashed_whole_and_again_when_it_changes_in_place() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("abc");
-        std::fs::write(&path, "abc").unwrap();
-        assert_eq!(
-            sha256_of(&path).unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        let path = dir.path().join("weights");
+        // Several read buffers and a partial last one.
+        let mut bytes: Vec<u8> = (0..200_003u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let first = sha256_of(&path).unwrap();
+        assert_eq!(first, coreutils_sum(&path));
+        // The same size, one byte changed in the last buffer, a later modification time: a
+        // cached sum must not hide it.
+        bytes[199_999] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let second = sha256_of(&path).unwrap();
+        assert_ne!(second, first);
+        assert_eq!(second, coreutils_sum(&path));
+    }
+
+    #[test]
+    fn input_sizes_take_multiples_within_their_bounds() {
+        let sizes = Sizes {
+            from: 64,
+            to: 1280,
+            multiple: 32,
+        };
+        assert!(sizes.takes(64) && sizes.takes(416) && sizes.takes(1280));
+        assert!(!sizes.takes(32) && !sizes.takes(400) && !sizes.takes(1312));
+        assert_eq!(sizes.to_string(), "multiples of 32 from 64 to 1280");
+        assert!(Sizes::ANY.takes(4096) && !Sizes::ANY.takes(4128));
     }
 }

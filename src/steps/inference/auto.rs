@@ -1,80 +1,30 @@
 //! `backend = "auto"`: every installed engine timed on the model's check image, checked
 //! against full precision, and the most precise of the nearly fastest taken; the decision kept
 //! for the process.
+//!
+//! What is counted must not depend on the machine, so a reduced precision (bf16, int8) is taken
+//! only where it keeps full precision's tracks: it must find f32's boxes on the check image
+//! ([`agree::boxes_agree`]) and, on the model's check clip, the tracker must follow the same
+//! objects with the same IDs from its detections as from f32's ([`agree::tracks_agree`]). Every
+//! reduced precision that agrees on the image, and is faster than every more precise engine
+//! that agrees (else it is never taken), is run on the clip: the log names each engine and
+//! precision `auto` could take on this machine, whichever is fastest at the moment.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, Once, OnceLock, PoisonError};
 use std::time::Instant;
 
-use opencv::core::{Mat, MatTraitConst, MatTraitManual};
+use opencv::core::{Mat, MatTraitConst};
 
+use super::check::{check_clip, clip_tracks};
 use super::{
-    Backend, Check, Engine, Files, Network, Precision, Request, Tensor, availability, load_engine,
+    Backend, Check, Engine, Files, Network, Precision, Request, Tensor, agree, availability,
+    load_engine,
 };
 use crate::spec::Diagnostic;
-use crate::value::BBox;
+use crate::value::{BBox, Track};
 
-/// The picture `auto` judges engines on: the model's check image (`real`), else a synthetic
-/// one (a gradient with a few shapes: enough to compare f32 outputs, not to judge boxes).
-pub(in crate::steps) fn check_image(path: Option<&std::path::Path>) -> (Mat, bool) {
-    if let Some(path) = path {
-        match opencv::imgcodecs::imread(path, opencv::imgcodecs::IMREAD_COLOR) {
-            Ok(image) if !image.empty() => return (image, true),
-            Ok(_) | Err(_) => {
-                tracing::warn!(path = %path.display(), "check image unreadable; judging engines on a synthetic picture");
-            }
-        }
-    }
-    (synthetic_image(), false)
-}
-
-fn synthetic_image() -> Mat {
-    use opencv::core::{CV_8UC3, Point, Rect, Scalar};
-    let (w, h) = (640, 480);
-    let mut image =
-        Mat::new_rows_cols_with_default(h, w, CV_8UC3, Scalar::all(0.0)).unwrap_or_default();
-    if let Ok(data) = image.data_bytes_mut() {
-        for (i, px) in data.chunks_exact_mut(3).enumerate() {
-            let (x, y) = ((i % w as usize) as u32, (i / w as usize) as u32);
-            px.copy_from_slice(&[
-                (x * 255 / 640) as u8,
-                (y * 255 / 480) as u8,
-                ((x + y) % 256) as u8,
-            ]);
-        }
-    }
-    for (i, colour) in [[255.0, 255.0, 255.0], [0.0, 0.0, 0.0], [40.0, 90.0, 200.0]]
-        .into_iter()
-        .enumerate()
-    {
-        let i = i as i32;
-        let _ = opencv::imgproc::rectangle(
-            &mut image,
-            Rect::new(80 + 180 * i, 120 + 40 * i, 90, 200),
-            Scalar::new(colour[0], colour[1], colour[2], 0.0),
-            -1,
-            opencv::imgproc::LINE_8,
-            0,
-        );
-        let _ = opencv::imgproc::circle(
-            &mut image,
-            Point::new(125 + 180 * i, 90 + 40 * i),
-            30,
-            Scalar::new(colour[2], colour[1], colour[0], 0.0),
-            -1,
-            opencv::imgproc::LINE_8,
-            0,
-        );
-    }
-    image
-}
-
-/// Largest difference allowed between two f32 engines' outputs, relative to 1 + |value|.
-pub(super) const F32_TOLERANCE: f32 = 1e-3;
-/// Share of the full-precision boxes a reduced precision must find (and of its boxes that must
-/// be full precision's), at IoU 0.5.
-pub(super) const MIN_AGREEMENT: f64 = 0.95;
 /// Timed forward passes per candidate (after one warm-up), the fastest taken: the least
 /// disturbed by other work on a shared machine.
 const TIMED_RUNS: usize = 5;
@@ -84,31 +34,36 @@ const TIMED_RUNS: usize = 5;
 const CLOSE: f64 = 0.15;
 
 /// A candidate's result on the check input.
-struct Trial {
+pub(super) struct Trial {
+    pub(super) backend: Backend,
+    pub(super) precision: Precision,
+    pub(super) engine: Box<dyn Engine>,
+    pub(super) ms: f64,
+    pub(super) outputs: Vec<Tensor>,
+}
+
+impl Trial {
+    fn name(&self) -> String {
+        format!("{} {}", self.backend.name(), self.precision.name())
+    }
+}
+
+/// Runs a loaded engine on the check input: one warm-up, then the fastest of [`TIMED_RUNS`].
+/// Outputs that are not numbers fail it.
+pub(super) fn measure(
     backend: Backend,
     precision: Precision,
     engine: Box<dyn Engine>,
-    ms: f64,
-    outputs: Vec<Tensor>,
-}
-
-/// Runs a candidate on the check input: one warm-up, then the fastest of [`TIMED_RUNS`].
-fn trial(
-    backend: Backend,
-    precision: Precision,
-    files: Files<'_>,
-    request: Request,
-    check: &Check<'_>,
+    input: &Mat,
 ) -> Result<Trial, String> {
-    availability(backend)?;
-    let engine = load_engine(backend, precision, files, request.threads)?;
-    let mut outputs = engine.forward(&check.input).map_err(|e| e.to_string())?;
+    let mut outputs = engine.forward(input).map_err(|e| e.to_string())?;
     let mut times = Vec::with_capacity(TIMED_RUNS);
     for _ in 0..TIMED_RUNS {
         let start = Instant::now();
-        outputs = engine.forward(&check.input).map_err(|e| e.to_string())?;
+        outputs = engine.forward(input).map_err(|e| e.to_string())?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
+    agree::finite(&outputs)?;
     times.sort_by(f64::total_cmp);
     Ok(Trial {
         backend,
@@ -129,6 +84,27 @@ fn decisions() -> &'static Mutex<Decisions> {
     DECISIONS.get_or_init(Mutex::default)
 }
 
+/// The engines and precisions `auto` tries for `request`, in order: f32 first (the first that
+/// runs is the reference the others are compared with). Asked for a reduced precision, it still
+/// runs the f32 engines, as references only.
+fn candidates(files: Files<'_>, request: Request) -> Vec<(Backend, Precision)> {
+    let mut all = vec![
+        (Backend::OpenCv, Precision::F32),
+        (Backend::OnnxRuntime, Precision::F32),
+        (Backend::OpenVino, Precision::F32),
+        (Backend::OpenVino, Precision::Bf16),
+        (Backend::OnnxRuntime, Precision::Int8),
+        (Backend::OpenVino, Precision::Int8),
+    ];
+    if files.others.onnx_int8.is_none() {
+        all.retain(|c| c.1 != Precision::Int8);
+    }
+    if let Some(p) = request.precision {
+        all.retain(|c| c.1 == p || c.1 == Precision::F32);
+    }
+    all
+}
+
 /// `auto`: the fastest engine that loads and agrees with full precision on the check input.
 pub(super) fn choose(
     files: Files<'_>,
@@ -136,11 +112,13 @@ pub(super) fn choose(
     check: &Check<'_>,
 ) -> Result<Network, Diagnostic> {
     let label = &files.others.label;
+    let input = (check.input)(&check.image)
+        .map_err(|e| Diagnostic::new(format!("{label}: check image: {e}")))?;
     let key = (
         label.clone(),
         files.others.onnx.clone(),
         request,
-        check.input.mat_size().iter().copied().collect(),
+        input.mat_size().iter().copied().collect(),
         check.settings.clone(),
     );
     let decided = decisions()
@@ -157,26 +135,10 @@ pub(super) fn choose(
             precision,
         });
     }
-    let mut candidates = vec![
-        (Backend::OpenCv, Precision::F32),
-        (Backend::OnnxRuntime, Precision::F32),
-        (Backend::OpenVino, Precision::F32),
-        (Backend::OpenVino, Precision::Bf16),
-        (Backend::OnnxRuntime, Precision::Int8),
-        (Backend::OpenVino, Precision::Int8),
-    ];
-    if files.others.onnx_int8.is_none() {
-        candidates.retain(|c| c.1 != Precision::Int8);
-    }
-    if let Some(p) = request.precision {
-        candidates.retain(|c| c.1 == p);
-    }
-    let mut notes: Vec<String> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
     let mut missing: Vec<String> = Vec::new();
-    let mut reference: Option<Vec<Tensor>> = None;
-    let mut reference_boxes: Option<Vec<BBox>> = None;
-    let mut agreed: Vec<Trial> = Vec::new();
-    for (backend, precision) in candidates {
+    let mut trials: Vec<Trial> = Vec::new();
+    for (backend, precision) in candidates(files, request) {
         let candidate = format!("{} {}", backend.name(), precision.name());
         if let Err(why) = availability(backend) {
             if !missing.iter().any(|m| m.starts_with(backend.name())) {
@@ -184,43 +146,18 @@ pub(super) fn choose(
             }
             continue;
         }
-        let t = match trial(backend, precision, files, request, check) {
-            Ok(t) => t,
-            Err(e) => {
-                notes.push(format!("{candidate} failed: {e}"));
-                continue;
-            }
-        };
-        // Agreement with full precision.
-        let verdict = match (precision, &reference) {
-            (Precision::F32, None) => {
-                reference = Some(t.outputs.clone());
-                Ok(())
-            }
-            (Precision::F32, Some(r)) => outputs_agree(r, &t.outputs),
-            (Precision::Bf16 | Precision::Int8, _) if !check.real => {
-                Err("not judged: no check image with objects for this model".to_owned())
-            }
-            (Precision::Bf16 | Precision::Int8, None) => {
-                Err("not judged: no f32 engine to compare with".to_owned())
-            }
-            (Precision::Bf16 | Precision::Int8, Some(r)) => {
-                if reference_boxes.is_none() {
-                    reference_boxes = Some((check.boxes)(r).map_err(|e| {
-                        Diagnostic::new(format!("{label}: decoding the check image: {e}"))
-                    })?);
+        let t = load_engine(backend, precision, files, request.threads)
+            .and_then(|engine| measure(backend, precision, engine, &input));
+        match t {
+            Ok(t) => {
+                // The model's outputs do not fit what the step decodes: no engine will do.
+                if trials.is_empty() {
+                    (check.fits)(&t.outputs)
+                        .map_err(|why| Diagnostic::new(format!("{label}: {why}")))?;
                 }
-                let full = reference_boxes.as_deref().unwrap_or_default();
-                let reduced = (check.boxes)(&t.outputs).map_err(|e| e.to_string());
-                reduced.and_then(|reduced| boxes_agree(full, &reduced))
+                trials.push(t);
             }
-        };
-        match verdict {
-            Err(why) => notes.push(format!("{candidate} {:.1} ms, disagreed: {why}", t.ms)),
-            Ok(()) => {
-                notes.push(format!("{candidate} {:.1} ms", t.ms));
-                agreed.push(t);
-            }
+            Err(e) => failed.push(format!("{candidate} failed: {e}")),
         }
     }
     if !missing.is_empty() {
@@ -232,10 +169,42 @@ pub(super) fn choose(
             );
         });
     }
+    let start = Instant::now();
+    let mut clip: Option<Vec<Mat>> = None;
+    let verdicts = judge(&trials, request.precision, check, &mut |i| {
+        let frames = clip.get_or_insert_with(|| {
+            check_clip(check.clip.as_ref().map(|(path, n)| (path.as_path(), *n)))
+        });
+        clip_tracks(&*trials[i].engine, check, frames)
+    })
+    .map_err(|e| Diagnostic::new(format!("{label}: {e}")))?;
+    let judged_s = start.elapsed().as_secs_f64();
+    let mut notes: Vec<String> = Vec::new();
+    let mut agreed: Vec<Trial> = Vec::new();
+    for (t, verdict) in trials.into_iter().zip(verdicts) {
+        let ok = verdict.is_ok();
+        notes.push(match verdict {
+            Err(why) if why.starts_with("not judged") => {
+                format!("{} {:.1} ms, {why}", t.name(), t.ms)
+            }
+            Err(why) => format!("{} {:.1} ms, disagreed: {why}", t.name(), t.ms),
+            Ok(None) => format!("{} {:.1} ms", t.name(), t.ms),
+            Ok(Some(clip)) => format!("{} {:.1} ms with {clip}", t.name(), t.ms),
+        });
+        // Asked for a reduced precision, the f32 engines were references only.
+        if ok && request.precision.is_none_or(|p| p == t.precision) {
+            agreed.push(t);
+        }
+    }
+    notes.extend(failed);
     let times: Vec<(Precision, f64)> = agreed.iter().map(|t| (t.precision, t.ms)).collect();
     let Some(best) = pick(&times).map(|i| agreed.swap_remove(i)) else {
+        let wanted = request.precision.map_or(String::new(), |p| {
+            format!(" in {} that agrees with f32", p.name())
+        });
         return Err(Diagnostic::new(format!(
-            "{label}: no engine could run it ({})",
+            "{label}: no engine could run it{wanted} with {} ({})",
+            check.input_name,
             notes.join("; ")
         )));
     };
@@ -245,8 +214,9 @@ pub(super) fn choose(
         precision = best.precision.name(),
         threads = request.threads,
         ms = format!("{:.1}", best.ms),
-        "network engine chosen by auto: the fastest that agrees with f32 on the check image, the most precise within 15% of it ({})",
-        notes.join(", ")
+        judged_s = format!("{judged_s:.1}"),
+        "network engine chosen by auto: the fastest that agrees with f32 (on the check image; a reduced precision also in its tracks on the check clip), the most precise within 15% of it ({})",
+        notes.join("; ")
     );
     decisions()
         .lock()
@@ -259,15 +229,111 @@ pub(super) fn choose(
     })
 }
 
+/// Whether each trial agrees with full precision: `Ok(None)` for an f32 engine that gives the
+/// reference's outputs (the first f32 trial whose outputs are numbers is the reference),
+/// `Ok(Some(tracks))` for a reduced precision that finds f32's boxes on the check image and keeps
+/// its tracks on the clip (`tracks` says by how much), `Err(why)` otherwise (`why` starts with
+/// "not judged" where it could not be, or need not be: it is never taken then either). `only`
+/// is the precision asked for, if any. `clip` runs trial `i` on the check clip; the reference
+/// tracks come from the fastest f32 trial that agrees. An error: f32's check image could not be
+/// decoded.
+pub(super) fn judge(
+    trials: &[Trial],
+    only: Option<Precision>,
+    check: &Check<'_>,
+    clip: &mut dyn FnMut(usize) -> Result<Vec<Vec<Track>>, String>,
+) -> Result<Vec<Result<Option<String>, String>>, String> {
+    let reference = trials
+        .iter()
+        .position(|t| t.precision == Precision::F32 && agree::finite(&t.outputs).is_ok());
+    let mut verdicts: Vec<Result<Option<String>, String>> = trials
+        .iter()
+        .map(|t| {
+            agree::finite(&t.outputs)?;
+            match (t.precision, reference) {
+                (Precision::F32, Some(r)) => {
+                    agree::outputs_agree(&trials[r].outputs, &t.outputs).map(|()| None)
+                }
+                (_, None) => Err("not judged: no f32 engine to compare with".to_owned()),
+                (_, Some(_)) if !check.real => {
+                    Err("not judged: no check image with objects for this model".to_owned())
+                }
+                (_, Some(_)) => Ok(None),
+            }
+        })
+        .collect();
+    let Some(r) = reference else {
+        return Ok(verdicts);
+    };
+    let boxes = |outputs: &[Tensor]| -> Result<Vec<BBox>, String> {
+        Ok((check.detections)(&check.image, outputs)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|d| d.bbox)
+            .collect())
+    };
+    let full = boxes(&trials[r].outputs).map_err(|e| format!("decoding the check image: {e}"))?;
+    // The fastest f32 trial that agrees runs the clip for the reference tracks.
+    let fastest_f32 = (0..trials.len())
+        .filter(|&i| trials[i].precision == Precision::F32 && verdicts[i].is_ok())
+        .min_by(|&a, &b| trials[a].ms.total_cmp(&trials[b].ms))
+        .unwrap_or(r);
+    // The reduced precisions, the most precise and then the fastest first: one no faster than a
+    // more precise engine that agrees is never taken (`pick` prefers the more precise of two
+    // within 15% of each other), so it is not run on the clip.
+    let mut reduced: Vec<usize> = (0..trials.len())
+        .filter(|&i| trials[i].precision != Precision::F32 && verdicts[i].is_ok())
+        .collect();
+    reduced.sort_by(|&a, &b| {
+        let (a, b) = (&trials[a], &trials[b]);
+        rank(a.precision)
+            .cmp(&rank(b.precision))
+            .then(a.ms.total_cmp(&b.ms))
+    });
+    let mut reference_tracks: Option<Result<Vec<Vec<Track>>, String>> = None;
+    for i in reduced {
+        let t = &trials[i];
+        let better = (0..trials.len()).find(|&j| {
+            rank(trials[j].precision) < rank(t.precision)
+                && only.is_none_or(|p| p == trials[j].precision)
+                && trials[j].ms <= t.ms
+                && verdicts[j].is_ok()
+        });
+        verdicts[i] = (|| {
+            agree::boxes_agree(&full, &boxes(&t.outputs)?)?;
+            if let Some(j) = better {
+                return Err(format!(
+                    "not judged on the clip: never taken here, {} agrees and is as fast",
+                    trials[j].name()
+                ));
+            }
+            if check.clip.is_none() {
+                return Err("not judged: no check clip for this model".to_owned());
+            }
+            let theirs = clip(i)?;
+            let ours = reference_tracks
+                .get_or_insert_with(|| clip(fastest_f32))
+                .as_ref()
+                .map_err(|e| format!("f32 on the check clip: {e}"))?;
+            agree::tracks_agree(ours, &theirs).map(|a| Some(a.to_string()))
+        })();
+    }
+    Ok(verdicts)
+}
+
+/// How precise a precision is: 0 the most.
+fn rank(p: Precision) -> u8 {
+    match p {
+        Precision::F32 => 0,
+        Precision::Bf16 => 1,
+        Precision::Int8 => 2,
+    }
+}
+
 /// Of candidates that agreed, `(precision, ms)`: the index of the most precise of those within
 /// [`CLOSE`] of the fastest (the fastest among equals).
 fn pick(times: &[(Precision, f64)]) -> Option<usize> {
     let fastest = times.iter().map(|t| t.1).min_by(f64::total_cmp)?;
-    let rank = |p: Precision| match p {
-        Precision::F32 => 0,
-        Precision::Bf16 => 1,
-        Precision::Int8 => 2,
-    };
     times
         .iter()
         .enumerate()
@@ -276,126 +342,5 @@ fn pick(times: &[(Precision, f64)]) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Two f32 engines agree: the same outputs, each value within [`F32_TOLERANCE`].
-pub(super) fn outputs_agree(reference: &[Tensor], other: &[Tensor]) -> Result<(), String> {
-    if reference.len() != other.len() {
-        return Err(format!(
-            "{} outputs against {}",
-            other.len(),
-            reference.len()
-        ));
-    }
-    let mut worst = 0.0_f32;
-    for (r, o) in reference.iter().zip(other) {
-        if r.data.len() != o.data.len() {
-            return Err(format!(
-                "an output of {} values against {}",
-                o.data.len(),
-                r.data.len()
-            ));
-        }
-        for (a, b) in r.data.iter().zip(&o.data) {
-            worst = worst.max((a - b).abs() / (1.0 + a.abs()));
-        }
-    }
-    if worst <= F32_TOLERANCE {
-        Ok(())
-    } else {
-        Err(format!("outputs differ by up to {worst:.2e}"))
-    }
-}
-
-/// Share of `a`'s boxes that some box of `b` overlaps at IoU 0.5 or more.
-pub(super) fn recall(a: &[BBox], b: &[BBox]) -> f64 {
-    if a.is_empty() {
-        return 1.0;
-    }
-    let found = a
-        .iter()
-        .filter(|x| b.iter().any(|y| x.iou(y) >= 0.5))
-        .count();
-    found as f64 / a.len() as f64
-}
-
-/// A reduced precision agrees: it finds [`MIN_AGREEMENT`] of full precision's boxes and adds
-/// few of its own, on a check image where full precision finds some.
-fn boxes_agree(full: &[BBox], reduced: &[BBox]) -> Result<(), String> {
-    if full.is_empty() {
-        return Err("not judged: f32 finds nothing on the check image".to_owned());
-    }
-    let (found, precise) = (recall(full, reduced), recall(reduced, full));
-    if found >= MIN_AGREEMENT && precise >= MIN_AGREEMENT {
-        Ok(())
-    } else {
-        Err(format!(
-            "finds {:.0}% of f32's {} boxes, {:.0}% of its {} are f32's",
-            found * 100.0,
-            full.len(),
-            precise * 100.0,
-            reduced.len()
-        ))
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tensor(data: &[f32]) -> Tensor {
-        Tensor {
-            shape: vec![data.len()],
-            data: data.to_vec(),
-        }
-    }
-
-    #[test]
-    fn auto_takes_the_most_precise_of_the_nearly_fastest() {
-        use Precision::*;
-        assert_eq!(pick(&[]), None);
-        // bf16 clearly faster than f32: bf16.
-        assert_eq!(
-            pick(&[(F32, 25.0), (F32, 26.0), (Bf16, 6.0), (Int8, 7.5)]),
-            Some(2)
-        );
-        // int8 within 15% of bf16: bf16, the more precise.
-        assert_eq!(pick(&[(Bf16, 6.0), (Int8, 5.5)]), Some(0));
-        // int8 clearly faster: int8.
-        assert_eq!(pick(&[(Bf16, 6.0), (Int8, 4.0)]), Some(1));
-        // f32 engines within 15%: the faster of them.
-        assert_eq!(pick(&[(F32, 27.0), (F32, 25.0), (Bf16, 26.0)]), Some(1));
-    }
-
-    #[test]
-    fn f32_outputs_agree_within_the_tolerance_only() {
-        let r = [tensor(&[0.5, 10.0])];
-        assert!(outputs_agree(&r, &[tensor(&[0.5005, 10.005])]).is_ok());
-        let e = outputs_agree(&r, &[tensor(&[0.51, 10.0])]).unwrap_err();
-        assert!(e.contains("differ by up to"), "{e}");
-        assert!(outputs_agree(&r, &[tensor(&[0.5])]).is_err());
-        assert!(outputs_agree(&r, &[]).is_err());
-    }
-
-    fn bbox(x: f32) -> BBox {
-        BBox {
-            x,
-            y: 0.0,
-            width: 10.0,
-            height: 10.0,
-        }
-    }
-
-    #[test]
-    fn a_reduced_precision_must_find_the_same_boxes_both_ways() {
-        let full: Vec<BBox> = (0..20).map(|i| bbox(i as f32 * 20.0)).collect();
-        let shifted: Vec<BBox> = full.iter().map(|b| bbox(b.x + 1.0)).collect();
-        assert!(boxes_agree(&full, &shifted).is_ok());
-        // One of 20 missed: 95%, still agrees; two: not.
-        assert!(boxes_agree(&full, &shifted[1..]).is_ok());
-        assert!(boxes_agree(&full, &shifted[2..]).is_err());
-        // Two boxes of its own among 20: 90% precise.
-        let mut extra = shifted.clone();
-        extra.extend([bbox(1000.0), bbox(2000.0)]);
-        assert!(boxes_agree(&full, &extra).is_err());
-        assert!(boxes_agree(&[], &shifted).is_err());
-    }
-}
+mod tests;

@@ -3,14 +3,17 @@
 //! decode their outputs the same way whichever runs.
 //!
 //! A step names `backend = "auto" | "opencv" | "onnxruntime" | "openvino"` and `precision =
-//! "f32" | "bf16" | "int8"`. An engine asked for by name must be installed and load the model,
-//! or the step is a `validate` error that names the install step. `auto` (the default) loads every
-//! engine it can, runs each on the model's check input, and takes the most precise of the
-//! nearly fastest whose result agrees with full precision ([`auto`]): f32 engines must give
-//! OpenCV's outputs (or the first f32 engine's) within [`auto::F32_TOLERANCE`]; a reduced
-//! precision must find the same objects on a check image that has some
-//! ([`auto::MIN_AGREEMENT`] of them, both ways, at IoU 0.5). The log says
-//! what it took and why; a missing runtime is one warning per process, and OpenCV always runs.
+//! "f32" | "bf16" | "int8"`. An engine asked for by name must be installed, load the model and
+//! run it once on the step's input for the model's check image, or the step is a `validate`
+//! error (naming the install step, the file, or the input it cannot take): a model never fails
+//! frame by frame for a reason known when it is loaded. `auto` (the default) loads every engine it
+//! can, runs each on the model's check input, and takes the most precise of the nearly fastest
+//! whose result agrees with full precision ([`auto`]): f32 engines must give OpenCV's outputs (or
+//! the first f32 engine's) within [`agree::F32_TOLERANCE`]; a reduced precision must find the same
+//! objects on a check image that has some ([`agree::MIN_AGREEMENT`] of them, both ways, at IoU
+//! 0.5) and keep f32's tracks on the model's check clip ([`agree::MIN_TRACK_AGREEMENT`]). Outputs
+//! that are not numbers (NaN) agree with nothing. The log says what it took and why; a missing
+//! runtime is one warning per process, and OpenCV always runs.
 //!
 //! Threads: an engine keeps one instance per worker that runs it at the same moment
 //! ([`super::instances::Instances`]); each instance uses `threads` threads of its own (default 1:
@@ -25,15 +28,17 @@ use toml::Spanned;
 
 use super::StepError;
 use crate::spec::{Diagnostic, ParamDoc};
-use crate::value::BBox;
+use crate::value::Detection;
 
+mod agree;
 mod auto;
+mod check;
 mod onnxruntime;
 mod opencv_dnn;
 mod openvino;
 pub(super) mod runtimes;
 
-pub(super) use auto::check_image;
+pub(super) use check::check_image;
 
 /// Which engine runs a network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -188,6 +193,9 @@ pub(super) struct ModelFiles {
     pub(super) onnx_int8: Option<PathBuf>,
     /// The outputs the step decodes, in its order; `None`: all, in the network's order.
     pub(super) outputs: Option<Vec<String>>,
+    /// Why OpenCV cannot run this network, known without trying (`auto` then does not try it,
+    /// and OpenCV's importer does not print its errors on every load).
+    pub(super) opencv_refuses: Option<String>,
 }
 
 /// One output of a forward pass.
@@ -273,7 +281,10 @@ fn load_engine(
     }
     };
     match backend {
-        Backend::OpenCv => Ok(Box::new(opencv_dnn::OpenCvEngine::load(opencv)?)),
+        Backend::OpenCv => match &opencv.opencv_refuses {
+            Some(why) => Err(why.clone()),
+            None => Ok(Box::new(opencv_dnn::OpenCvEngine::load(opencv)?)),
+        },
         Backend::OnnxRuntime => Ok(Box::new(onnxruntime::OrtEngine::load(
             &onnx()?,
             files.outputs.clone(),
@@ -288,19 +299,33 @@ fn load_engine(
     }
 }
 
-/// A step's decoding of a network's outputs into the boxes it would report.
-pub(super) type BoxesOf<'a> = dyn Fn(&[Tensor]) -> Result<Vec<BBox>, StepError> + 'a;
+/// A step's network input for an image, as it makes it on every frame.
+pub(super) type InputOf<'a> = dyn Fn(&Mat) -> Result<Mat, StepError> + 'a;
+/// A step's decoding of a network's outputs for an image into the detections it would report.
+pub(super) type DetectionsOf<'a> =
+    dyn Fn(&Mat, &[Tensor]) -> Result<Vec<Detection>, StepError> + 'a;
+/// Whether outputs have the shapes the step decodes (its layout and class count): why not.
+pub(super) type FitsOf<'a> = dyn Fn(&[Tensor]) -> Result<(), String> + 'a;
 
-/// What `auto` judges an engine on: the step's own input for the model's check image, and the
-/// step's own decoding of the outputs into boxes.
+/// What an engine is checked on when it is loaded, and `auto` judges it on: the model's check
+/// image and clip, and the step's own input and decoding.
 pub(super) struct Check<'a> {
-    pub(super) input: Mat,
+    /// The model's check image, or a synthetic picture.
+    pub(super) image: Mat,
     /// A real picture with objects the model should find (else a synthetic one: a reduced
     /// precision cannot be judged on it and is not taken).
     pub(super) real: bool,
-    pub(super) boxes: &'a BoxesOf<'a>,
-    /// What else the boxes depend on (classes, thresholds): part of the key `auto`'s decision
-    /// is kept under.
+    /// The model's check clip (a picture of consecutive frames stacked, and how many), or none:
+    /// then no reduced precision is taken by `auto`. Read only when a reduced precision is
+    /// judged.
+    pub(super) clip: Option<(PathBuf, u32)>,
+    pub(super) input: &'a InputOf<'a>,
+    /// How messages name the input the step gives: `input_size 416`.
+    pub(super) input_name: String,
+    pub(super) detections: &'a DetectionsOf<'a>,
+    pub(super) fits: &'a FitsOf<'a>,
+    /// What else the detections depend on (classes, thresholds): part of the key `auto`'s
+    /// decision is kept under.
     pub(super) settings: String,
 }
 
@@ -346,6 +371,13 @@ pub(super) fn load_with(
         let files_label = &files.others.label;
         let engine = load_engine(backend, precision, files, request.threads)
             .map_err(|e| Diagnostic::new(format!("backend \"{}\": {e}", backend.name())))?;
+        first_run(&*engine, check).map_err(|e| {
+            Diagnostic::new(format!(
+                "backend \"{}\": {files_label} with {}: {e}",
+                backend.name(),
+                check.input_name
+            ))
+        })?;
         tracing::info!(model = %files_label, backend = backend.name(), precision = precision.name(),
             threads = request.threads, "network engine as asked for");
         return Ok(Network {
@@ -355,6 +387,16 @@ pub(super) fn load_with(
         });
     }
     auto::choose(files, request, check)
+}
+
+/// Runs a loaded engine once on the step's input for the check image: an input it cannot take,
+/// outputs that are not numbers or that the step cannot decode are found when the model is
+/// loaded, not at the first frame.
+fn first_run(engine: &dyn Engine, check: &Check<'_>) -> Result<(), String> {
+    let input = (check.input)(&check.image).map_err(|e| format!("check image: {e}"))?;
+    let outputs = engine.forward(&input).map_err(|e| e.to_string())?;
+    agree::finite(&outputs)?;
+    (check.fits)(&outputs)
 }
 
 /// Whether an engine's runtime is there: OpenCV always is.

@@ -1,15 +1,14 @@
 //! The real models on the real runtimes (`scripts/fetch-assets`, `scripts/fetch-runtimes`):
-//! every f32 engine gives OpenCV's outputs, engines follow a new input size, int8 runs the
-//! quantized copy.
+//! every f32 engine gives OpenCV's outputs, an engine compiled for one input size gives the same
+//! values at another, int8 runs the quantized copy, and YOLOv12n's free-size copy gives the
+//! export's outputs on every engine that reads it.
 
 use super::*;
 use crate::steps::models::models_dir;
 
-fn yolo_blob(side: i32) -> Mat {
-    let (image, real) = check_image(Some(&models_dir().join("check-street.png")));
-    assert!(real, "models/check-street.png: run scripts/fetch-assets");
+fn blob(image: &Mat, side: i32) -> Mat {
     opencv::dnn::blob_from_image(
-        &image,
+        image,
         1.0 / 255.0,
         opencv::core::Size::new(side, side),
         opencv::core::Scalar::default(),
@@ -20,19 +19,48 @@ fn yolo_blob(side: i32) -> Mat {
     .unwrap()
 }
 
+fn yolo_blob(side: i32) -> Mat {
+    let (image, real) = check_image(Some(&models_dir().join("check-street.png")));
+    assert!(real, "models/check-street.png: run scripts/fetch-assets");
+    blob(&image, side)
+}
+
+/// The largest difference between two engines' outputs, which must have the same shapes (but
+/// for a leading batch of 1, which OpenCV leaves out); a value that is not a number in either
+/// fails.
 fn max_difference(a: &[Tensor], b: &[Tensor]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| {
-            assert_eq!(x.data.len(), y.data.len());
-            x.data
-                .iter()
-                .zip(&y.data)
-                .map(|(p, q)| (p - q).abs())
-                .fold(0.0, f32::max)
-        })
-        .fold(0.0, f32::max)
+    let shapes = |t: &[Tensor]| {
+        t.iter()
+            .map(|t| agree::unbatched(&t.shape).to_vec())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shapes(a), shapes(b));
+    let mut worst = 0.0_f32;
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.data.len(), y.data.len());
+        for (p, q) in x.data.iter().zip(&y.data) {
+            assert!(
+                p.is_finite() && q.is_finite(),
+                "not a number: {p} against {q}"
+            );
+            worst = worst.max((p - q).abs());
+        }
+    }
+    worst
+}
+
+fn engine(backend: Backend, precision: Precision, files: &ModelFiles) -> Box<dyn Engine> {
+    availability(backend).unwrap();
+    load_engine(
+        backend,
+        precision,
+        Files {
+            opencv: files,
+            others: files,
+        },
+        1,
+    )
+    .unwrap()
 }
 
 /// Every f32 engine against OpenCV on `files`, for `input`.
@@ -46,8 +74,6 @@ fn f32_engines_match_opencv(files: Files<'_>, input: &Mat) {
         availability(backend).unwrap();
         let engine = load_engine(backend, Precision::F32, files, 1).unwrap();
         let outputs = engine.forward(input).unwrap();
-        let shapes = |t: &[Tensor]| t.iter().map(|t| t.data.len()).collect::<Vec<_>>();
-        assert_eq!(shapes(&outputs), shapes(&reference), "{}", backend.name());
         let worst = max_difference(&reference, &outputs);
         assert!(
             worst <= 1e-4,
@@ -58,16 +84,22 @@ fn f32_engines_match_opencv(files: Files<'_>, input: &Mat) {
     }
 }
 
-#[test]
-fn f32_engines_give_opencvs_outputs_within_1e_4() {
+fn yolov3_tiny(onnx_int8: bool) -> ModelFiles {
     let dir = models_dir();
-    let yolo = ModelFiles {
+    ModelFiles {
         label: "yolov3_tiny_coco".to_owned(),
         darknet: Some((dir.join("yolov3-tiny.weights"), dir.join("yolov3-tiny.cfg"))),
         onnx: Some(dir.join("yolov3-tiny.onnx")),
-        onnx_int8: None,
+        onnx_int8: onnx_int8.then(|| dir.join("yolov3-tiny-int8.onnx")),
         outputs: Some(vec!["yolo_16".to_owned(), "yolo_23".to_owned()]),
-    };
+        opencv_refuses: None,
+    }
+}
+
+#[test]
+fn f32_engines_give_opencvs_outputs_within_1e_4() {
+    let dir = models_dir();
+    let yolo = yolov3_tiny(false);
     let files = Files {
         opencv: &yolo,
         others: &yolo,
@@ -84,6 +116,7 @@ fn f32_engines_give_opencvs_outputs_within_1e_4() {
         onnx: Some(dir.join("face_detection_yunet_2023mar-dynamic.onnx")),
         onnx_int8: None,
         outputs: Some(outputs),
+        opencv_refuses: None,
     };
     let yunet_opencv = ModelFiles {
         onnx: Some(dir.join("face_detection_yunet_2023mar.onnx")),
@@ -114,71 +147,157 @@ fn f32_engines_give_opencvs_outputs_within_1e_4() {
 }
 
 #[test]
-fn an_engine_compiled_for_one_size_runs_another() {
-    let dir = models_dir();
-    let yolo = ModelFiles {
-        label: "yolov3_tiny_coco".to_owned(),
-        darknet: None,
-        onnx: Some(dir.join("yolov3-tiny.onnx")),
-        onnx_int8: None,
-        outputs: None,
-    };
-    let files = Files {
-        opencv: &yolo,
-        others: &yolo,
-    };
+fn a_nan_in_an_output_fails_the_comparison() {
+    let a = [Tensor {
+        shape: vec![1, 2],
+        data: vec![0.0, 1.0],
+    }];
+    let b = [Tensor {
+        shape: vec![1, 2],
+        data: vec![0.0, f32::NAN],
+    }];
+    assert!(std::panic::catch_unwind(|| max_difference(&a, &b)).is_err());
+    let c = [Tensor {
+        shape: vec![2, 1],
+        data: vec![0.0, 1.0],
+    }];
+    assert!(std::panic::catch_unwind(|| max_difference(&a, &c)).is_err());
+}
+
+#[test]
+fn an_engine_compiled_for_one_size_gives_at_another_what_opencv_gives() {
+    let yolo = yolov3_tiny(false);
+    let opencv = engine(Backend::OpenCv, Precision::F32, &yolo);
     for backend in [Backend::OnnxRuntime, Backend::OpenVino] {
-        let engine = load_engine(backend, Precision::F32, files, 1).unwrap();
+        let engine = engine(backend, Precision::F32, &yolo);
+        // 320, then 416 (OpenVINO compiles again), then back to 320.
         for side in [320, 416, 320] {
-            let outputs = engine.forward(&yolo_blob(side)).unwrap();
+            let input = yolo_blob(side);
+            let outputs = engine.forward(&input).unwrap();
             // Rows of 85 per cell and anchor, at strides 32 and 16.
-            let cells = |stride: i32| ((side / stride) * (side / stride) * 3 * 85) as usize;
+            let rows = |stride: i32| ((side / stride) * (side / stride) * 3) as usize;
+            let shapes: Vec<_> = outputs.iter().map(|t| t.shape.clone()).collect();
             assert_eq!(
-                outputs.iter().map(|t| t.data.len()).collect::<Vec<_>>(),
-                vec![cells(32), cells(16)],
+                shapes,
+                [vec![1, rows(32), 85], vec![1, rows(16), 85]],
                 "{} at {side}",
                 backend.name()
             );
+            // OpenCV gives [rows, 85]: the same values.
+            let reference = opencv.forward(&input).unwrap();
+            let worst = max_difference(&reference, &outputs);
+            assert!(worst <= 1e-4, "{} at {side}: {worst}", backend.name());
         }
     }
 }
 
+/// Person boxes (score >= 0.3, before suppression) of yolov3-tiny's rows of 85, as
+/// `[cx, cy, w, h]` fractions of the input.
+fn darknet_people(outputs: &[Tensor]) -> Vec<[f32; 4]> {
+    outputs
+        .iter()
+        .flat_map(|t| t.data.chunks_exact(85))
+        .filter(|row| row[5] >= 0.3)
+        .map(|row| [row[0], row[1], row[2], row[3]])
+        .collect()
+}
+
 #[test]
 fn int8_runs_the_quantized_copy_and_only_where_there_is_one() {
-    let dir = models_dir();
-    let mut yolo = ModelFiles {
-        label: "yolov3_tiny_coco".to_owned(),
-        darknet: None,
-        onnx: Some(dir.join("yolov3-tiny.onnx")),
-        onnx_int8: Some(dir.join("yolov3-tiny-int8.onnx")),
-        outputs: None,
+    let yolo = yolov3_tiny(true);
+    // The quantized file read as a network of its own.
+    let quantized_file = ModelFiles {
+        onnx: yolo.onnx_int8.clone(),
+        ..yolo.clone()
     };
-    let blob = yolo_blob(320);
+    let blob = yolo_blob(416);
     for backend in [Backend::OnnxRuntime, Backend::OpenVino] {
-        let files = Files {
-            opencv: &yolo,
-            others: &yolo,
+        let run = |files: &ModelFiles, precision| {
+            engine(backend, precision, files).forward(&blob).unwrap()
         };
-        let run = |precision| {
-            load_engine(backend, precision, files, 1)
-                .unwrap()
-                .forward(&blob)
-                .unwrap()
-        };
-        let (full, quantized) = (run(Precision::F32), run(Precision::Int8));
-        // Quantization moves the values (the same file would give them to 1e-6).
-        let moved = max_difference(&full, &quantized);
+        let full = run(&yolo, Precision::F32);
+        let int8 = run(&yolo, Precision::Int8);
+        // It is that file that runs: its values exactly.
+        let itself = run(&quantized_file, Precision::F32);
+        assert_eq!(max_difference(&int8, &itself), 0.0, "{}", backend.name());
+        // Quantization moved the values (the f32 file would give them to 1e-6)...
+        let moved = max_difference(&full, &int8);
         assert!(
             moved > 1e-3,
             "{}: int8 differs by only {moved}",
             backend.name()
         );
+        // ...and kept the people: each f32 person box has an int8 one within 2% of the input.
+        let (f, q) = (darknet_people(&full), darknet_people(&int8));
+        assert!(f.len() >= 3, "{} f32 candidates", f.len());
+        for a in &f {
+            assert!(
+                q.iter()
+                    .any(|b| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.02)),
+                "{}: int8 has no person box near f32's {a:?}: {q:?}",
+                backend.name()
+            );
+        }
     }
-    yolo.onnx_int8 = None;
+    let without = ModelFiles {
+        onnx_int8: None,
+        ..yolov3_tiny(true)
+    };
     let files = Files {
-        opencv: &yolo,
-        others: &yolo,
+        opencv: &without,
+        others: &without,
     };
     let e = load_engine(Backend::OnnxRuntime, Precision::Int8, files, 1).unwrap_err();
     assert!(e.contains("has no int8 copy"), "{e}");
+}
+
+fn yolov12n(onnx: &str) -> ModelFiles {
+    ModelFiles {
+        label: "yolov12n_coco".to_owned(),
+        darknet: None,
+        onnx: Some(models_dir().join(onnx)),
+        onnx_int8: Some(models_dir().join("yolov12n-int8.onnx")),
+        outputs: None,
+        opencv_refuses: None,
+    }
+}
+
+#[test]
+fn yolov12n_free_size_gives_the_exports_outputs_at_640_and_runs_at_other_sizes() {
+    let export = yolov12n("yolov12n.onnx");
+    let free = yolov12n("yolov12n-dynamic.onnx");
+    let input = yolo_blob(640);
+    let reference = engine(Backend::OnnxRuntime, Precision::F32, &export)
+        .forward(&input)
+        .unwrap();
+    assert_eq!(reference[0].shape, [1, 84, 8400]);
+    for backend in [Backend::OnnxRuntime, Backend::OpenVino] {
+        let engine = engine(backend, Precision::F32, &free);
+        // Box coordinates are input pixels (up to 640): within 1e-4 of 1 + |value|.
+        let outputs = engine.forward(&input).unwrap();
+        let worst = max_difference(&reference, &outputs);
+        let largest = reference[0]
+            .data
+            .iter()
+            .fold(0.0_f32, |m, v| m.max(v.abs()));
+        assert!(
+            worst <= 1e-4 * (1.0 + largest),
+            "{}: {worst}",
+            backend.name()
+        );
+        for side in [320, 416] {
+            let outputs = engine.forward(&yolo_blob(side)).unwrap();
+            let anchors = [8, 16, 32]
+                .map(|s| (side / s) * (side / s))
+                .iter()
+                .sum::<i32>();
+            assert_eq!(outputs[0].shape, [1, 84, anchors as usize], "{side}");
+            agree::finite(&outputs).unwrap();
+        }
+    }
+    // The export itself is held to 640.
+    let e = engine(Backend::OnnxRuntime, Precision::F32, &export)
+        .forward(&yolo_blob(416))
+        .unwrap_err();
+    assert!(e.to_string().contains("416"), "{e}");
 }

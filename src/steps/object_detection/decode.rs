@@ -11,10 +11,15 @@
 //! - `yolox` (Megvii ONNX export, decoding not baked in): rows follow the grids of strides 8, 16
 //!   and 32 over the input, row-major; `cx = (x + column) * stride`, `w = exp(w) * stride`;
 //!   score = objectness x class probability.
-//! - `yolov8` (Ultralytics YOLOv8 and YOLO11 ONNX exports): one output of `4 + classes` lines
-//!   of one value per candidate (transposed: a candidate is a column), `cx, cy, w, h` in input
-//!   pixels, no objectness; score = the class score. OpenCV 4.6 cannot read these networks;
-//!   ONNX Runtime and OpenVINO can.
+//! - `yolov8` (Ultralytics YOLOv8, YOLO11 and YOLOv12 ONNX exports): one output `[1, 4 + classes,
+//!   candidates]` (transposed: a candidate is a column), `cx, cy, w, h` in input pixels, no
+//!   objectness; score = the class score. OpenCV 4.6 cannot read these networks; ONNX Runtime
+//!   and OpenVINO can.
+//!
+//! An output's shape must be its layout's for the step's class count ([`fits`]): the step checks
+//! it when the model is loaded (a wrong layout or class list is a `validate` error), and every
+//! frame's decoding checks it again. A score or box value that is not a number (NaN) is never a
+//! detection.
 
 use crate::value::BBox;
 
@@ -29,6 +34,25 @@ pub(super) enum Layout {
 
 impl Layout {
     pub(super) const NAMES: &'static str = "\"darknet\", \"yolov5\", \"yolox\" or \"yolov8\"";
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::Darknet => "darknet",
+            Self::Yolov5 => "yolov5",
+            Self::Yolox => "yolox",
+            Self::Yolov8 => "yolov8",
+        }
+    }
+
+    /// The shape of an output of this layout for `classes` classes, as messages write it.
+    fn expected(self, classes: usize) -> String {
+        match self {
+            Self::Yolov8 => format!("[1, {}, candidates]", 4 + classes),
+            Self::Darknet | Self::Yolov5 | Self::Yolox => {
+                format!("[1, rows, {}] or [rows, {}]", 5 + classes, 5 + classes)
+            }
+        }
+    }
 
     pub(super) fn parse(name: &str) -> Option<Self> {
         match name {
@@ -82,12 +106,13 @@ pub(super) struct Candidate {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(super) enum DecodeError {
     #[error(
-        "an output of {values} values is not rows of {row} (4 box values, objectness, {classes} class scores): wrong layout or class names?"
+        "its output of shape {shape:?} is not the {layout} layout for {classes} classes ({expected}): a wrong layout or class names?"
     )]
-    RowLength {
-        values: usize,
-        row: usize,
+    Shape {
+        shape: Vec<usize>,
+        layout: &'static str,
         classes: usize,
+        expected: String,
     },
     #[error("yolox output has {rows} rows; an input of {input} pixels gives {expected}")]
     YoloxRows {
@@ -97,10 +122,43 @@ pub(super) enum DecodeError {
     },
 }
 
-/// Decodes one output tensor (its values in order) into `out`: rows whose best wanted class
-/// scores at least `threshold`. `wanted[class]` says whether a class is kept at all.
+/// Whether an output of `shape` is of `layout` for `classes` classes: rows of `5 + classes`
+/// (`[1, rows, 5 + classes]`, or `[rows, 5 + classes]` as OpenCV gives a Darknet head), or
+/// YOLOv8's `[1, 4 + classes, candidates]`; `values` of them.
+pub(super) fn fits(
+    layout: Layout,
+    shape: &[usize],
+    values: usize,
+    classes: usize,
+) -> Result<(), DecodeError> {
+    let ok = match (layout, shape) {
+        (Layout::Yolov8, [1, lines, n]) => *lines == 4 + classes && *n > 0,
+        (Layout::Yolov8, _) => false,
+        (_, [1, rows, row] | [rows, row]) => *row == 5 + classes && *rows > 0,
+        _ => false,
+    };
+    if ok && shape.iter().product::<usize>() == values {
+        Ok(())
+    } else {
+        Err(DecodeError::Shape {
+            shape: shape.to_vec(),
+            layout: layout.name(),
+            classes,
+            expected: layout.expected(classes),
+        })
+    }
+}
+
+/// Decodes one output tensor (its shape, its values in order) into `out`: rows whose best
+/// wanted class scores at least `threshold`. `wanted[class]` says whether a class is kept at
+/// all.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the decoder's inputs, each needed"
+)]
 pub(super) fn decode(
     layout: Layout,
+    shape: &[usize],
     values: &[f32],
     classes: usize,
     wanted: &[bool],
@@ -108,17 +166,12 @@ pub(super) fn decode(
     geometry: Geometry,
     out: &mut Vec<Candidate>,
 ) -> Result<(), DecodeError> {
+    fits(layout, shape, values.len(), classes)?;
     if layout == Layout::Yolov8 {
-        return decode_yolov8(values, classes, wanted, threshold, geometry, out);
+        decode_yolov8(values, classes, wanted, threshold, geometry, out);
+        return Ok(());
     }
     let row = 5 + classes;
-    if !values.len().is_multiple_of(row) {
-        return Err(DecodeError::RowLength {
-            values: values.len(),
-            row,
-            classes,
-        });
-    }
     let rows = values.len() / row;
     let grid = match layout {
         Layout::Yolox => Some(yolox_grid(rows, geometry.input)?),
@@ -133,7 +186,8 @@ pub(super) fn decode(
             Layout::Darknet => class_score,
             Layout::Yolov5 | Layout::Yolox | Layout::Yolov8 => r[4] * class_score,
         };
-        if score < threshold {
+        // A NaN compares false with everything: it must not pass as "not below".
+        if score.is_nan() || score < threshold {
             continue;
         }
         // Centre and size as fractions of the input (= of the image).
@@ -152,12 +206,23 @@ pub(super) fn decode(
                 (r[0] / input, r[1] / input, r[2] / input, r[3] / input)
             }
         };
-        out.push(geometry.candidate(class, score, [cx, cy, w, h]));
+        push_finite(out, geometry.candidate(class, score, [cx, cy, w, h]));
     }
     Ok(())
 }
 
-/// YOLOv8's transposed output: line `k` holds value `k` of every candidate.
+/// Adds a candidate whose box is made of numbers (a NaN box would be `null` in the JSON).
+fn push_finite(out: &mut Vec<Candidate>, c: Candidate) {
+    let b = c.bbox;
+    if [b.x, b.y, b.width, b.height, c.score]
+        .iter()
+        .all(|v| v.is_finite())
+    {
+        out.push(c);
+    }
+}
+
+/// YOLOv8's transposed output (its shape checked): line `k` holds value `k` of every candidate.
 fn decode_yolov8(
     values: &[f32],
     classes: usize,
@@ -165,15 +230,8 @@ fn decode_yolov8(
     threshold: f32,
     geometry: Geometry,
     out: &mut Vec<Candidate>,
-) -> Result<(), DecodeError> {
+) {
     let lines = 4 + classes;
-    if values.is_empty() || !values.len().is_multiple_of(lines) {
-        return Err(DecodeError::RowLength {
-            values: values.len(),
-            row: lines,
-            classes,
-        });
-    }
     let n = values.len() / lines;
     let at = |line: usize, i: usize| values[line * n + i];
     let input = geometry.input as f32;
@@ -181,7 +239,7 @@ fn decode_yolov8(
         let mut best: Option<(usize, f32)> = None;
         for class in (0..classes).filter(|c| wanted.get(*c).copied().unwrap_or(false)) {
             let score = at(4 + class, i);
-            if best.is_none_or(|(_, s)| score > s) {
+            if !score.is_nan() && best.is_none_or(|(_, s)| score > s) {
                 best = Some((class, score));
             }
         }
@@ -189,17 +247,16 @@ fn decode_yolov8(
             continue;
         };
         let [cx, cy, w, h] = [0, 1, 2, 3].map(|line| at(line, i) / input);
-        out.push(geometry.candidate(class, score, [cx, cy, w, h]));
+        push_finite(out, geometry.candidate(class, score, [cx, cy, w, h]));
     }
-    Ok(())
 }
 
-/// The best-scoring wanted class of a row.
+/// The best-scoring wanted class of a row (a NaN score is no class's).
 fn best_class(scores: &[f32], wanted: &[bool]) -> Option<(usize, f32)> {
     scores
         .iter()
         .enumerate()
-        .filter(|(c, _)| wanted.get(*c).copied().unwrap_or(false))
+        .filter(|(c, s)| wanted.get(*c).copied().unwrap_or(false) && !s.is_nan())
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(c, s)| (c, *s))
 }
@@ -242,15 +299,19 @@ mod tests {
         }
     }
 
-    /// Decodes rows of 3 classes into a fresh list.
+    /// Decodes an output of 3 classes (shaped as its layout's) into a fresh list.
     fn decoded(
         layout: Layout,
         values: &[f32],
         wanted: &[bool],
         min: f32,
     ) -> Result<Vec<Candidate>, DecodeError> {
+        let shape = match layout {
+            Layout::Yolov8 => vec![1, 7, values.len() / 7],
+            _ => vec![1, values.len() / 8, 8],
+        };
         let mut out = Vec::new();
-        decode(layout, values, 3, wanted, min, GEOMETRY, &mut out).map(|()| out)
+        decode(layout, &shape, values, 3, wanted, min, GEOMETRY, &mut out).map(|()| out)
     }
 
     /// A row of 3 classes.
@@ -323,6 +384,51 @@ mod tests {
     }
 
     #[test]
+    fn a_nan_score_or_box_is_never_a_detection() {
+        let nan = f32::NAN;
+        for layout in [Layout::Darknet, Layout::Yolov5, Layout::Yolox] {
+            let mut values = Vec::new();
+            if layout == Layout::Yolox {
+                // 84 rows at 64 px: pad with empty rows.
+                values = vec![0.0; 81 * 8];
+            }
+            // A NaN objectness (Darknet reads only the class scores, which hold it: a NaN class
+            // score there).
+            values.extend(if layout == Layout::Darknet {
+                row([0.5, 0.5, 0.1, 0.1], 0.9, [nan, 0.0, 0.0])
+            } else {
+                row([0.5, 0.5, 0.1, 0.1], nan, [0.9, 0.0, 0.0])
+            });
+            values.extend(row([0.5, 0.5, 0.1, 0.1], 1.0, [nan, 0.0, 0.0])); // class score
+            values.extend(row([nan, 0.5, 0.1, 0.1], 1.0, [0.9, 0.0, 0.0])); // box
+            let out = decoded(layout, &values, &[true; 3], 0.4).unwrap();
+            assert!(out.is_empty(), "{layout:?}: {out:?}");
+            // A NaN beside a real score: the real one is the detection.
+            let good = row([0.5, 0.5, 0.1, 0.1], 1.0, [nan, 0.8, 0.0]);
+            let mut values = values[..values.len() - 8].to_vec();
+            values.extend(good);
+            let out = decoded(layout, &values, &[true; 3], 0.4).unwrap();
+            assert_eq!(out.len(), 1, "{layout:?}: {out:?}");
+            assert_eq!(out[0].class, 1);
+        }
+        // YOLOv8 columns: a NaN score, a NaN box.
+        let values = [
+            32.0, nan, // cx
+            16.0, 16.0, // cy
+            16.0, 16.0, // w
+            32.0, 32.0, // h
+            nan, 0.9, // class 0
+            0.0, 0.0, // class 1
+            0.0, 0.0, // class 2
+        ];
+        assert!(
+            decoded(Layout::Yolov8, &values, &[true; 3], 0.4)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn unwanted_classes_never_come_out() {
         let values = row([0.5, 0.5, 0.1, 0.1], 1.0, [0.9, 0.5, 0.0]);
         let wanted = [false, true, false];
@@ -338,15 +444,31 @@ mod tests {
 
     #[test]
     fn outputs_of_the_wrong_shape_are_errors() {
-        let err = decoded(Layout::Darknet, &[0.0; 9], &[true; 3], 0.4);
-        assert!(matches!(
-            err,
-            Err(DecodeError::RowLength {
-                values: 9,
-                row: 8,
-                ..
-            })
-        ));
+        let mut out = Vec::new();
+        let mut shaped = |layout, shape: &[usize]| {
+            let values = vec![0.0; shape.iter().product()];
+            decode(
+                layout, shape, &values, 3, &[true; 3], 0.4, GEOMETRY, &mut out,
+            )
+        };
+        // Rows of 8 for 3 classes, in both shapes OpenCV and ONNX give them.
+        assert!(shaped(Layout::Darknet, &[5, 8]).is_ok());
+        assert!(shaped(Layout::Darknet, &[1, 5, 8]).is_ok());
+        assert!(shaped(Layout::Yolov8, &[1, 7, 5]).is_ok());
+        // A real YOLOv8 export with 2 classes ([1, 6, 8400]) read with 3 names: its 50400
+        // values are 7 lines of 7200 too, but not its shape.
+        let e = shaped(Layout::Yolov8, &[1, 6, 8400]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "its output of shape [1, 6, 8400] is not the yolov8 layout for 3 classes ([1, 7, candidates]): a wrong layout or class names?"
+        );
+        // A YOLOv8 output read as rows, rows read as YOLOv8, and 4 classes' rows.
+        assert!(shaped(Layout::Yolov5, &[1, 7, 8400]).is_err());
+        assert!(shaped(Layout::Yolov8, &[1, 8400, 8]).is_err());
+        assert!(shaped(Layout::Darknet, &[1, 5, 9]).is_err());
+        assert!(shaped(Layout::Yolox, &[2, 5, 8]).is_err());
+        // The shape and the values disagree.
+        assert!(fits(Layout::Darknet, &[5, 8], 39, 3).is_err());
         let err = decoded(Layout::Yolox, &[0.0; 80], &[true; 3], 0.4);
         assert!(matches!(
             err,

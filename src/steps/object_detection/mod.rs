@@ -2,9 +2,12 @@
 //! names or `auto` picks ([`inference`]: OpenCV's DNN, ONNX Runtime or OpenVINO).
 //!
 //! The model is a name from `models/models.toml` (by default `yolov3_tiny_coco`, 80 COCO
-//! classes) or the user's own (`model_path`, `config_path`, `layout`, `class_names`). Its files
-//! are checked and the network is read once when the pipeline is loaded, so a missing or
-//! corrupt model is a `validate` error. The image is resized to the square input without
+//! classes, MIT; `yolov12n_coco` is more accurate, under AGPL-3.0) or the user's own
+//! (`model_path`, `config_path`, `layout`, `class_names`). Its files are checked and the network
+//! is read and run once on the model's check image when the pipeline is loaded, so a missing or
+//! corrupt model, an `input_size` it cannot take (a named model's `input_sizes`; for a file of the
+//! user's, what its engine says) and outputs that do not fit its layout and class names are
+//! `validate` errors, never a failure on every frame. The image is resized to the square input without
 //! letterbox, scaled to 0..1 with R and B swapped; the outputs are decoded by layout
 //! ([`decode`]) and reduced by non-maximum suppression per class. Boxes are in pixels of the
 //! image the step was given.
@@ -26,7 +29,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::inference::{self, Check, ModelFiles, Network, Request, Tensor};
-use super::models;
+use super::models::{self, Sizes};
 use super::{DETECTIONS_OUT, Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Detection, Value, ValueType};
@@ -86,8 +89,8 @@ pub(super) static KIND: StepKind = StepKind {
         ParamDoc {
             name: "input_size",
             ty: "integer",
-            default: "the model's (416)",
-            doc: "side of the square network input, a multiple of 32 (320 is faster)",
+            default: "the model's (yolov3_tiny_coco 416, yolov12n_coco 640)",
+            doc: "side of the square network input, a multiple of 32 the model takes (smaller is faster)",
         },
         ParamDoc {
             name: "confidence",
@@ -151,9 +154,13 @@ struct Source {
     onnx_int8: Option<PathBuf>,
     /// A picture with objects the model finds, for `auto` to judge engines on.
     check_image: Option<PathBuf>,
+    /// Frames of a video stacked in one picture, and how many: for `auto` to judge a reduced
+    /// precision's tracks on.
+    check_clip: Option<(PathBuf, u32)>,
     layout: Layout,
     class_names: Vec<String>,
     input_size: u32,
+    input_sizes: Sizes,
 }
 
 struct ObjectDetection {
@@ -191,12 +198,14 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
     let nms_iou = fraction("nms_iou", c.nms_iou.as_ref(), 0.45)?;
     let source = source(&c)?;
     let input_size = match &c.input_size {
-        Some(s) if *s.get_ref() < 32 || *s.get_ref() > 4096 || *s.get_ref() % 32 != 0 => {
+        Some(s) if !source.input_sizes.takes(*s.get_ref()) => {
             return Err(Diagnostic::at(
                 s.span(),
                 format!(
-                    "input_size must be a multiple of 32 from 32 to 4096, not {}",
-                    s.get_ref()
+                    "{} cannot take input_size {}; it takes {}",
+                    source.label,
+                    s.get_ref(),
+                    source.input_sizes
                 ),
             ));
         }
@@ -236,6 +245,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             .or_else(|| (source.config.is_none()).then(|| source.model.clone())),
         onnx_int8: source.onnx_int8.clone(),
         outputs: None,
+        opencv_refuses: (source.layout == Layout::Yolov8).then(|| {
+            format!(
+                "opencv cannot read {}: OpenCV 4.6 reads no network of the yolov8 layout",
+                source.onnx.as_ref().unwrap_or(&source.model).display()
+            )
+        }),
     };
     let decoder = Decoder {
         layout: source.layout,
@@ -247,23 +262,22 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
     };
     let network = {
         let (image, real) = inference::check_image(source.check_image.as_deref());
-        let input = decoder
-            .blob(&image)
-            .map_err(|e| Diagnostic::new(format!("{}: check image: {e}", source.label)))?;
-        let boxes = |outputs: &[Tensor]| {
-            Ok(decoder
-                .detections(outputs, image.cols() as f32, image.rows() as f32)?
-                .into_iter()
-                .map(|d| d.bbox)
-                .collect())
+        let input = |image: &Mat| Ok(decoder.blob(image)?);
+        let detections = |image: &Mat, outputs: &[Tensor]| {
+            decoder.detections(outputs, image.cols() as f32, image.rows() as f32)
         };
+        let fits = |outputs: &[Tensor]| decoder.fits(outputs);
         inference::load(
             &files,
             request,
             &Check {
-                input,
+                image,
                 real,
-                boxes: &boxes,
+                clip: source.check_clip.clone(),
+                input: &input,
+                input_name: format!("input_size {input_size}"),
+                detections: &detections,
+                fits: &fits,
                 settings: format!(
                     "{:?} {} {}",
                     decoder.wanted, decoder.confidence, decoder.nms_iou
@@ -362,9 +376,11 @@ fn source(c: &Config) -> Result<Source, Diagnostic> {
         onnx: None,
         onnx_int8: None,
         check_image: None,
+        check_clip: None,
         layout,
         class_names,
         input_size: DEFAULT_INPUT_SIZE,
+        input_sizes: Sizes::ANY,
     })
 }
 
@@ -393,8 +409,10 @@ fn registry_source(model: Option<&Spanned<String>>) -> Result<Source, Diagnostic
         onnx: checked.file("onnx"),
         onnx_int8: checked.file("onnx_int8"),
         check_image: checked.check_image(),
+        check_clip: checked.check_clip(),
         layout,
         input_size: checked.model.input_size.unwrap_or(DEFAULT_INPUT_SIZE),
+        input_sizes: checked.input_sizes(),
         label,
     })
 }
@@ -437,6 +455,7 @@ impl Decoder {
         for output in outputs {
             decode::decode(
                 self.layout,
+                &output.shape,
                 &output.data,
                 self.class_names.len(),
                 &self.wanted,
@@ -450,6 +469,25 @@ impl Decoder {
             .into_iter()
             .map(|c| Detection::new(self.class_names[c.class].clone(), c.score, c.bbox))
             .collect())
+    }
+}
+
+impl Decoder {
+    /// Whether the network's outputs have the shapes of the layout for the class names.
+    fn fits(&self, outputs: &[Tensor]) -> Result<(), String> {
+        if outputs.is_empty() {
+            return Err("the network gives no output".to_owned());
+        }
+        for output in outputs {
+            decode::fits(
+                self.layout,
+                &output.shape,
+                output.data.len(),
+                self.class_names.len(),
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 

@@ -268,6 +268,26 @@ impl Step for Tracker {
     }
 }
 
+/// Follows `frames` of detections (one list a frame: consecutive frames of one source of
+/// `width` x `height` pixels) with the default settings, as a `tracker` step with no parameters
+/// would: the tracks of each frame. For `backend = "auto"`, which keeps a reduced precision only
+/// where its detections give f32's tracks on a model's check clip.
+pub(in crate::steps) fn follow_clip(
+    width: u32,
+    height: u32,
+    frames: &[Vec<Detection>],
+) -> Vec<Vec<crate::value::Track>> {
+    // Today's tracker does not need the frame's size.
+    let _ = (width, height);
+    let settings = Settings::default();
+    let mut tracks = Tracks::default();
+    frames
+        .iter()
+        .zip(0u64..)
+        .map(|(detections, seq)| tracks.update(&settings, seq, Some(detections)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
