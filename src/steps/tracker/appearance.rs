@@ -62,6 +62,16 @@ impl Colours {
         })
     }
 
+    /// Colours all of one class in both halves (for tests of the tracker).
+    #[cfg(test)]
+    pub(super) fn solid(class: usize) -> Self {
+        let mut half = [0.0; BINS];
+        half[class % BINS] = 1.0;
+        Self {
+            halves: [half, half],
+        }
+    }
+
     /// How alike two boxes' colours are, from 0 (nothing in common) to 1 (the same).
     pub(super) fn similarity(&self, other: &Self) -> f32 {
         let coefficient = |a: &[f32; BINS], b: &[f32; BINS]| -> f32 {

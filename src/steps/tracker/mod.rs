@@ -32,6 +32,8 @@ use crate::value::{Detection, Event, EventKind, Value, ValueType};
 mod appearance;
 mod assign;
 mod kalman;
+#[cfg(test)]
+mod scenes;
 mod tracks;
 
 use appearance::Colours;
