@@ -10,9 +10,18 @@
 //! position closer to the line than `dead_band` pixels has no side; it is ignored, so a track
 //! hesitating on the line counts at most once each time it really goes from one side to the
 //! other. Predicted positions are ignored too: a track that crossed while unseen is counted
-//! when it is seen again on the other side. A track absent from the input is gone: its state
-//! is dropped. Totals are cumulative per source. Stateful: one state per source
-//! ([`PerSource`]), frames in order.
+//! when it is seen again on the other side. The reference point of a box is its bottom centre
+//! (where a person touches the ground) unless `anchor` says otherwise.
+//!
+//! A track absent from the input (lost by the tracker) is remembered for `reid_frames` frames:
+//! back under its ID, it goes on from the side it was on. A *new* ID whose first position on a
+//! side is within `reid_distance` pixels of where a remembered track was last seen takes that
+//! track's place (the tracker lost a person and found them again under a new ID): it is counted
+//! if it is on the other side of where the old one was and the old one had not been counted
+//! getting there (it crossed while unseen); the other side of a track that was counted is a box
+//! that jumped back over the line, ignored. One person crossing is one count whatever the
+//! tracker did meanwhile. Totals are cumulative per source. Stateful: one
+//! state per source ([`PerSource`]), frames in order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +38,10 @@ use crate::value::{Counts, Event, EventKind, Track, Value};
 
 /// Default `dead_band`: a few pixels absorb a detector's box jitter at a standstill.
 const DEFAULT_DEAD_BAND: f32 = 3.0;
+/// Default `reid_distance` (pixels): about a stride of a person near the camera.
+const DEFAULT_REID_DISTANCE: f32 = 40.0;
+/// Default `reid_frames`: a few seconds at common frame rates.
+const DEFAULT_REID_FRAMES: u64 = 30;
 
 pub(super) static KIND: StepKind = StepKind {
     name: "line_counter",
@@ -54,6 +67,18 @@ pub(super) static KIND: StepKind = StepKind {
             default: "3.0",
             doc: "positions closer to the line than this (pixels) have no side, against jitter",
         },
+        ParamDoc {
+            name: "reid_distance",
+            ty: "float",
+            default: "40.0",
+            doc: "a new track ID first seen this close (pixels) to where a lost one was last seen takes its place, so it is not counted again: more catches longer jumps, and may merge two people (0: off)",
+        },
+        ParamDoc {
+            name: "reid_frames",
+            ty: "integer",
+            default: "30",
+            doc: "frames a lost track is remembered, for its ID coming back or a new ID taking its place",
+        },
         CLASSES_DOC,
         ANCHOR_DOC,
     ],
@@ -69,6 +94,8 @@ struct Config {
     dead_band: Option<toml::Spanned<f32>>,
     classes: Option<Vec<String>>,
     anchor: Option<Anchor>,
+    reid_distance: Option<toml::Spanned<f32>>,
+    reid_frames: Option<toml::Spanned<i64>>,
 }
 
 #[derive(Debug)]
@@ -85,6 +112,8 @@ struct Line {
     dead_band: f32,
     classes: Option<Vec<Arc<str>>>,
     anchor: Anchor,
+    reid_distance: f32,
+    reid_frames: u64,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
@@ -100,6 +129,31 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         Some(d) => d.into_inner(),
         None => DEFAULT_DEAD_BAND,
     };
+    let reid_distance = match c.reid_distance {
+        Some(d) if !(d.get_ref().is_finite() && *d.get_ref() >= 0.0) => {
+            return Err(Diagnostic::at(
+                d.span(),
+                format!("reid_distance must be a number >= 0, not {}", d.get_ref()),
+            ));
+        }
+        Some(d) => d.into_inner(),
+        None => DEFAULT_REID_DISTANCE,
+    };
+    let reid_frames = match c.reid_frames {
+        Some(n) => u64::try_from(*n.get_ref())
+            .ok()
+            .filter(|n| *n <= 100_000)
+            .ok_or_else(|| {
+                Diagnostic::at(
+                    n.span(),
+                    format!(
+                        "reid_frames must be a whole number from 0 to 100000, not {}",
+                        n.get_ref()
+                    ),
+                )
+            })?,
+        None => DEFAULT_REID_FRAMES,
+    };
     Ok(Box::new(LineCounter {
         line: Line {
             segment,
@@ -107,6 +161,8 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             dead_band,
             classes: c.classes.map(|cs| cs.into_iter().map(Arc::from).collect()),
             anchor: c.anchor.unwrap_or_default(),
+            reid_distance,
+            reid_frames,
         },
         states: PerSource::default(),
     }))
@@ -134,28 +190,51 @@ impl Step for LineCounter {
     }
 }
 
-/// One source's totals and where each live track was last seen on a side of the line.
+/// Where a track was last seen on a side of the line, and when it was last in the input.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// True on the "in" side.
+    side: bool,
+    at: Point,
+    /// The frame (of this state's count) it was last in the input.
+    present: u64,
+    /// Whether it got to this side by a counted crossing.
+    counted: bool,
+}
+
+/// One source's totals and where each track, live or lately lost, was last seen on a side of
+/// the line.
 #[derive(Debug, Default)]
 struct LineState {
     ins: u64,
     outs: u64,
-    /// Track ID -> (side: true on the "in" side, the anchor there).
-    tracks: HashMap<u64, (bool, Point)>,
+    /// Frames taken so far.
+    frame: u64,
+    /// Track ID -> where it was last seen on a side.
+    tracks: HashMap<u64, Seen>,
 }
 
 impl LineState {
     /// Takes one frame's tracks; gives the totals so far and this frame's crossings, in input
     /// order.
     fn update(&mut self, line: &Line, tracks: &[Track]) -> (Counts, Vec<Event>) {
+        self.frame += 1;
+        let now = self.frame;
+        let counted: Vec<&Track> = tracks
+            .iter()
+            .filter(|t| {
+                line.classes
+                    .as_ref()
+                    .is_none_or(|cs| cs.contains(&t.detection.class))
+            })
+            .collect();
+        for t in &counted {
+            if let Some(seen) = self.tracks.get_mut(&t.track_id) {
+                seen.present = now;
+            }
+        }
         let mut events = Vec::new();
-        let counted = tracks.iter().filter(|t| {
-            line.classes
-                .as_ref()
-                .is_none_or(|cs| cs.contains(&t.detection.class))
-        });
-        let mut alive = Vec::new();
         for t in counted {
-            alive.push(t.track_id);
             if t.predicted {
                 continue;
             }
@@ -165,9 +244,34 @@ impl LineState {
                 continue;
             }
             let side = distance > 0.0;
-            let before = self.tracks.insert(t.track_id, (side, at));
-            let Some((was, from)) = before else { continue };
-            if was == side || !line.segment.crossed_by(from, at) {
+            let (before, taken_over) = match self.tracks.get(&t.track_id) {
+                Some(seen) => (Some(*seen), false),
+                None => (self.take_lost_near(line, at), true),
+            };
+            if let Some(old) = before.filter(|old| taken_over && old.counted && old.side != side) {
+                // A new ID where a counted track was lost, back across the line: the box of
+                // the same person jumped, not a crossing. It goes on from the old side.
+                self.tracks.insert(
+                    t.track_id,
+                    Seen {
+                        present: now,
+                        ..old
+                    },
+                );
+                continue;
+            }
+            let crossed =
+                before.is_some_and(|b| b.side != side && line.segment.crossed_by(b.at, at));
+            self.tracks.insert(
+                t.track_id,
+                Seen {
+                    side,
+                    at,
+                    present: now,
+                    counted: crossed || before.is_some_and(|b| b.side == side && b.counted),
+                },
+            );
+            if !crossed {
                 continue;
             }
             let kind = if side {
@@ -185,9 +289,22 @@ impl LineState {
                 bbox: t.detection.bbox,
             });
         }
-        self.tracks.retain(|id, _| alive.contains(id));
+        self.tracks
+            .retain(|_, seen| now - seen.present <= line.reid_frames);
         let counts = [("in".into(), self.ins), ("out".into(), self.outs)];
         (Counts(counts.into_iter().collect()), events)
+    }
+
+    /// Removes and gives the lost track (absent from this frame's input) last seen nearest to
+    /// `at`, within `reid_distance`.
+    fn take_lost_near(&mut self, line: &Line, at: Point) -> Option<Seen> {
+        let gap = |seen: &Seen| (seen.at[0] - at[0]).hypot(seen.at[1] - at[1]);
+        let (&id, _) = self
+            .tracks
+            .iter()
+            .filter(|(_, seen)| seen.present < self.frame && gap(seen) <= line.reid_distance)
+            .min_by(|a, b| gap(a.1).total_cmp(&gap(b.1)))?;
+        self.tracks.remove(&id)
     }
 }
 
@@ -207,6 +324,8 @@ mod tests {
             dead_band: DEFAULT_DEAD_BAND,
             classes: None,
             anchor: Anchor::BottomCenter,
+            reid_distance: DEFAULT_REID_DISTANCE,
+            reid_frames: DEFAULT_REID_FRAMES,
         }
     }
 
@@ -328,5 +447,51 @@ mod tests {
             &[&[(1, 50.0, 80.0, false)], &[(1, 50.0, 120.0, false)]],
         );
         assert_eq!(totals, (0, 0));
+    }
+
+    #[test]
+    fn a_track_found_again_under_a_new_id_near_the_line_is_not_counted_twice() {
+        use EventKind::In;
+        // Track 1 crosses (counted), is lost just past the line and found again as track 2,
+        // which hovers near the line and then walks on: one crossing. Track 3 is lost before the
+        // line and found again past it as track 4: that crossing happened while unseen, counted
+        // once.
+        let frames: &[&[(u64, f32, f32, bool)]] = &[
+            &[(1, 50.0, 80.0, false)],
+            &[(1, 50.0, 110.0, false)],
+            &[],
+            &[(2, 50.0, 95.0, false)],
+            &[(2, 50.0, 112.0, false)],
+            &[(2, 50.0, 140.0, false)],
+            &[(3, 150.0, 80.0, false)],
+            &[(3, 150.0, 92.0, false)],
+            &[],
+            &[(4, 152.0, 110.0, false)],
+            &[(4, 152.0, 130.0, false)],
+        ];
+        let (totals, events) = run(&line(), frames);
+        assert_eq!(totals, (2, 0), "{events:?}");
+        assert_eq!(events, vec![(In, 1, 1), (In, 4, 9)]);
+        // Without the take-over, track 2 is counted again and track 4's crossing is missed.
+        let mut off = line();
+        off.reid_distance = 0.0;
+        assert_eq!(run(&off, frames).1, vec![(In, 1, 1), (In, 2, 4)]);
+    }
+
+    #[test]
+    fn a_track_back_under_its_id_goes_on_from_its_side() {
+        // Lost for two frames (absent from the input) while crossing: counted once, when seen.
+        let (totals, events) = run(
+            &line(),
+            &[
+                &[(1, 50.0, 80.0, false)],
+                &[],
+                &[],
+                &[(1, 50.0, 125.0, false)],
+                &[(1, 50.0, 135.0, false)],
+            ],
+        );
+        assert_eq!(totals, (1, 0));
+        assert_eq!(events, vec![(EventKind::In, 1, 3)]);
     }
 }

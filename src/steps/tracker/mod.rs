@@ -29,10 +29,14 @@ use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Detection, Event, EventKind, Value, ValueType};
 
+mod appearance;
 mod assign;
 mod kalman;
+#[cfg(test)]
+mod scenes;
 mod tracks;
 
+use appearance::Colours;
 use tracks::Tracks;
 
 /// Largest `max_age`: a lost track is predicted at most this many frames (about 5 minutes at
@@ -69,13 +73,13 @@ pub(super) static KIND: StepKind = StepKind {
         ParamDoc {
             name: "max_age",
             ty: "integer",
-            default: "30",
-            doc: "frames an unseen track is kept (reported as predicted) before it is dropped",
+            default: "60",
+            doc: "frames a lost track is kept for re-finding before it is dropped (its ID is then gone): more bridges longer occlusions, and risks handing the ID to someone else",
         },
         ParamDoc {
             name: "min_hits",
             ty: "integer",
-            default: "3",
+            default: "2",
             doc: "frames with detections a new object must be seen on in a row before it is reported",
         },
         ParamDoc {
@@ -95,6 +99,42 @@ pub(super) static KIND: StepKind = StepKind {
             ty: "bool",
             default: "true",
             doc: "match a track only with detections of its class",
+        },
+        ParamDoc {
+            name: "report_lost",
+            ty: "integer",
+            default: "0",
+            doc: "frames with detections on which a lost track is still reported (predicted): more keeps boxes on hidden objects, at the cost of boxes where nothing is seen",
+        },
+        ParamDoc {
+            name: "appearance",
+            ty: "bool",
+            default: "true",
+            doc: "compare the colours of boxes (upper and lower half): keeps IDs apart where people cross, costs a few microseconds per detection",
+        },
+        ParamDoc {
+            name: "appearance_weight",
+            ty: "float",
+            default: "0.3",
+            doc: "share of colour likeness (against IoU) in a match's score",
+        },
+        ParamDoc {
+            name: "appearance_veto",
+            ty: "float",
+            default: "0.4",
+            doc: "colours less alike than this (0 to 1) never match, whatever the overlap: higher keeps crossing people apart, and may split one person whose look changes",
+        },
+        ParamDoc {
+            name: "refind_distance",
+            ty: "float",
+            default: "1.5",
+            doc: "a lost track may match a detection it does not overlap this close (box heights between centres) if their colours are alike: bridges a crossing where the motion model guessed wrong",
+        },
+        ParamDoc {
+            name: "refind_similarity",
+            ty: "float",
+            default: "0.75",
+            doc: "how alike (0 to 1) colours must be to re-find a lost track away from its predicted box: lower re-finds more, and swaps more IDs",
         },
     ],
     stateful: true,
@@ -117,17 +157,29 @@ struct Settings {
     iou: f32,
     high: f32,
     per_class: bool,
+    report_lost: u32,
+    appearance: bool,
+    appearance_weight: f32,
+    appearance_veto: f32,
+    refind_distance: f32,
+    refind_similarity: f32,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             method: Method::ByteTrack,
-            max_age: 30,
-            min_hits: 3,
+            max_age: 60,
+            min_hits: 2,
             iou: 0.3,
             high: 0.5,
             per_class: true,
+            report_lost: 0,
+            appearance: true,
+            appearance_weight: 0.3,
+            appearance_veto: 0.4,
+            refind_distance: 1.5,
+            refind_similarity: 0.75,
         }
     }
 }
@@ -141,6 +193,12 @@ struct Config {
     iou: Option<Spanned<f64>>,
     high_confidence: Option<Spanned<f64>>,
     per_class: Option<bool>,
+    report_lost: Option<Spanned<i64>>,
+    appearance: Option<bool>,
+    appearance_weight: Option<Spanned<f64>>,
+    appearance_veto: Option<Spanned<f64>>,
+    refind_distance: Option<Spanned<f64>>,
+    refind_similarity: Option<Spanned<f64>>,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
@@ -201,6 +259,39 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         iou: fraction("iou", c.iou, false, d.iou)?,
         high: fraction("high_confidence", c.high_confidence, true, d.high)?,
         per_class: c.per_class.unwrap_or(d.per_class),
+        report_lost: whole("report_lost", c.report_lost, 0, d.report_lost)?,
+        appearance: c.appearance.unwrap_or(d.appearance),
+        appearance_weight: fraction(
+            "appearance_weight",
+            c.appearance_weight,
+            true,
+            d.appearance_weight,
+        )?,
+        appearance_veto: fraction(
+            "appearance_veto",
+            c.appearance_veto,
+            true,
+            d.appearance_veto,
+        )?,
+        refind_distance: match c.refind_distance {
+            None => d.refind_distance,
+            Some(v) if (0.0..=10.0).contains(v.get_ref()) => *v.get_ref() as f32,
+            Some(v) => {
+                return Err(Diagnostic::at(
+                    v.span(),
+                    format!(
+                        "refind_distance must be from 0 to 10 (box heights), not {}",
+                        v.get_ref()
+                    ),
+                ));
+            }
+        },
+        refind_similarity: fraction(
+            "refind_similarity",
+            c.refind_similarity,
+            true,
+            d.refind_similarity,
+        )?,
     };
     Ok(Box::new(Tracker::new(settings)))
 }
@@ -229,7 +320,19 @@ impl Step for Tracker {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let detections = input.optional::<[Detection]>(0)?;
         let (out, ended) = self.sources.with(&input.frame.source, |(tracks, ended)| {
-            let out = tracks.update(&self.settings, input.frame.seq, detections);
+            let frame = input.frame;
+            let bounds = [frame.width() as f32, frame.height() as f32];
+            let looks: Option<Vec<Option<Colours>>> = detections
+                .filter(|_| self.settings.appearance && frame.width() > 0)
+                .map(|ds| ds.iter().map(|d| Colours::of(frame, &d.bbox)).collect());
+            let bounds = (frame.width() > 0).then_some(bounds);
+            let out = tracks.update(
+                &self.settings,
+                frame.seq,
+                detections,
+                bounds,
+                looks.as_deref(),
+            );
             (out, std::mem::take(ended))
         });
         Ok(StepOutput::Values(vec![
@@ -277,14 +380,15 @@ pub(in crate::steps) fn follow_clip(
     height: u32,
     frames: &[Vec<Detection>],
 ) -> Vec<Vec<crate::value::Track>> {
-    // Today's tracker does not need the frame's size.
-    let _ = (width, height);
+    let bounds = [width as f32, height as f32];
     let settings = Settings::default();
     let mut tracks = Tracks::default();
     frames
         .iter()
         .zip(0u64..)
-        .map(|(detections, seq)| tracks.update(&settings, seq, Some(detections)))
+        .map(|(detections, seq)| {
+            tracks.update(&settings, seq, Some(detections), Some(bounds), None)
+        })
         .collect()
 }
 
@@ -368,6 +472,7 @@ mod tests {
     fn each_source_has_its_own_tracks_and_ids() {
         let step = Tracker::new(Settings {
             min_hits: 1,
+            report_lost: 30,
             ..Settings::default()
         });
         // Source a sees an object at x = 0 on frames 0 to 4; source b, interleaved with a, sees

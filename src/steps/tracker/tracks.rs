@@ -3,9 +3,12 @@
 //! Life of a track: a detection that matches no track starts a *tentative* track. A tentative
 //! track that misses a frame with detections is dropped; one matched on `min_hits` frames with
 //! detections (the first included) is *confirmed* and gets the next ID (IDs start at 1 and are
-//! never reused, so tracks that never got confirmed leave no gaps). A confirmed track is
-//! reported on every frame until it has gone unmatched for more than `max_age` frames (counted
-//! by frame number, so frames dropped upstream count too), then dropped for good.
+//! never reused, so tracks that never got confirmed leave no gaps). A confirmed track unmatched
+//! on a frame with detections is *lost*: it is reported (`predicted: true`, its box the
+//! filter's) on up to `report_lost` such frames after its last match (and on every frame
+//! without detections in between: the detector did not look), and kept for re-finding until it has gone unmatched for more than
+//! `max_age` frames (counted by frame number, so frames dropped upstream count too), or until
+//! its predicted box is mostly outside the frame (it left), then dropped for good.
 //!
 //! Association on a frame with detections (both methods predict every track first):
 //! 1. confirmed tracks against the confident detections (`confidence >= high_confidence`);
@@ -17,13 +20,31 @@
 //!
 //! Every stage keeps pairs whose IoU (of the detection and the track's predicted box) is at
 //! least `iou`, and of the same class when `per_class`; see `assign` for the matching itself.
+//! With appearance (the colours of each box, `appearance`), a pair whose colours are less alike
+//! than `appearance_veto` never matches, a pair's score is its IoU blended with its colours'
+//! likeness (`appearance_weight`), and a lost track may match a detection it no longer overlaps
+//! when the two look alike (`refind_similarity`) and are close (`refind_distance` box heights,
+//! of about its size): an object found again after walking behind another. A track's colours
+//! are learnt only from detections that overlap no other (those show parts of two objects).
 //! A confirmed track unmatched on a frame with detections keeps its size from then on until it
-//! is seen again (`Kalman::hold_size`): only its position is extrapolated.
+//! is seen again (`Kalman::hold_size`): only its position is extrapolated. Reported boxes are
+//! clipped to the frame when its size is known.
 
+use super::appearance::Colours;
 use super::assign::match_by_iou;
 use super::kalman::Kalman;
 use super::{Method, Settings};
-use crate::value::{Detection, Track};
+use crate::value::{BBox, Detection, Track};
+
+/// A lost track whose predicted box has less than this share of its area inside the frame has
+/// left it: it is dropped instead of being predicted on outside.
+const EXIT_SHARE: f32 = 0.5;
+/// How much of a track's colours is kept when it is seen again (the rest is the new look).
+const KEEP_COLOURS: f32 = 0.9;
+/// A detection overlapping another by this IoU or more teaches its track no colours.
+const OVERLAP_NO_COLOURS: f32 = 0.3;
+/// Sizes (height ratio) within which a lost track may be found again away from its box.
+const REFIND_SIZE: std::ops::Range<f32> = 0.7..1.43;
 
 /// One followed object.
 #[derive(Debug)]
@@ -33,12 +54,16 @@ struct Tracked {
     kalman: Kalman,
     /// Frames on which it was matched.
     hits: u32,
+    /// Frames with detections on which it went unmatched since its last match.
+    misses: u32,
     /// Frame number of its last match.
     last_seen: u64,
     /// Its last matched detection: the class and confidence a predicted track reports.
     last: Detection,
     /// The detection it matched on the current frame.
     now: Option<Detection>,
+    /// What it looks like, blended over the frames it was matched on.
+    colours: Option<Colours>,
 }
 
 /// Every track of one source, and what it needs to hand out IDs and count frames.
@@ -60,15 +85,70 @@ impl Default for Tracks {
     }
 }
 
+/// What every stage of one frame's association reads: the detections, their colours and
+/// which of them overlap no other.
+struct Frame<'a> {
+    detections: &'a [Detection],
+    looks: Option<&'a [Option<Colours>]>,
+    clear: Vec<bool>,
+}
+
+impl Frame<'_> {
+    fn look(&self, d: usize) -> Option<&Colours> {
+        self.looks.and_then(|l| l.get(d)).and_then(Option::as_ref)
+    }
+}
+
+fn centre(b: &BBox) -> [f32; 2] {
+    [b.x + b.width / 2.0, b.y + b.height / 2.0]
+}
+
+/// The part of `b` inside a `width` x `height` frame.
+pub(super) fn clip(b: &BBox, [width, height]: [f32; 2]) -> BBox {
+    let x0 = b.x.clamp(0.0, width);
+    let y0 = b.y.clamp(0.0, height);
+    let x1 = (b.x + b.width).clamp(0.0, width);
+    let y1 = (b.y + b.height).clamp(0.0, height);
+    BBox {
+        x: x0,
+        y: y0,
+        width: (x1 - x0).max(0.0),
+        height: (y1 - y0).max(0.0),
+    }
+}
+
+/// The share of `b`'s area inside the frame (1 for an empty box).
+fn inside_share(b: &BBox, bounds: [f32; 2]) -> f32 {
+    let area = b.width * b.height;
+    if area <= 0.0 {
+        return 1.0;
+    }
+    let c = clip(b, bounds);
+    c.width * c.height / area
+}
+
+/// Whether a lost track predicted at `predicted` may be found again at `d`, which it does not
+/// overlap enough: near (`refind_distance` box heights between centres) and of about its size.
+fn near_enough(settings: &Settings, predicted: &BBox, d: &BBox) -> bool {
+    let (pc, dc) = (centre(predicted), centre(d));
+    let h = predicted.height.max(d.height).max(1.0);
+    let dist = (pc[0] - dc[0]).hypot(pc[1] - dc[1]) / h;
+    dist <= settings.refind_distance
+        && REFIND_SIZE.contains(&(d.height / predicted.height.max(1.0)))
+}
+
 impl Tracks {
     /// Moves the tracks to frame `seq`, matches `detections` (`None`: the detector gave nothing
-    /// on this frame, so every track is only predicted), and returns the confirmed tracks, in
-    /// ID order.
+    /// on this frame, so every track is only predicted) with their colours `looks` (one per
+    /// detection, when appearance is on), and returns the confirmed tracks, in ID order, their
+    /// boxes inside `bounds` (the frame's width and height) when given.
     pub(super) fn update(
         &mut self,
         settings: &Settings,
         seq: u64,
         detections: Option<&[Detection]>,
+        bounds: Option<[f32; 2]>,
+        looks: Option<&[Option<Colours>]>,
     ) -> Vec<Track> {
         let max_age = u64::from(settings.max_age);
         // Predicting further than max_age + 1 frames only concerns tracks about to be dropped.
@@ -83,31 +163,35 @@ impl Tracks {
                 t.kalman.predict();
             }
         }
-        self.tracks
-            .retain(|t| seq.saturating_sub(t.last_seen) <= max_age);
+        self.tracks.retain(|t| {
+            seq.saturating_sub(t.last_seen) <= max_age
+                && (t.misses == 0
+                    || bounds.is_none_or(|b| inside_share(&t.kalman.bbox(), b) >= EXIT_SHARE))
+        });
         if let Some(detections) = detections {
-            self.associate(settings, seq, detections);
+            self.associate(settings, seq, detections, looks);
         }
+        let report = u64::from(settings.report_lost);
         let mut out: Vec<Track> = self
             .tracks
             .iter()
+            .filter(|t| t.now.is_some() || u64::from(t.misses) <= report)
             .filter_map(|t| {
                 let track_id = t.id?;
-                Some(match &t.now {
-                    Some(d) => Track {
-                        track_id,
-                        detection: d.clone(),
-                        predicted: false,
-                    },
-                    None => Track {
-                        track_id,
-                        detection: Detection::new(
-                            t.last.class.clone(),
-                            t.last.confidence,
-                            t.kalman.bbox(),
-                        ),
-                        predicted: true,
-                    },
+                let (mut detection, predicted) = match &t.now {
+                    Some(d) => (d.clone(), false),
+                    None => (
+                        Detection::new(t.last.class.clone(), t.last.confidence, t.kalman.bbox()),
+                        true,
+                    ),
+                };
+                if let Some(b) = bounds {
+                    detection.bbox = clip(&detection.bbox, b);
+                }
+                Some(Track {
+                    track_id,
+                    detection,
+                    predicted,
                 })
             })
             .collect();
@@ -136,21 +220,40 @@ impl Tracks {
     }
 
     /// Stages 1 to 4 of the module header.
-    fn associate(&mut self, settings: &Settings, seq: u64, detections: &[Detection]) {
+    fn associate(
+        &mut self,
+        settings: &Settings,
+        seq: u64,
+        detections: &[Detection],
+        looks: Option<&[Option<Colours>]>,
+    ) {
+        let clear = (0..detections.len())
+            .map(|d| {
+                (0..detections.len()).all(|o| {
+                    o == d || detections[d].bbox.iou(&detections[o].bbox) < OVERLAP_NO_COLOURS
+                })
+            })
+            .collect();
+        let frame = Frame {
+            detections,
+            looks,
+            clear,
+        };
         let (mut high, low): (Vec<usize>, Vec<usize>) =
             (0..detections.len()).partition(|&d| detections[d].confidence >= settings.high);
         let (confirmed, tentative): (Vec<usize>, Vec<usize>) =
             (0..self.tracks.len()).partition(|&t| self.tracks[t].id.is_some());
-        let unmatched = self.stage(settings, seq, &confirmed, &mut high, detections);
+        let unmatched = self.stage(settings, seq, &confirmed, &mut high, &frame);
         if settings.method == Method::ByteTrack {
             let mut low = low;
-            self.stage(settings, seq, &unmatched, &mut low, detections);
+            self.stage(settings, seq, &unmatched, &mut low, &frame);
         }
-        self.stage(settings, seq, &tentative, &mut high, detections);
+        self.stage(settings, seq, &tentative, &mut high, &frame);
         // A tentative track must be seen on every frame with detections until confirmed.
         self.tracks.retain(|t| t.id.is_some() || t.last_seen == seq);
         for t in &mut self.tracks {
             if t.last_seen != seq {
+                t.misses += 1;
                 t.kalman.hold_size();
             }
         }
@@ -160,9 +263,11 @@ impl Tracks {
                 id: None,
                 kalman: Kalman::new(&detection.bbox),
                 hits: 1,
+                misses: 0,
                 last_seen: seq,
                 last: detection.clone(),
                 now: Some(detection.clone()),
+                colours: frame.look(d).cloned(),
             });
         }
         for t in &mut self.tracks {
@@ -173,6 +278,33 @@ impl Tracks {
         }
     }
 
+    /// How well track `t` fits detection `d`: 0 when they may not match, else at least `iou`
+    /// (see the module header).
+    fn fit(&self, settings: &Settings, t: usize, d: usize, frame: &Frame<'_>) -> f32 {
+        let track = &self.tracks[t];
+        let detection = &frame.detections[d];
+        if settings.per_class && detection.class != track.last.class {
+            return 0.0;
+        }
+        let predicted = track.kalman.bbox();
+        let iou = predicted.iou(&detection.bbox);
+        let (Some(mine), Some(seen)) = (&track.colours, frame.look(d)) else {
+            return iou;
+        };
+        let alike = mine.similarity(seen);
+        if alike < settings.appearance_veto {
+            return 0.0;
+        }
+        let refound = track.misses > 0
+            && alike >= settings.refind_similarity
+            && near_enough(settings, &predicted, &detection.bbox);
+        if iou < settings.iou && !refound {
+            return 0.0;
+        }
+        let score = (1.0 - settings.appearance_weight) * iou + settings.appearance_weight * alike;
+        score.max(settings.iou + 1e-3)
+    }
+
     /// Matches `tracks` (indices) to `free` detections (indices, the matched ones removed) and
     /// updates the matched tracks; returns the tracks left unmatched.
     fn stage(
@@ -181,39 +313,35 @@ impl Tracks {
         seq: u64,
         tracks: &[usize],
         free: &mut Vec<usize>,
-        detections: &[Detection],
+        frame: &Frame<'_>,
     ) -> Vec<usize> {
-        let predicted: Vec<_> = tracks
+        let fit: Vec<Vec<f32>> = tracks
             .iter()
-            .map(|&t| self.tracks[t].kalman.bbox())
-            .collect();
-        let iou: Vec<Vec<f32>> = tracks
-            .iter()
-            .zip(&predicted)
-            .map(|(&t, p)| {
+            .map(|&t| {
                 free.iter()
-                    .map(|&d| {
-                        let d = &detections[d];
-                        if settings.per_class && d.class != self.tracks[t].last.class {
-                            0.0
-                        } else {
-                            p.iou(&d.bbox)
-                        }
-                    })
+                    .map(|&d| self.fit(settings, t, d, frame))
                     .collect()
             })
             .collect();
-        let pairs = match_by_iou(&iou, free.len(), settings.iou);
+        let pairs = match_by_iou(&fit, free.len(), settings.iou);
         let mut taken = vec![false; free.len()];
         let mut track_matched = vec![false; tracks.len()];
         for &(r, c) in &pairs {
-            let detection = &detections[free[c]];
+            let d = free[c];
+            let detection = &frame.detections[d];
             let track = &mut self.tracks[tracks[r]];
             track.kalman.update(&detection.bbox);
             track.hits += 1;
+            track.misses = 0;
             track.last_seen = seq;
             track.last = detection.clone();
             track.now = Some(detection.clone());
+            if let Some(seen) = frame.look(d).filter(|_| frame.clear[d]) {
+                match &mut track.colours {
+                    Some(mine) => mine.blend(seen, KEEP_COLOURS),
+                    None => track.colours = Some(seen.clone()),
+                }
+            }
             taken[c] = true;
             track_matched[r] = true;
         }
@@ -236,6 +364,13 @@ mod tests {
     use super::*;
     use crate::value::BBox;
 
+    impl Tracks {
+        /// One frame without frame size or colours.
+        fn step(&mut self, s: &Settings, seq: u64, d: Option<&[Detection]>) -> Vec<Track> {
+            self.update(s, seq, d, None, None)
+        }
+    }
+
     fn det(x: f32, y: f32, confidence: f32) -> Detection {
         Detection::new(
             "thing".into(),
@@ -253,8 +388,15 @@ mod tests {
         Some(std::slice::from_ref(d))
     }
 
+    /// The settings these tests were written for: confirmed after 3 frames, kept and
+    /// reported as predicted for 30, no appearance (no colours are given anyway).
     fn settings() -> Settings {
-        Settings::default()
+        Settings {
+            min_hits: 3,
+            max_age: 30,
+            report_lost: 30,
+            ..Settings::default()
+        }
     }
 
     /// The ID of the reported track whose box is `d`'s, if one is.
@@ -274,7 +416,7 @@ mod tests {
             // Head on, 6 px a frame each, overlapping from frame 15 to 24.
             let a = det(6.0 * f as f32, 100.0, 0.9);
             let b = det(234.0 - 6.0 * f as f32, 106.0, 0.9);
-            let out = tracks.update(&s, f, Some(&[b.clone(), a.clone()]));
+            let out = tracks.step(&s, f, Some(&[b.clone(), a.clone()]));
             if f < 2 {
                 assert!(out.is_empty(), "frame {f}: {out:?}");
                 continue;
@@ -294,11 +436,11 @@ mod tests {
         let mut tracks = Tracks::default();
         let at = |f: u64| det(3.0 * f as f32, 50.0, 0.9);
         for f in 0..20 {
-            tracks.update(&s, f, Some(&[at(f)]));
+            tracks.step(&s, f, Some(&[at(f)]));
         }
-        let id = id_of(&tracks.update(&s, 20, Some(&[at(20)])), &at(20)).unwrap();
+        let id = id_of(&tracks.step(&s, 20, Some(&[at(20)])), &at(20)).unwrap();
         for f in 21..50 {
-            let out = tracks.update(&s, f, Some(&[]));
+            let out = tracks.step(&s, f, Some(&[]));
             assert_eq!(out.len(), 1, "frame {f}");
             assert!(out[0].predicted, "frame {f}");
             assert_eq!(out[0].track_id, id);
@@ -307,7 +449,7 @@ mod tests {
             assert!((x - 3.0 * f as f32).abs() < 5.0, "frame {f}: x {x}");
         }
         // 29 frames unseen (< max_age 30), then back where its path leads.
-        let out = tracks.update(&s, 50, Some(&[at(50)]));
+        let out = tracks.step(&s, 50, Some(&[at(50)]));
         assert_eq!(id_of(&out, &at(50)), Some(id));
         assert_eq!(out.len(), 1);
     }
@@ -322,15 +464,15 @@ mod tests {
         let mut tracks = Tracks::default();
         let still = det(100.0, 100.0, 0.9);
         for f in 0..5 {
-            assert_eq!(id_of(&tracks.update(&s, f, one(&still)), &still), Some(1));
+            assert_eq!(id_of(&tracks.step(&s, f, one(&still)), &still), Some(1));
         }
         // Last seen on frame 4: predicted on frames 5 to 9 (max_age 5), gone from frame 10.
         for f in 5..=9 {
-            let out = tracks.update(&s, f, Some(&[]));
+            let out = tracks.step(&s, f, Some(&[]));
             assert!(out.len() == 1 && out[0].predicted, "frame {f}: {out:?}");
         }
-        assert!(tracks.update(&s, 10, Some(&[])).is_empty());
-        let out = tracks.update(&s, 11, one(&still));
+        assert!(tracks.step(&s, 10, Some(&[])).is_empty());
+        let out = tracks.step(&s, 11, one(&still));
         assert_eq!(id_of(&out, &still), Some(2));
         assert_eq!(out.len(), 1);
     }
@@ -341,15 +483,15 @@ mod tests {
         let mut tracks = Tracks::default();
         // Seen on two frames, missed on the third: never reported.
         let flicker = det(200.0, 0.0, 0.9);
-        assert!(tracks.update(&s, 0, one(&flicker)).is_empty());
-        assert!(tracks.update(&s, 1, one(&flicker)).is_empty());
-        assert!(tracks.update(&s, 2, Some(&[])).is_empty());
+        assert!(tracks.step(&s, 0, one(&flicker)).is_empty());
+        assert!(tracks.step(&s, 1, one(&flicker)).is_empty());
+        assert!(tracks.step(&s, 2, Some(&[])).is_empty());
         // Frames without detections neither count nor break the run.
         let thing = det(0.0, 0.0, 0.9);
-        assert!(tracks.update(&s, 3, one(&thing)).is_empty());
-        assert!(tracks.update(&s, 4, None).is_empty());
-        assert!(tracks.update(&s, 5, one(&thing)).is_empty());
-        let out = tracks.update(&s, 6, one(&thing));
+        assert!(tracks.step(&s, 3, one(&thing)).is_empty());
+        assert!(tracks.step(&s, 4, None).is_empty());
+        assert!(tracks.step(&s, 5, one(&thing)).is_empty());
+        let out = tracks.step(&s, 6, one(&thing));
         assert_eq!(id_of(&out, &thing), Some(1));
         let at_once = Settings {
             min_hits: 1,
@@ -357,7 +499,7 @@ mod tests {
         };
         let mut tracks = Tracks::default();
         assert_eq!(
-            id_of(&tracks.update(&at_once, 0, one(&thing)), &thing),
+            id_of(&tracks.step(&at_once, 0, one(&thing)), &thing),
             Some(1)
         );
     }
@@ -372,10 +514,10 @@ mod tests {
         let mut tracks = Tracks::default();
         let at = |f: u64, c: f32| det(4.0 * f as f32, 10.0, c);
         for f in 0..6 {
-            tracks.update(&s, f, Some(&[at(f, 0.9)]));
+            tracks.step(&s, f, Some(&[at(f, 0.9)]));
         }
         (6..9)
-            .map(|f| tracks.update(&s, f, Some(&[at(f, 0.2)])))
+            .map(|f| tracks.step(&s, f, Some(&[at(f, 0.2)])))
             .collect()
     }
 
@@ -402,7 +544,7 @@ mod tests {
         };
         let mut tracks = Tracks::default();
         for f in 0..5 {
-            assert!(tracks.update(&s, f, Some(&[det(0.0, 0.0, 0.3)])).is_empty());
+            assert!(tracks.step(&s, f, Some(&[det(0.0, 0.0, 0.3)])).is_empty());
         }
     }
 
@@ -414,9 +556,9 @@ mod tests {
         // where it was, full overlap with where it went.
         let at = |f: u64| det(5.0 * f as f32, 0.0, 0.9);
         for f in 0..10 {
-            tracks.update(&s, f, Some(&[at(f)]));
+            tracks.step(&s, f, Some(&[at(f)]));
         }
-        let out = tracks.update(&s, 17, Some(&[at(17)]));
+        let out = tracks.step(&s, 17, Some(&[at(17)]));
         assert_eq!(id_of(&out, &at(17)), Some(1), "{out:?}");
         assert_eq!(out.len(), 1);
     }
@@ -428,7 +570,7 @@ mod tests {
         let at = |f: u64| det(2.0 * f as f32, 0.0, 0.9);
         // The detector runs on even frames only.
         for f in 0..20 {
-            let out = tracks.update(
+            let out = tracks.step(
                 &s,
                 f,
                 (f % 2 == 0).then(|| [at(f)]).as_ref().map(|d| &d[..]),
@@ -452,16 +594,16 @@ mod tests {
         };
         let mut other = det(0.0, 0.0, 0.9);
         other.class = "other".into();
-        tracks.update(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
-        let out = tracks.update(&s, 1, one(&other));
+        tracks.step(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
+        let out = tracks.step(&s, 1, one(&other));
         assert_eq!(id_of(&out, &other), Some(2), "{out:?}");
         let s = Settings {
             per_class: false,
             ..s
         };
         let mut tracks = Tracks::default();
-        tracks.update(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
-        let out = tracks.update(&s, 1, one(&other));
+        tracks.step(&s, 0, Some(&[det(0.0, 0.0, 0.9)]));
+        let out = tracks.step(&s, 1, one(&other));
         assert_eq!(id_of(&out, &other), Some(1), "{out:?}");
         assert_eq!(out.len(), 1);
     }
