@@ -210,8 +210,17 @@ impl Signals {
 fn validate(paths: &[PathBuf]) -> u8 {
     let mut problems = 0usize;
     for path in paths {
+        // Steps a run would leave out (`config::prune`), said after "ok".
+        let mut unread = Vec::new();
         let found = match config::load(path) {
             Ok(p) => {
+                unread = p
+                    .steps
+                    .iter()
+                    .zip(p.needed_steps())
+                    .filter(|(_, needed)| !needed)
+                    .map(|(s, _)| s.name.clone())
+                    .collect();
                 let missing = p
                     .sources
                     .iter()
@@ -249,6 +258,9 @@ fn validate(paths: &[PathBuf]) -> u8 {
         };
         if found == 0 {
             println!("{}: ok", path.display());
+            if !unread.is_empty() {
+                println!("{}: {}", path.display(), config::pruned_message(&unread));
+            }
         }
         problems += found;
     }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::spec::Diagnostic;
 
 mod http;
+mod prune;
 mod raw;
 mod resolve;
 mod routing;
@@ -25,6 +26,7 @@ mod storage;
 mod written;
 
 pub use http::{BasicAuth, HttpConfig};
+pub use prune::pruned_message;
 pub use resolve::{
     DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
     StepConfig,
