@@ -6,9 +6,11 @@ AsyncInferQueue (OpenVINO's own count of requests) runs the network compiled wit
 THROUGHPUT hint; each finished request's callback decodes the boxes of the wanted classes with
 numpy, NMSBoxes per class, and writes one JSON line. No video is written.
 
-    ov_detect.py VIDEO MODEL.onnx LAYOUT SIZE PRECISION FRAMES OUT.jsonl [CLASS ...]
+    ov_detect.py VIDEO MODEL.onnx LAYOUT SIZE PRECISION OUT.jsonl FRAMES
     LAYOUT: darknet (yolov3-tiny.onnx: rows of cx cy w h (0..1) obj scores) or
             yolov8 ([1, 4 + classes, candidates], input pixels)
+    PRECISION: the INFERENCE_PRECISION_HINT, bf16 or f32
+The demo's class, person, is the one kept.
 """
 import json
 import sys
@@ -17,16 +19,16 @@ import cv2
 import numpy as np
 import openvino as ov
 
-video, model, layout, size, precision, frames, out_path = sys.argv[1:8]
+video, model, layout, size, precision, out_path, frames = sys.argv[1:8]
 size, frames = int(size), int(frames)
 names = open("models/coco.names").read().splitlines()
-wanted = [names.index(c) for c in (sys.argv[8:] or ["person"])]
+wanted = [names.index("person")]
 core = ov.Core()
 net = core.read_model(model)
 net.reshape([1, 3, size, size])
 compiled = core.compile_model(net, "CPU", {
     "PERFORMANCE_HINT": "THROUGHPUT",
-    "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+    "INFERENCE_PRECISION_HINT": precision,
 })
 queue = ov.AsyncInferQueue(compiled)
 out = open(out_path, "w")
