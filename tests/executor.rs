@@ -465,3 +465,47 @@ fn nothing_wakes_up_while_no_frame_arrives() {
     assert_eq!(stats.processed, 20);
     pool.shutdown().unwrap();
 }
+
+/// With every place taken in turn (two workers, two frames in flight, frames always waiting),
+/// the coordinator runs a frame's steps itself only while they are cheap: a frame of
+/// milliseconds (a detector's) goes to the pool once one has been timed, so the coordinator
+/// stays free to deliver and admit while a worker that finished waits for work.
+#[test]
+fn the_coordinator_runs_cheap_frames_itself_and_leaves_heavy_ones_to_the_pool() {
+    fn heavy(_: &str, _: u64) -> Duration {
+        Duration::from_millis(3)
+    }
+    let me = std::thread::current().id();
+    for (behaviour, heavy_frames) in [
+        (Behaviour::default(), false),
+        (
+            Behaviour {
+                work: heavy,
+                ..Behaviour::default()
+            },
+            true,
+        ),
+    ] {
+        let log = Log::default();
+        let (pool, mut executor) = hosted(chain_with(&log, 2, behaviour), 2, 2);
+        assert_eq!(run_all(&mut executor, frames(40)).len(), 40);
+        finish(pool, executor);
+        let on_coordinator: Vec<u64> = starts(&log)
+            .iter()
+            .filter(|e| e.thread == me)
+            .map(|e| e.seq)
+            .collect();
+        if heavy_frames {
+            // The first frames run before any has been timed.
+            assert!(
+                on_coordinator.iter().all(|seq| *seq < 4),
+                "heavy frames on the coordinator: {on_coordinator:?}"
+            );
+        } else {
+            assert!(
+                on_coordinator.len() >= 10,
+                "cheap frames on the coordinator: {on_coordinator:?}"
+            );
+        }
+    }
+}
