@@ -29,7 +29,7 @@ pub struct BlobSpec {
 
 impl BlobSpec {
     /// Values the input holds: 3 planes of `width` x `height`.
-    pub fn len(&self) -> usize {
+    pub fn values(&self) -> usize {
         3 * self.pixels()
     }
 
@@ -54,7 +54,7 @@ impl BlobSpec {
     }
 
     fn check(&self, out: &[f32]) -> Result<(), FrameError> {
-        if self.width < 1 || self.height < 1 || out.len() != self.len() {
+        if self.width < 1 || self.height < 1 || out.len() != self.values() {
             return Err(FrameError::Map(format!(
                 "an input of {} values for {}x{}x3",
                 out.len(),
@@ -238,7 +238,7 @@ mod tests {
         let frame = Frame::from_buffer("cam".into(), 0, d.0, &d.1).unwrap();
         let bgr = frame.bgr().unwrap();
         for spec in SPECS {
-            let mut out = vec![f32::NAN; spec.len()];
+            let mut out = vec![f32::NAN; spec.values()];
             bgr_blob(bgr, spec, &mut out).unwrap();
             let want = reference(bgr, spec);
             let worst = out
@@ -258,7 +258,7 @@ mod tests {
                 let frame = Frame::from_buffer("cam".into(), 0, d.0.clone(), &d.1).unwrap();
                 let whole = Frame::from_buffer("cam".into(), 0, d.0.clone(), &d.1).unwrap();
                 for spec in SPECS {
-                    let mut out = vec![f32::NAN; spec.len()];
+                    let mut out = vec![f32::NAN; spec.values()];
                     frame.write_blob(spec, &mut out).unwrap();
                     assert!(!frame.has_bgr(), "{format} {w}x{h}: BGR made");
                     let want = reference(whole.bgr().unwrap(), spec);
@@ -288,10 +288,10 @@ mod tests {
         let spec = SPECS[1];
         assert!(
             frame
-                .write_blob(spec, &mut vec![0.0; spec.len() - 1])
+                .write_blob(spec, &mut vec![0.0; spec.values() - 1])
                 .is_err()
         );
         let bgr = Mat::new_rows_cols_with_default(4, 4, core::CV_8UC4, Scalar::all(0.0)).unwrap();
-        assert!(bgr_blob(&bgr, spec, &mut vec![0.0; spec.len()]).is_err());
+        assert!(bgr_blob(&bgr, spec, &mut vec![0.0; spec.values()]).is_err());
     }
 }

@@ -8,7 +8,7 @@
 //! camera that changed size; YuNet's input follows the image).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use opencv::core::Mat;
 use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPropertyKey};
@@ -25,13 +25,6 @@ struct Compiled {
     _model: CompiledModel,
 }
 
-/// One compiled model that every worker's request runs on, for one input shape: its weights
-/// once in the caches, its streams run the requests (asynchronously; the worker waits).
-struct SharedCompiled {
-    shape: Vec<i64>,
-    requests: Instances<InferRequest>,
-}
-
 pub(super) struct OvEngine {
     core: Mutex<Core>,
     path: PathBuf,
@@ -39,9 +32,6 @@ pub(super) struct OvEngine {
     threads: usize,
     outputs: Vec<String>,
     compiled: Instances<Option<Compiled>>,
-    /// Streams of the shared compiled model; 0: a compiled model per worker.
-    streams: usize,
-    shared: Mutex<Option<Arc<SharedCompiled>>>,
 }
 
 impl std::fmt::Debug for OvEngine {
@@ -95,20 +85,6 @@ impl OvEngine {
                     ));
                 }
             }
-            let streams: usize = std::env::var("VIDFLOW_OV_STREAMS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let pin = std::env::var("VIDFLOW_OV_PIN").unwrap_or_else(|_| "NO".to_owned());
-            let (n_streams, n_threads, mode) = if streams > 0 {
-                (
-                    streams.to_string(),
-                    (streams * threads).to_string(),
-                    "THROUGHPUT",
-                )
-            } else {
-                ("1".to_owned(), threads.to_string(), "LATENCY")
-            };
             core.set_properties(
                 &cpu,
                 [
@@ -121,10 +97,10 @@ impl OvEngine {
                             Precision::F32 | Precision::Int8 => "f32",
                         },
                     ),
-                    (RwPropertyKey::NumStreams, &n_streams),
-                    (RwPropertyKey::InferenceNumThreads, &n_threads),
-                    (RwPropertyKey::HintEnableCpuPinning, &pin),
-                    (RwPropertyKey::HintPerformanceMode, mode),
+                    (RwPropertyKey::NumStreams, "1"),
+                    (RwPropertyKey::InferenceNumThreads, &threads.to_string()),
+                    (RwPropertyKey::HintEnableCpuPinning, "NO"),
+                    (RwPropertyKey::HintPerformanceMode, "LATENCY"),
                 ],
             )
             .map_err(ov)?;
@@ -148,8 +124,6 @@ impl OvEngine {
                 threads,
                 outputs,
                 compiled: Instances::new(None, || Ok::<_, StepError>(None)),
-                streams,
-                shared: Mutex::new(None),
             })
         })
     }
@@ -175,45 +149,12 @@ impl OvEngine {
 }
 
 impl OvEngine {
-    /// Compiles the model for `shape`, once for every worker.
-    fn compile_shared(&self, shape: &[i64]) -> Result<SharedCompiled, String> {
-        let Compiled {
-            request, _model, ..
-        } = self.compile(shape)?;
-        let model = Mutex::new(_model);
-        Ok(SharedCompiled {
-            shape: shape.to_vec(),
-            requests: Instances::new(request, move || {
-                model
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .create_infer_request()
-                    .map_err(|e| StepError::Other(ov(e)))
-            }),
-        })
-    }
-
-    /// Runs `f` with this worker's request, compiled for `shape`; `run` runs the request.
+    /// Runs `f` with this worker's request, compiled for `shape`.
     fn with_request<R>(
         &self,
         shape: &[i64],
         f: impl FnOnce(&mut InferRequest) -> Result<R, StepError>,
     ) -> Result<R, StepError> {
-        if self.streams > 0 {
-            let shared = {
-                let mut slot = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-                if slot.as_ref().is_none_or(|c| c.shape != shape) {
-                    *slot = Some(Arc::new(
-                        self.compile_shared(shape).map_err(StepError::Other)?,
-                    ));
-                }
-                slot.clone()
-            };
-            let Some(shared) = shared else {
-                return Err(StepError::Other("openvino: no compiled model".to_owned()));
-            };
-            return shared.requests.with(f);
-        }
         self.compiled.with(|slot| {
             if slot.as_ref().is_none_or(|c| c.shape != shape) {
                 *slot = Some(self.compile(shape).map_err(StepError::Other)?);
@@ -223,22 +164,6 @@ impl OvEngine {
             };
             f(&mut compiled.request)
         })
-    }
-
-    /// Runs the request: on the caller's thread with a model per worker, on a stream of the
-    /// shared model otherwise (the caller blocks until it is done).
-    fn run(&self, request: &mut InferRequest) -> Result<(), StepError> {
-        if self.streams == 0 {
-            return request.infer().map_err(fail);
-        }
-        request.infer_async().map_err(fail)?;
-        loop {
-            match request.wait(WAIT_MS) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.kind == openvino::InferenceErrorKind::ResultNotReady => {}
-                Err(e) => return Err(fail(e)),
-            }
-        }
     }
 
     /// The request's input buffer, checked to hold `len` values.
@@ -262,9 +187,6 @@ impl OvEngine {
     }
 }
 
-/// One blocking wait for a request on a stream; a pass taking longer waits again.
-const WAIT_MS: i64 = 60_000;
-
 fn fail(e: impl std::fmt::Display) -> StepError {
     StepError::Other(ov(e))
 }
@@ -279,7 +201,7 @@ impl Engine for OvEngine {
                 .get_data_mut::<f32>()
                 .map_err(fail)?
                 .copy_from_slice(data);
-            self.run(request)?;
+            request.infer().map_err(fail)?;
             self.outputs(request)?
                 .iter()
                 .map(|out| {
@@ -307,7 +229,7 @@ impl Engine for OvEngine {
         self.with_request(&dims, |request| {
             let mut tensor = Self::input(request, shape.iter().product())?;
             fill(tensor.get_data_mut::<f32>().map_err(fail)?)?;
-            self.run(request)?;
+            request.infer().map_err(fail)?;
             let outputs = self.outputs(request)?;
             let views = outputs
                 .iter()
