@@ -28,8 +28,8 @@ mod written;
 pub use http::{BasicAuth, HttpConfig};
 pub use prune::pruned_message;
 pub use resolve::{
-    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
-    StepConfig,
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, IN_FLIGHT_PER_WORKER, OnStepError,
+    Pipeline, SinkConfig, StepConfig,
 };
 pub use written::Written;
 

@@ -38,6 +38,8 @@
 //! frames finished behind a slow one of their source take places too, and the executor never
 //! holds more than `max_in_flight` frames. So that a slow source cannot take them all, one
 //! source may hold at most `max_in_flight` minus one place per other open source (at least one).
+//! By default there are two places per worker (`config::IN_FLIGHT_PER_WORKER`): with one, a
+//! worker that finished a frame before an earlier one would idle until that frame's delivery.
 //!
 //! Reset: a stateful step that panics may leave its state for the frame's source half updated;
 //! that state is dropped (`Step::reset_source`) on the thread that caught the panic, before the
