@@ -6,20 +6,23 @@ AsyncInferQueue (OpenVINO's own count of requests) runs the network compiled wit
 THROUGHPUT hint; each finished request's callback decodes the boxes of the wanted classes with
 numpy, NMSBoxes per class, and writes one JSON line. No video is written.
 
-    ov_detect.py VIDEO MODEL.onnx LAYOUT SIZE PRECISION OUT.jsonl FRAMES
+    ov_detect.py VIDEO MODEL.onnx LAYOUT SIZE PRECISION OUT.jsonl VIDEO_OUT FRAMES
     LAYOUT: darknet (yolov3-tiny.onnx: rows of cx cy w h (0..1) obj scores) or
             yolov8 ([1, 4 + classes, candidates], input pixels)
     PRECISION: the INFERENCE_PRECISION_HINT, bf16 or f32
+    VIDEO_OUT: - for none, or a path: the boxes drawn on each frame (cv2.rectangle, putText)
+               and the frames written in order with cv2.VideoWriter (mp4v)
 The demo's class, person, is the one kept.
 """
 import json
 import sys
+import threading
 
 import cv2
 import numpy as np
 import openvino as ov
 
-video, model, layout, size, precision, out_path, frames = sys.argv[1:8]
+video, model, layout, size, precision, out_path, video_out, frames = sys.argv[1:9]
 size, frames = int(size), int(frames)
 names = open("models/coco.names").read().splitlines()
 wanted = [names.index("person")]
@@ -32,10 +35,22 @@ compiled = core.compile_model(net, "CPU", {
 })
 queue = ov.AsyncInferQueue(compiled)
 out = open(out_path, "w")
+# VIDEO_OUT: frames drawn, waiting for the earlier ones (requests finish out of order)
+writer, drawn, next_frame, lock = None, {}, 0, threading.Lock()
+
+
+def write_in_order(index, image):
+    global next_frame
+    with lock:
+        drawn[index] = image
+        while next_frame in drawn:
+            writer.write(drawn.pop(next_frame))
+            next_frame += 1
 
 
 def done(request, userdata):
-    index, w, h = userdata
+    index, image = userdata
+    h, w = image.shape[:2]
     if layout == "yolov8":
         rows = request.get_output_tensor(0).data[0].T  # candidates x (4 + classes)
         xywh, scores = rows[:, :4] * [w / size, h / size, w / size, h / size], rows[:, 4:]
@@ -53,6 +68,14 @@ def done(request, userdata):
             x, y, bw, bh = boxes[i].tolist()
             found.append({"class": names[c], "score": float(s[i]), "bbox": {"x": x, "y": y, "width": bw, "height": bh}})
     out.write(json.dumps({"frame": index, "detections": found}) + "\n")
+    if writer is not None:
+        for d in found:
+            b = d["bbox"]
+            x, y = int(b["x"]), int(b["y"])
+            cv2.rectangle(image, (x, y), (x + int(b["width"]), y + int(b["height"])), (0, 255, 0), 2)
+            cv2.putText(image, f"{d['class']} {d['score']:.2f}", (x, max(y - 4, 12)),
+                        cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 255, 0), 1)
+        write_in_order(index, image)
 
 
 queue.set_callback(done)
@@ -61,7 +84,12 @@ for index in range(frames):
     ok, frame = cap.read()
     if not ok:
         break
+    if video_out != "-" and writer is None:
+        h, w = frame.shape[:2]
+        writer = cv2.VideoWriter(video_out, cv2.VideoWriter_fourcc(*"mp4v"), 10, (w, h))
     blob = cv2.dnn.blobFromImage(frame, 1 / 255, (size, size), swapRB=True)
-    queue.start_async({0: blob}, (index, frame.shape[1], frame.shape[0]))
+    queue.start_async({0: blob}, (index, frame))
 queue.wait_all()
 out.close()
+if writer is not None:
+    writer.release()
