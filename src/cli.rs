@@ -222,12 +222,21 @@ impl Signals {
 fn validate(paths: &[PathBuf]) -> u8 {
     let mut problems = 0usize;
     for path in paths {
+        // Steps a run would leave out (`config::prune`), said after "ok".
+        let mut unread = Vec::new();
         let found = match config::load(path) {
             Ok(p) => {
                 for n in &p.notes {
                     let at = format!("{}:{}:{}", n.path.display(), n.line, n.column);
                     eprintln!("{at}: note: {}", n.message);
                 }
+                unread = p
+                    .steps
+                    .iter()
+                    .zip(p.needed_steps())
+                    .filter(|(_, needed)| !needed)
+                    .map(|(s, _)| s.name.clone())
+                    .collect();
                 let missing = p
                     .sources
                     .iter()
@@ -265,6 +274,9 @@ fn validate(paths: &[PathBuf]) -> u8 {
         };
         if found == 0 {
             println!("{}: ok", path.display());
+            if !unread.is_empty() {
+                println!("{}: {}", path.display(), config::pruned_message(&unread));
+            }
         }
         problems += found;
     }

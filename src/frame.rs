@@ -23,6 +23,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+pub use blob::{BlobSpec, bgr_blob};
 use gstreamer as gst;
 use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
@@ -30,6 +31,7 @@ use opencv::core::{CV_8UC1, CV_8UC2, CV_8UC3, Mat, MatTraitConst, Rect, Size};
 use opencv::imgproc;
 pub use pins::{Pins, PoolSize, UNKNOWN_POOL_PINS};
 
+mod blob;
 mod convert;
 mod pins;
 #[cfg(test)]

@@ -309,3 +309,73 @@ fn run_never_prints_the_rtsp_password() {
         "{stderr}"
     );
 }
+
+/// A step that fails every frame (a crop outside the 64x48 frame) fails no frame when no sink
+/// reads it: it is not run. Once a sink reads it, every frame fails.
+#[test]
+fn a_step_no_sink_reads_is_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frames.jsonl");
+    let pipeline = |include: &str| {
+        format!(
+            "[sources.cam]\nuri = \"test://ball?width=64&height=48&frames=5\"\n\n\
+             [steps.small]\nkind = \"grayscale\"\nimage = \"$frame\"\n\n\
+             [steps.outside]\nkind = \"crop\"\nimage = \"$frame\"\nx = 60\ny = 0\nwidth = 32\nheight = 32\n\n\
+             [sinks.log]\nkind = \"jsonl\"\npath = {}\ninclude = [{include}]\n",
+            toml_str(&out.to_string_lossy())
+        )
+    };
+    let path = dir.path().join("pipeline.toml");
+    std::fs::write(&path, pipeline("\"$steps.small.image\"")).unwrap();
+    let (code, stdout, stderr) = run(vidflow().arg("validate").arg(&path));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("step not run, as no sink reads it") && stdout.contains("\"outside\""),
+        "{stdout}"
+    );
+    let (_, dot, _) = run(vidflow().arg("graph").arg(&path));
+    assert!(
+        dot.contains("\"step:outside\" [shape=box, style=dashed")
+            && dot.contains("\"step:small\" [shape=box, label"),
+        "{dot}"
+    );
+    let stats = dir.path().join("stats.json");
+    let (code, _, stderr) = run(vidflow()
+        .arg("run")
+        .arg(&path)
+        .arg("--stats-json")
+        .arg(&stats));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("\"outside\""), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(
+        (
+            report["frames_processed"].as_u64(),
+            report["frames_failed"].as_u64()
+        ),
+        (Some(5), Some(0)),
+        "{report}"
+    );
+
+    std::fs::write(
+        &path,
+        pipeline("\"$steps.small.image\", \"$steps.outside.image\""),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(vidflow().arg("validate").arg(&path));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.contains("not run"), "{stdout}");
+    let (_, _, stderr) = run(vidflow()
+        .arg("run")
+        .arg(&path)
+        .arg("--stats-json")
+        .arg(&stats));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(
+        report["frames_failed"].as_u64(),
+        Some(5),
+        "{stderr}\n{report}"
+    );
+}

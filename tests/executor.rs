@@ -465,3 +465,108 @@ fn nothing_wakes_up_while_no_frame_arrives() {
     assert_eq!(stats.processed, 20);
     pool.shutdown().unwrap();
 }
+
+/// With every place taken in turn (two workers, two frames in flight, frames always waiting),
+/// the coordinator runs a frame's steps itself only while they are cheap: a frame of
+/// milliseconds (a detector's) goes to the pool once one has been timed, so the coordinator
+/// stays free to deliver and admit while a worker that finished waits for work.
+#[test]
+fn the_coordinator_runs_cheap_frames_itself_and_leaves_heavy_ones_to_the_pool() {
+    fn heavy(_: &str, _: u64) -> Duration {
+        Duration::from_millis(3)
+    }
+    let me = std::thread::current().id();
+    for (behaviour, heavy_frames) in [
+        (Behaviour::default(), false),
+        (
+            Behaviour {
+                work: heavy,
+                ..Behaviour::default()
+            },
+            true,
+        ),
+    ] {
+        let log = Log::default();
+        let (pool, mut executor) = hosted(chain_with(&log, 2, behaviour), 2, 2);
+        assert_eq!(run_all(&mut executor, frames(40)).len(), 40);
+        finish(pool, executor);
+        let on_coordinator: Vec<u64> = starts(&log)
+            .iter()
+            .filter(|e| e.thread == me)
+            .map(|e| e.seq)
+            .collect();
+        if heavy_frames {
+            // The first frames run before any has been timed.
+            assert!(
+                on_coordinator.iter().all(|seq| *seq < 4),
+                "heavy frames on the coordinator: {on_coordinator:?}"
+            );
+        } else {
+            assert!(
+                on_coordinator.len() >= 10,
+                "cheap frames on the coordinator: {on_coordinator:?}"
+            );
+        }
+    }
+}
+
+/// Set once frame 3 has started, for the test below (its probes are plain functions).
+static FRAME_3_STARTED: (std::sync::Mutex<bool>, std::sync::Condvar) =
+    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+
+/// With the default places in flight (`ExecutorConfig::for_workers`), a worker that finished a
+/// frame takes the next ones while an earlier, slow frame still runs on the other worker: its
+/// results wait for delivery without holding the next frames out. Frame 0 here runs until frame
+/// 3 has started; with one place per worker, frame 1's result (waiting for frame 0's delivery)
+/// and frame 0 would take both places, and frame 0 would wait out the deadline, ending first.
+/// The deadline only keeps that failure from hanging: nothing here is timed.
+#[test]
+fn a_worker_never_waits_for_a_slower_frame_of_the_other_with_the_default_places() {
+    fn frame_0_waits_for_frame_3(_: &str, seq: u64) -> Duration {
+        let (started, changed) = &FRAME_3_STARTED;
+        let mut started = started.lock().unwrap();
+        match seq {
+            0 => {
+                let _ = changed
+                    .wait_timeout_while(started, Duration::from_secs(20), |s| !*s)
+                    .unwrap();
+            }
+            3 => {
+                *started = true;
+                changed.notify_all();
+            }
+            _ => {}
+        }
+        Duration::ZERO
+    }
+    let config = vidflow::config::ExecutorConfig::for_workers(2);
+    let log = Log::default();
+    let behaviour = Behaviour {
+        work: frame_0_waits_for_frame_3,
+        ..Behaviour::default()
+    };
+    let (pool, mut executor) = hosted(
+        chain_with(&log, 1, behaviour),
+        config.workers,
+        config.max_in_flight,
+    );
+    let results = run_all(&mut executor, frames(12));
+    finish(pool, executor);
+    assert_eq!(
+        seqs(&results),
+        (0..12).collect::<Vec<_>>(),
+        "results out of order"
+    );
+    assert_eq!(
+        starts(&log).len(),
+        12,
+        "a step ran more or less than once per frame"
+    );
+    let log = log.lock().unwrap().clone();
+    let frame_3 = position(&log, "p0", 3, false).unwrap();
+    let frame_0_done = position(&log, "p0", 0, true).unwrap();
+    assert!(
+        frame_3 < frame_0_done,
+        "frame 3 started only after frame 0 ended: the other worker waited for it"
+    );
+}

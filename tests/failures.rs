@@ -197,8 +197,16 @@ uri = "{}"
 [sinks.events]
 kind = "jsonl"
 path = "events.jsonl"
+include = [{}]
 "#,
-            image.display()
+            image.display(),
+            // Every step read, so that every step runs.
+            ["gray", "soft"]
+                .iter()
+                .filter(|s| steps.contains(&format!("[steps.{s}]")))
+                .map(|s| format!("\"$steps.{s}.image\""))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     };
     let p = write(

@@ -32,7 +32,8 @@ fn metrics_parse_as_prometheus_text_and_match_the_jsonl_lines_and_the_stats() {
              [sources.cam]\nuri = \"test://ball?width=160&height=120&fps=15\"\n\
              [http]\nlisten = \"127.0.0.1:{port}\"\n\
              [steps.gray]\nkind = \"grayscale\"\nimage = \"$frame\"\n\
-             [sinks.lines]\nkind = \"jsonl\"\npath = \"lines.jsonl\"\nsources = [\"clip\"]\n"
+             [sinks.lines]\nkind = \"jsonl\"\npath = \"lines.jsonl\"\nsources = [\"clip\"]\n\
+             include = [\"$steps.gray.image\"]\n"
         ),
     );
     let stats = dir.path().join("stats.json");

@@ -24,6 +24,7 @@ kernel = 201
 [sinks.events]
 kind = "jsonl"
 path = "events.jsonl"
+include = ["$steps.blur.image"]
 "#;
 
 #[test]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use crate::spec::Diagnostic;
 
 mod http;
+mod prune;
 mod raw;
 mod resolve;
 mod routing;
@@ -26,9 +27,10 @@ mod storage;
 mod written;
 
 pub use http::{BasicAuth, HttpConfig, PasswordCheck};
+pub use prune::pruned_message;
 pub use resolve::{
-    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, OnStepError, Pipeline, SinkConfig,
-    StepConfig,
+    DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, IN_FLIGHT_PER_WORKER, OnStepError,
+    Pipeline, SinkConfig, StepConfig,
 };
 pub use written::Written;
 

@@ -65,7 +65,7 @@ pub enum OnStepError {
 pub struct ExecutorConfig {
     /// Threads in the persistent worker pool.
     pub workers: usize,
-    /// Frames inside the workflow at once.
+    /// Frames inside the workflow at once (default [`IN_FLIGHT_PER_WORKER`] per worker).
     pub max_in_flight: usize,
     pub on_step_error: OnStepError,
     /// Threads OpenCV may use inside one call (its own pool). 1 by default: the worker pool is
@@ -74,15 +74,30 @@ pub struct ExecutorConfig {
     pub opencv_threads: usize,
 }
 
-impl Default for ExecutorConfig {
-    fn default() -> Self {
-        let workers = std::thread::available_parallelism().map_or(1, usize::from);
+/// Frames in flight per worker by default. One per worker leaves a worker idle whenever it
+/// finishes a frame before an earlier one (its result waits for that frame's delivery, and the
+/// place it holds keeps the next frame out): the workers then run in lockstep, each pair of
+/// frames taking as long as the slower. A second place per worker gives a worker that finished
+/// its next frame at once, so its core never waits for the other's (a detector's frames vary
+/// by a few milliseconds; on a loaded machine by much more). It costs one more frame and its
+/// step outputs held per worker (README, Memory).
+pub const IN_FLIGHT_PER_WORKER: usize = 2;
+
+impl ExecutorConfig {
+    /// `workers` threads and the default `max_in_flight` for them.
+    pub fn for_workers(workers: usize) -> Self {
         Self {
             workers,
-            max_in_flight: workers,
+            max_in_flight: workers.saturating_mul(IN_FLIGHT_PER_WORKER),
             on_step_error: OnStepError::SkipFrame,
             opencv_threads: 1,
         }
+    }
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self::for_workers(std::thread::available_parallelism().map_or(1, usize::from))
     }
 }
 
@@ -364,7 +379,7 @@ fn resolve_executor(raw: &RawExecutor, diags: &mut Vec<Diagnostic>) -> ExecutorC
     };
     if let Some(n) = positive(&raw.workers, "workers", 256) {
         config.workers = n;
-        config.max_in_flight = n;
+        config.max_in_flight = ExecutorConfig::for_workers(n).max_in_flight;
     }
     if let Some(n) = positive(&raw.max_in_flight, "max_in_flight", 1024) {
         config.max_in_flight = n;

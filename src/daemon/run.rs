@@ -24,6 +24,16 @@ use crate::source;
 use crate::storage::{Storage, SystemClock};
 use crate::workflow::{Executor, Graph, Pool, PoolError};
 
+/// The pipeline without the steps nothing in a run observes, said in the log
+/// (`config::prune`); a reload's pipeline goes through here too.
+pub(super) fn without_unread_steps(mut pipeline: Pipeline) -> Pipeline {
+    let pruned = pipeline.prune_unread();
+    if !pruned.is_empty() {
+        tracing::info!("{}", crate::config::pruned_message(&pruned));
+    }
+    pipeline
+}
+
 /// Runs a pipeline until its source ends or `shutdown` is requested.
 pub fn run(
     pipeline: Pipeline,
@@ -31,6 +41,7 @@ pub fn run(
     shutdown: &Shutdown,
 ) -> Result<Report, Failure> {
     let started = Instant::now();
+    let pipeline = without_unread_steps(pipeline);
     let Pipeline {
         path,
         sources,

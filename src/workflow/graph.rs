@@ -91,7 +91,8 @@ fn label(lines: &[&str]) -> String {
 }
 
 /// The workflow of a pipeline as Graphviz DOT: the frame, the steps, the sinks, and an edge per
-/// reference labelled with the output it carries.
+/// reference labelled with the output it carries. A step a run leaves out (no sink reads it,
+/// `config::prune`) is dashed.
 pub fn dot(pipeline: &Pipeline) -> String {
     let mut out = String::from("digraph vidflow {\n  rankdir=LR;\n  node [fontname=\"sans\"];\n");
     let q = |s: &str| label(&[s]);
@@ -118,13 +119,23 @@ pub fn dot(pipeline: &Pipeline) -> String {
             )
         }
     };
-    for s in &pipeline.steps {
+    let needed = pipeline.needed_steps();
+    for (s, needed) in pipeline.steps.iter().zip(needed) {
         let id = q(&format!("step:{}", s.name));
-        let _ = writeln!(
-            out,
-            "  {id} [shape=box, label={}];",
-            label(&[&s.name, &format!("({})", s.kind.name)])
-        );
+        let kind = format!("({})", s.kind.name);
+        let _ = if needed {
+            writeln!(
+                out,
+                "  {id} [shape=box, label={}];",
+                label(&[&s.name, &kind])
+            )
+        } else {
+            writeln!(
+                out,
+                "  {id} [shape=box, style=dashed, label={}];",
+                label(&[&s.name, &kind, "not run: nothing reads it"])
+            )
+        };
         for (port, input) in s.kind.inputs.iter().zip(&s.inputs) {
             let Some(input) = input else { continue };
             let (from, output) = node(input);

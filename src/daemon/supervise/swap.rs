@@ -403,7 +403,7 @@ fn load(path: &std::path::Path) -> Result<Pipeline, String> {
         .map(|e| e.to_string())
         .collect();
     if missing.is_empty() {
-        Ok(pipeline)
+        Ok(super::super::run::without_unread_steps(pipeline))
     } else {
         Err(missing.join("\n"))
     }

@@ -9,7 +9,7 @@ use ort::value::TensorRef;
 
 use super::super::StepError;
 use super::super::instances::Instances;
-use super::{Engine, Tensor, blob_parts, runtimes, select_outputs};
+use super::{Engine, Fill, Read, Tensor, View, blob_parts, runtimes, select_outputs};
 
 pub(super) struct OrtEngine {
     sessions: Instances<Session>,
@@ -75,6 +75,42 @@ impl OrtEngine {
 }
 
 impl Engine for OrtEngine {
+    /// The input in a buffer of its own (ONNX Runtime reads it in place), the outputs read
+    /// where the session put them.
+    fn forward_with(
+        &self,
+        shape: [usize; 4],
+        fill: &mut Fill<'_>,
+        read: &mut Read<'_>,
+    ) -> Result<(), StepError> {
+        let fail = |e: ort::Error| StepError::Other(format!("onnxruntime: {e}"));
+        let mut data = vec![0.0_f32; shape.iter().product()];
+        fill(&mut data)?;
+        let tensor = TensorRef::from_array_view((shape.to_vec(), &data[..])).map_err(fail)?;
+        self.sessions.with(|session| {
+            let outputs = session
+                .run(ort::inputs![self.input.as_str() => tensor])
+                .map_err(fail)?;
+            let views = self
+                .outputs
+                .iter()
+                .map(|name| {
+                    outputs[name.as_str()]
+                        .try_extract_tensor::<f32>()
+                        .map(|(shape, data)| View {
+                            shape: shape
+                                .iter()
+                                .map(|d| usize::try_from(*d).unwrap_or(0))
+                                .collect(),
+                            data,
+                        })
+                        .map_err(fail)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            read(&views)
+        })
+    }
+
     fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError> {
         let (shape, data) = blob_parts(input)?;
         let fail = |e: ort::Error| StepError::Other(format!("onnxruntime: {e}"));

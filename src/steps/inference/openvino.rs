@@ -15,7 +15,7 @@ use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPr
 
 use super::super::StepError;
 use super::super::instances::Instances;
-use super::{Engine, Precision, Tensor, blob_parts, runtimes, select_outputs};
+use super::{Engine, Fill, Precision, Read, Tensor, View, blob_parts, runtimes, select_outputs};
 
 /// One worker's compiled model, for one input shape.
 struct Compiled {
@@ -148,53 +148,104 @@ impl OvEngine {
     }
 }
 
-impl Engine for OvEngine {
-    fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError> {
-        let (shape, data) = blob_parts(input)?;
-        let shape: Vec<i64> = shape.iter().map(|d| *d as i64).collect();
+impl OvEngine {
+    /// Runs `f` with this worker's request, compiled for `shape`.
+    fn with_request<R>(
+        &self,
+        shape: &[i64],
+        f: impl FnOnce(&mut InferRequest) -> Result<R, StepError>,
+    ) -> Result<R, StepError> {
         self.compiled.with(|slot| {
             if slot.as_ref().is_none_or(|c| c.shape != shape) {
-                *slot = Some(self.compile(&shape).map_err(StepError::Other)?);
+                *slot = Some(self.compile(shape).map_err(StepError::Other)?);
             }
             let Some(compiled) = slot.as_mut() else {
                 return Err(StepError::Other("openvino: no compiled model".to_owned()));
             };
-            let request = &mut compiled.request;
-            let mut tensor = request
-                .get_input_tensor()
-                .map_err(|e| StepError::Other(ov(e)))?;
-            let buffer = tensor
+            f(&mut compiled.request)
+        })
+    }
+
+    /// The request's input buffer, checked to hold `len` values.
+    fn input(request: &InferRequest, len: usize) -> Result<openvino::Tensor, StepError> {
+        let tensor = request.get_input_tensor().map_err(fail)?;
+        let size = tensor.get_size().map_err(fail)?;
+        if size != len {
+            return Err(StepError::Other(format!(
+                "openvino: an input of {len} values for {size}"
+            )));
+        }
+        Ok(tensor)
+    }
+
+    /// The outputs the step decodes, in its order, as the request holds them.
+    fn outputs(&self, request: &InferRequest) -> Result<Vec<openvino::Tensor>, StepError> {
+        self.outputs
+            .iter()
+            .map(|name| request.get_tensor(name).map_err(fail))
+            .collect()
+    }
+}
+
+fn fail(e: impl std::fmt::Display) -> StepError {
+    StepError::Other(ov(e))
+}
+
+impl Engine for OvEngine {
+    fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError> {
+        let (shape, data) = blob_parts(input)?;
+        let shape: Vec<i64> = shape.iter().map(|d| *d as i64).collect();
+        self.with_request(&shape, |request| {
+            let mut tensor = Self::input(request, data.len())?;
+            tensor
                 .get_data_mut::<f32>()
-                .map_err(|e| StepError::Other(ov(e)))?;
-            if buffer.len() != data.len() {
-                return Err(StepError::Other(format!(
-                    "openvino: an input of {} values for {}",
-                    data.len(),
-                    buffer.len()
-                )));
-            }
-            buffer.copy_from_slice(data);
-            request.infer().map_err(|e| StepError::Other(ov(e)))?;
-            self.outputs
+                .map_err(fail)?
+                .copy_from_slice(data);
+            request.infer().map_err(fail)?;
+            self.outputs(request)?
                 .iter()
-                .map(|name| {
-                    let out = request
-                        .get_tensor(name)
-                        .map_err(|e| StepError::Other(ov(e)))?;
-                    let shape = out.get_shape().map_err(|e| StepError::Other(ov(e)))?;
+                .map(|out| {
+                    let shape = out.get_shape().map_err(fail)?;
                     Ok(Tensor {
                         shape: shape
                             .get_dimensions()
                             .iter()
                             .map(|d| usize::try_from(*d).unwrap_or(0))
                             .collect(),
-                        data: out
-                            .get_data::<f32>()
-                            .map_err(|e| StepError::Other(ov(e)))?
-                            .to_vec(),
+                        data: out.get_data::<f32>().map_err(fail)?.to_vec(),
                     })
                 })
                 .collect()
+        })
+    }
+
+    fn forward_with(
+        &self,
+        shape: [usize; 4],
+        fill: &mut Fill<'_>,
+        read: &mut Read<'_>,
+    ) -> Result<(), StepError> {
+        let dims = shape.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
+        self.with_request(&dims, |request| {
+            let mut tensor = Self::input(request, shape.iter().product())?;
+            fill(tensor.get_data_mut::<f32>().map_err(fail)?)?;
+            request.infer().map_err(fail)?;
+            let outputs = self.outputs(request)?;
+            let views = outputs
+                .iter()
+                .map(|o| {
+                    let shape = o.get_shape().map_err(fail)?;
+                    Ok::<_, StepError>(View {
+                        shape: shape
+                            .get_dimensions()
+                            .iter()
+                            .map(|d| usize::try_from(*d).unwrap_or(0))
+                            .collect(),
+                        data: o.get_data::<f32>().map_err(fail)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            read(&views)
         })
     }
 }

@@ -301,3 +301,55 @@ fn yolov12n_free_size_gives_the_exports_outputs_at_640_and_runs_at_other_sizes()
         .unwrap_err();
     assert!(e.to_string().contains("416"), "{e}");
 }
+
+#[test]
+fn forward_with_writes_and_reads_in_place_what_forward_gives() {
+    let dir = models_dir();
+    let yolo = ModelFiles {
+        label: "yolov3_tiny_coco".to_owned(),
+        darknet: Some((dir.join("yolov3-tiny.weights"), dir.join("yolov3-tiny.cfg"))),
+        onnx: Some(dir.join("yolov3-tiny.onnx")),
+        onnx_int8: None,
+        outputs: Some(vec!["yolo_16".to_owned(), "yolo_23".to_owned()]),
+        opencv_refuses: None,
+    };
+    let files = Files {
+        opencv: &yolo,
+        others: &yolo,
+    };
+    let blob = yolo_blob(320);
+    let values = blob.data_typed::<f32>().unwrap();
+    for backend in [Backend::OpenCv, Backend::OnnxRuntime, Backend::OpenVino] {
+        let engine = load_engine(backend, Precision::F32, files, 1).unwrap();
+        let want = engine.forward(&blob).unwrap();
+        let zeros =
+            Mat::new_nd_with_default(&[1, 3, 320, 320], opencv::core::CV_32F, 0.0.into()).unwrap();
+        // Twice, each after a pass on another input, whose buffers it then gets (OpenVINO's
+        // request): what it writes must replace them.
+        for _ in 0..2 {
+            engine.forward(&zeros).unwrap();
+            let mut got = Vec::new();
+            engine
+                .forward_with(
+                    [1, 3, 320, 320],
+                    &mut |input| {
+                        input.copy_from_slice(values);
+                        Ok(())
+                    },
+                    &mut |outputs| {
+                        got = outputs
+                            .iter()
+                            .map(|o| (o.shape.clone(), o.data.to_vec()))
+                            .collect();
+                        Ok(())
+                    },
+                )
+                .unwrap();
+            let want: Vec<(Vec<usize>, Vec<f32>)> = want
+                .iter()
+                .map(|t| (t.shape.clone(), t.data.clone()))
+                .collect();
+            assert_eq!(got, want, "{}", backend.name());
+        }
+    }
+}

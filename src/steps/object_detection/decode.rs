@@ -178,8 +178,11 @@ pub(super) fn decode(
         Layout::Darknet | Layout::Yolov5 | Layout::Yolov8 => None,
     };
     let input = geometry.input as f32;
+    let wanted: Vec<usize> = (0..classes)
+        .filter(|c| wanted.get(*c).copied().unwrap_or(false))
+        .collect();
     for (i, r) in values.chunks_exact(row).enumerate() {
-        let Some((class, class_score)) = best_class(&r[5..], wanted) else {
+        let Some((class, class_score)) = best_class(&r[5..], &wanted) else {
             continue;
         };
         let score = match layout {
@@ -233,32 +236,47 @@ fn decode_yolov8(
 ) {
     let lines = 4 + classes;
     let n = values.len() / lines;
-    let at = |line: usize, i: usize| values[line * n + i];
-    let input = geometry.input as f32;
-    for i in 0..n {
-        let mut best: Option<(usize, f32)> = None;
-        for class in (0..classes).filter(|c| wanted.get(*c).copied().unwrap_or(false)) {
-            let score = at(4 + class, i);
-            if !score.is_nan() && best.is_none_or(|(_, s)| score > s) {
-                best = Some((class, score));
+    let line = |k: usize| &values[k * n..(k + 1) * n];
+    // Each candidate's best wanted class, the first of equal scores: the wanted classes' lines
+    // are read one after another, front to back (a candidate's scores are 4 x 8400 bytes apart
+    // at 640: read candidate by candidate, every score is a cache miss).
+    let mut wanted_classes = (0..classes).filter(|c| wanted.get(*c).copied().unwrap_or(false));
+    let Some(first) = wanted_classes.next() else {
+        return;
+    };
+    // A NaN score is no class's: below every number.
+    let mut best_score: Vec<f32> = line(4 + first)
+        .iter()
+        .map(|s| if s.is_nan() { f32::NEG_INFINITY } else { *s })
+        .collect();
+    let mut best_class = vec![first; n];
+    for class in wanted_classes {
+        for ((score, best), best_class) in line(4 + class)
+            .iter()
+            .zip(best_score.iter_mut())
+            .zip(best_class.iter_mut())
+        {
+            if *score > *best {
+                (*best, *best_class) = (*score, class);
             }
         }
-        let Some((class, score)) = best.filter(|(_, s)| *s >= threshold) else {
-            continue;
-        };
-        let [cx, cy, w, h] = [0, 1, 2, 3].map(|line| at(line, i) / input);
-        push_finite(out, geometry.candidate(class, score, [cx, cy, w, h]));
+    }
+    let input = geometry.input as f32;
+    for (i, (&score, &class)) in best_score.iter().zip(&best_class).enumerate() {
+        if score >= threshold {
+            let [cx, cy, w, h] = [0, 1, 2, 3].map(|k| values[k * n + i] / input);
+            push_finite(out, geometry.candidate(class, score, [cx, cy, w, h]));
+        }
     }
 }
 
-/// The best-scoring wanted class of a row (a NaN score is no class's).
-fn best_class(scores: &[f32], wanted: &[bool]) -> Option<(usize, f32)> {
-    scores
+/// The best-scoring of the `wanted` classes (ascending) of a row (a NaN score is no class's).
+fn best_class(scores: &[f32], wanted: &[usize]) -> Option<(usize, f32)> {
+    wanted
         .iter()
-        .enumerate()
-        .filter(|(c, s)| wanted.get(*c).copied().unwrap_or(false) && !s.is_nan())
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(c, s)| (c, *s))
+        .filter_map(|&c| Some((c, *scores.get(c)?)))
+        .filter(|(_, s)| !s.is_nan())
+        .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// Column, line and stride of every YOLOX row, in row order.
@@ -381,6 +399,61 @@ mod tests {
         assert_eq!((out[0].class, out[0].score), (1, 0.9));
         close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
         assert!(decoded(Layout::Yolov8, &values[..13], &[true; 3], 0.4).is_err());
+    }
+
+    /// The candidate-by-candidate reading of the yolov8 layout that `decode_yolov8` speeds up.
+    fn yolov8_one_by_one(values: &[f32], classes: usize, wanted: &[bool]) -> Vec<Candidate> {
+        let n = values.len() / (4 + classes);
+        let mut out = Vec::new();
+        for i in 0..n {
+            let mut best: Option<(usize, f32)> = None;
+            for class in (0..classes).filter(|c| wanted[*c]) {
+                let score = values[(4 + class) * n + i];
+                if !score.is_nan() && best.is_none_or(|(_, s)| score > s) {
+                    best = Some((class, score));
+                }
+            }
+            if let Some((class, score)) = best.filter(|(_, s)| *s >= 0.4) {
+                let [cx, cy, w, h] = [0, 1, 2, 3].map(|k| values[k * n + i] / 64.0);
+                out.push(GEOMETRY.candidate(class, score, [cx, cy, w, h]));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn yolov8_decoding_picks_what_reading_candidate_by_candidate_picks() {
+        // 5 classes, 300 candidates of made-up scores: ties, NaN, unwanted best classes.
+        let (classes, n) = (5, 300);
+        let mut values: Vec<f32> = (0..(4 + classes) * n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+            .collect();
+        for i in (0..n).step_by(17) {
+            values[(4 + 2) * n + i] = f32::NAN;
+            values[(4 + 1) * n + i] = values[(4 + 3) * n + i];
+        }
+        for wanted in [
+            [true; 5],
+            [false, true, false, true, false],
+            [false, false, true, false, false],
+            [false; 5],
+        ] {
+            let mut out = Vec::new();
+            decode(
+                Layout::Yolov8,
+                &[1, 4 + classes, n],
+                &values,
+                classes,
+                &wanted,
+                0.4,
+                GEOMETRY,
+                &mut out,
+            )
+            .unwrap();
+            let want = yolov8_one_by_one(&values, classes, &wanted);
+            assert!(!want.is_empty() || wanted == [false; 5]);
+            assert_eq!(out, want, "{wanted:?}");
+        }
     }
 
     #[test]

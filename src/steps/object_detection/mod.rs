@@ -28,11 +28,12 @@ use opencv::dnn;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::inference::{self, Check, ModelFiles, Network, Request, Tensor};
+use super::inference::{self, Check, ModelFiles, Network, Request, Tensor, View};
 use super::models::{self, Sizes};
 use super::{DETECTIONS_OUT, Port, Step, StepError, StepInput, StepKind, StepOutput};
+use crate::frame::{BlobSpec, bgr_blob};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{Detection, Value, ValueType};
+use crate::value::{Detection, Image, Value, ValueType};
 
 mod decode;
 
@@ -418,24 +419,47 @@ fn registry_source(model: Option<&Spanned<String>>) -> Result<Source, Diagnostic
 }
 
 impl Decoder {
-    /// The network's input for `image`: resized to the square input without letterbox, scaled
-    /// as the layout wants.
-    fn blob(&self, image: &Mat) -> opencv::Result<Mat> {
-        let side = self.input as i32;
-        let (scale, swap_rb) = match self.layout {
+    /// The network's input: the square input side, scale and channel order the layout wants.
+    fn spec(&self) -> BlobSpec {
+        let side = i32::try_from(self.input).unwrap_or(i32::MAX);
+        let (scale, rgb) = match self.layout {
             Layout::Darknet | Layout::Yolov5 | Layout::Yolov8 => (1.0 / 255.0, true),
             // YOLOX exports take BGR 0..255.
             Layout::Yolox => (1.0, false),
         };
+        BlobSpec {
+            width: side,
+            height: side,
+            scale,
+            rgb,
+        }
+    }
+
+    /// The network's input for `image`: resized to the square input without letterbox, scaled
+    /// as the layout wants.
+    fn blob(&self, image: &Mat) -> opencv::Result<Mat> {
+        let spec = self.spec();
         dnn::blob_from_image(
             image,
-            scale,
-            Size::new(side, side),
+            f64::from(spec.scale),
+            Size::new(spec.width, spec.height),
             Scalar::default(),
-            swap_rb,
+            spec.rgb,
             false,
             core::CV_32F,
         )
+    }
+
+    /// Writes the network's input for `image` into `out` (as [`Decoder::blob`] makes it, but
+    /// a frame goes from its planes: `frame::BlobSpec`).
+    fn fill(&self, image: &Image, out: &mut [f32]) -> Result<(), StepError> {
+        let written = match image {
+            Image::Frame(frame) => frame.write_blob(self.spec(), out),
+            Image::Luma(_) | Image::Owned(_) => {
+                bgr_blob(image.mat().map_err(StepError::Frame)?, self.spec(), out)
+            }
+        };
+        written.map_err(StepError::Frame)
     }
 
     /// The network's outputs -> detections of the wanted classes, in pixels of an image of
@@ -443,6 +467,17 @@ impl Decoder {
     fn detections(
         &self,
         outputs: &[Tensor],
+        width: f32,
+        height: f32,
+    ) -> Result<Vec<Detection>, StepError> {
+        let outputs: Vec<View<'_>> = outputs.iter().map(View::from).collect();
+        self.detections_of(&outputs, width, height)
+    }
+
+    /// [`Decoder::detections`] of outputs where the engine keeps them.
+    fn detections_of(
+        &self,
+        outputs: &[View<'_>],
         width: f32,
         height: f32,
     ) -> Result<Vec<Detection>, StepError> {
@@ -456,7 +491,7 @@ impl Decoder {
             decode::decode(
                 self.layout,
                 &output.shape,
-                &output.data,
+                output.data,
                 self.class_names.len(),
                 &self.wanted,
                 self.confidence,
@@ -496,13 +531,20 @@ impl Step for ObjectDetection {
         if self.gated && input.optional::<[Detection]>(WHEN)?.is_none() {
             return Ok(StepOutput::EndBranch);
         }
-        let image = input.image_as(0, 3)?;
-        let image = &*image;
-        let blob = self.decoder.blob(image)?;
-        let outputs = self.network.engine.forward(&blob)?;
-        let detections =
-            self.decoder
-                .detections(&outputs, image.cols() as f32, image.rows() as f32)?;
+        let image = input.get::<Image>(0)?;
+        let (width, height, _) = image.shape();
+        let side = self.decoder.input;
+        let mut detections = Vec::new();
+        self.network.engine.forward_with(
+            [1, 3, side, side],
+            &mut |blob| self.decoder.fill(image, blob),
+            &mut |outputs| {
+                detections = self
+                    .decoder
+                    .detections_of(outputs, width as f32, height as f32)?;
+                Ok(())
+            },
+        )?;
         Ok(StepOutput::Values(vec![Value::Detections(
             detections.into(),
         )]))

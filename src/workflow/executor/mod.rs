@@ -21,7 +21,9 @@
 //! the last free place in the workflow, has its first root run by the coordinator itself, chain
 //! included: no worker is woken for work the coordinator could only wait for. That is done only
 //! while a single source is open: with several, the coordinator must stay free to admit and
-//! deliver the other sources' frames.
+//! deliver the other sources' frames; and only for frames whose steps took under
+//! `COORDINATOR_FRAME_MAX_US` on average so far: a heavier frame would keep the coordinator from
+//! delivering and admitting while a worker that finished waits for work.
 //!
 //! Gates (`gate.rs`): a stateful node (see `StepKind::stateful`) has one gate per lane, so it
 //! sees the frames of a source strictly in that source's admission order, one at a time, while
@@ -36,6 +38,8 @@
 //! frames finished behind a slow one of their source take places too, and the executor never
 //! holds more than `max_in_flight` frames. So that a slow source cannot take them all, one
 //! source may hold at most `max_in_flight` minus one place per other open source (at least one).
+//! By default there are two places per worker (`config::IN_FLIGHT_PER_WORKER`): with one, a
+//! worker that finished a frame before an earlier one would idle until that frame's delivery.
 //!
 //! Reset: a stateful step that panics may leave its state for the frame's source half updated;
 //! that state is dropped (`Step::reset_source`) on the thread that caught the panic, before the
@@ -177,7 +181,30 @@ impl StepMetrics {
     }
 }
 
+/// A frame whose steps take longer than this on average (measured so far) never runs on the
+/// coordinator: that long without admitting or delivering would idle a worker that finishes
+/// meanwhile (a detector's frame, milliseconds, would hold the next frame back from a free
+/// worker). Cheaper frames do, to spare a worker's wake-up, which costs some microseconds.
+const COORDINATOR_FRAME_MAX_US: u64 = 200;
+
 impl ExecutorMetrics {
+    /// Whether the steps of a frame took under [`COORDINATOR_FRAME_MAX_US`] on average so far
+    /// (the sum of each step's mean run; a step not run yet counts nothing).
+    fn frame_is_cheap(&self) -> bool {
+        let mean_us: u64 = self
+            .steps
+            .iter()
+            .map(|m| {
+                let runs = m.runs.load(Ordering::Relaxed);
+                m.total_us
+                    .load(Ordering::Relaxed)
+                    .checked_div(runs)
+                    .unwrap_or(0)
+            })
+            .sum();
+        mean_us < COORDINATOR_FRAME_MAX_US
+    }
+
     fn for_graph(graph: &Graph) -> Self {
         Self {
             steps: graph
@@ -349,7 +376,8 @@ impl Executor {
                                 let run_here = self.shared.coordinator_runs_steps
                                     && open.len() == 1
                                     && (in_flight + 1 == max_in_flight
-                                        || (in_flight == 0 && sources[s].is_empty()));
+                                        || (in_flight == 0 && sources[s].is_empty()))
+                                    && self.shared.metrics.frame_is_cheap();
                                 self.admit(frame, s, &done_tx, run_here);
                                 in_flight += 1;
                                 held[s] += 1;
