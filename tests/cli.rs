@@ -330,7 +330,7 @@ fn a_step_no_sink_reads_is_not_run() {
     let (code, stdout, stderr) = run(vidflow().arg("validate").arg(&path));
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.contains("step not run, as no sink reads it") && stdout.contains("\"outside\""),
+        stdout.contains("step whose output no sink reads") && stdout.contains("\"outside\""),
         "{stdout}"
     );
     let (_, dot, _) = run(vidflow().arg("graph").arg(&path));

@@ -1,8 +1,9 @@
 //! What the demo counts does not depend on the machine: `backend = "auto"` takes a reduced
 //! precision only where it keeps full precision's tracks on the model's check clip, so
 //! pipelines/demo.toml's workflow counts the same crossings on every engine and precision `auto`
-//! can take here. The real binary, the real models and runtimes, the demo's video; the
-//! candidates are those `auto` logs as agreeing, each then forced in turn.
+//! can take here, and the engine the demo file names counts as they do. The real binary, the
+//! real models and runtimes, the demo's video; the candidates are those `auto` logs as agreeing
+//! (the demo run with `backend = "auto"`), each then forced in turn.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -20,10 +21,21 @@ const FRAMES: u64 = 400;
 /// Only a guard against a hang.
 const DEADLINE: Duration = Duration::from_secs(600);
 
+/// The engine a run of the demo uses.
+#[derive(Debug, Clone, Copy)]
+enum Engine<'a> {
+    /// As pipelines/demo.toml says.
+    AsShipped,
+    /// `backend = "auto"`, no precision asked for.
+    Auto,
+    /// This backend and precision.
+    Forced(&'a str, &'a str),
+}
+
 /// pipelines/demo.toml as a table, its source's path made absolute, its video (the annotated
 /// copy and the step drawing it: they count nothing) left out, and its detector set to
-/// `engine` (`None`: as the demo says, `auto` by default).
-fn demo(engine: Option<(&str, &str)>) -> String {
+/// `engine`.
+fn demo(engine: Engine<'_>) -> String {
     let text = std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap();
     let mut doc: toml::Table = toml::from_str(&text).unwrap();
     for (_, source) in doc["sources"].as_table_mut().unwrap().iter_mut() {
@@ -44,10 +56,17 @@ fn demo(engine: Option<(&str, &str)>) -> String {
         .filter(|(_, s)| kind(s) == "object_detection")
     {
         detectors += 1;
-        if let Some((backend, precision)) = engine {
-            let table = detector.as_table_mut().unwrap();
-            table.insert("backend".into(), backend.into());
-            table.insert("precision".into(), precision.into());
+        let table = detector.as_table_mut().unwrap();
+        match engine {
+            Engine::AsShipped => {}
+            Engine::Auto => {
+                table.insert("backend".into(), "auto".into());
+                table.remove("precision");
+            }
+            Engine::Forced(backend, precision) => {
+                table.insert("backend".into(), backend.into());
+                table.insert("precision".into(), precision.into());
+            }
         }
     }
     assert_eq!(detectors, 1, "the demo has one detector");
@@ -81,9 +100,8 @@ fn candidates(stderr: &str) -> Vec<(String, String)> {
     agreed
 }
 
-/// The demo's final counts on its first [`FRAMES`] frames with `engine` (`None`: `auto`), and
-/// stderr.
-fn counts(engine: Option<(&str, &str)>) -> (BTreeMap<String, u64>, String) {
+/// The demo's final counts on its first [`FRAMES`] frames with `engine`, and stderr.
+fn counts(engine: Engine<'_>) -> (BTreeMap<String, u64>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "demo.toml", &demo(engine));
     let out = spawn(
@@ -115,7 +133,7 @@ fn counts(engine: Option<(&str, &str)>) -> (BTreeMap<String, u64>, String) {
 #[test]
 fn the_demo_counts_the_same_on_every_engine_and_precision_auto_can_take() {
     // What auto takes here, and what else it found agreeing.
-    let (auto_counts, stderr) = counts(None);
+    let (auto_counts, stderr) = counts(Engine::Auto);
     let agreed = candidates(&stderr);
     assert!(
         agreed.len() >= 2,
@@ -135,8 +153,14 @@ fn the_demo_counts_the_same_on_every_engine_and_precision_auto_can_take() {
             taken.replace("\" precision=\"", " ").replace('"', "")
         });
     let mut seen = vec![(format!("auto ({took})"), auto_counts.clone())];
+    let (shipped, _) = counts(Engine::AsShipped);
+    seen.push(("as pipelines/demo.toml says".to_owned(), shipped.clone()));
+    assert_eq!(
+        shipped, auto_counts,
+        "the demo's own engine counts otherwise than auto: {seen:?}"
+    );
     for (backend, precision) in &agreed {
-        let (forced, _) = counts(Some((backend, precision)));
+        let (forced, _) = counts(Engine::Forced(backend, precision));
         seen.push((format!("{backend} {precision}"), forced.clone()));
         assert_eq!(
             forced, auto_counts,

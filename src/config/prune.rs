@@ -1,17 +1,12 @@
-//! Steps nothing observes are not run.
+//! Steps nothing observes.
 //!
 //! A run observes a step's outputs through its sinks (every reference a sink reads, `include`
 //! and `when` alike) and through its final counts (every `counts` output, reported at the end
 //! and in the stats, whether or not a sink reads it). A step is needed when a run observes it or
-//! a needed step reads it; the others are taken out of the pipeline before it runs, so that, say,
-//! the demo's `annotate` step does not draw every frame once its video sink is removed. Steps
-//! have no effect besides their outputs and their own state, and no one sees the state of a step
-//! no one reads, so a stateful step is taken out on the same terms.
-//!
-//! Only a run prunes ([`Pipeline::prune_unread`], called by the daemon for the pipeline it
-//! starts and for each reload); `validate` names what a run would leave out; a library user who
-//! runs a [`Pipeline`]'s steps itself (`Workflow`) reads any output it likes, so nothing is
-//! taken out there.
+//! a needed step reads it. The daemon names the others at start and `validate` after `ok`; it
+//! still runs them, since a step's failures, hangs and panics are the run's whether or not a
+//! sink reads it (they are counted, and `on_step_error` applies). [`Pipeline::prune_unread`]
+//! takes them out, for a library user who wants that.
 
 use super::Name;
 use super::resolve::Pipeline;
@@ -91,14 +86,14 @@ impl Pipeline {
     }
 }
 
-/// The line a run logs and `validate` prints about pruned steps: `steps not run, as nothing
-/// reads them: "overlay", "grey"`.
+/// The line a run logs and `validate` prints about steps nothing reads: `steps whose output no
+/// sink reads (...), run for nothing on every frame: "overlay", "grey"`.
 pub fn pruned_message(pruned: &[Name]) -> String {
     let names: Vec<String> = pruned.iter().map(|n| format!("\"{n}\"")).collect();
     format!(
-        "{} not run, as no sink reads {} (nor a step a sink reads, nor the final counts): {}",
+        "{} whose output no sink reads (nor a step a sink reads, nor the final counts), run \
+         for nothing on every frame: {}",
         if pruned.len() == 1 { "step" } else { "steps" },
-        if pruned.len() == 1 { "it" } else { "them" },
         names.join(", ")
     )
 }

@@ -362,7 +362,8 @@ include = ["$steps.gray.image"]
 
     #[test]
     fn what_needs_a_restart_is_reported_and_left_as_it_runs() {
-        let text = BASE.replace("workers = 2", "workers = 3\nmax_in_flight = 2")
+        // The in-flight limit kept at what 2 workers get by default (IN_FLIGHT_PER_WORKER each).
+        let text = BASE.replace("workers = 2", "workers = 3\nmax_in_flight = 4")
             + "\n[http]\nlisten = \"127.0.0.1:9464\"\n";
         let (plan, _) = plan_to(&text);
         assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);

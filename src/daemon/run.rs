@@ -24,12 +24,20 @@ use crate::source;
 use crate::storage::{Storage, SystemClock};
 use crate::workflow::{Executor, Graph, Pool, PoolError};
 
-/// The pipeline without the steps nothing in a run observes, said in the log
-/// (`config::prune`); a reload's pipeline goes through here too.
-pub(super) fn without_unread_steps(mut pipeline: Pipeline) -> Pipeline {
-    let pruned = pipeline.prune_unread();
-    if !pruned.is_empty() {
-        tracing::info!("{}", crate::config::pruned_message(&pruned));
+/// The pipeline as it is, its steps nothing in a run observes said in the log
+/// (`config::prune`); a reload's pipeline goes through here too. They still run: a step's
+/// failures, hangs and panics are the run's (counted, and on_step_error applies) whether or
+/// not a sink reads it.
+pub(super) fn without_unread_steps(pipeline: Pipeline) -> Pipeline {
+    let unread: Vec<_> = pipeline
+        .steps
+        .iter()
+        .zip(pipeline.needed_steps())
+        .filter(|(_, needed)| !needed)
+        .map(|(s, _)| s.name.clone())
+        .collect();
+    if !unread.is_empty() {
+        tracing::info!("{}", crate::config::pruned_message(&unread));
     }
     pipeline
 }

@@ -22,6 +22,7 @@
 //! same time; [`Closing::wait_until`] then waits only until a deadline; a sink still busy then
 //! is abandoned (its thread detached, never joined).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -224,10 +225,16 @@ impl SinkRunner {
             .name(format!("vidflow-sink-{name}"))
             .spawn(move || {
                 let mut sink = sink;
-                write_all(&label, sink.as_mut(), &receiver, &close_rx, &counters);
+                let panicked = write_all(&label, sink.as_mut(), &receiver, &close_rx, &counters);
                 // Closing may lose frames the sink took (a segment that is not finalized):
-                // counted after it.
-                let closed = sink.close();
+                // counted after it. A sink that panicked is still closed (its file finalized
+                // if it can be), and the run told.
+                let closed = catch_unwind(AssertUnwindSafe(|| sink.close()))
+                    .unwrap_or_else(|p| Err(panicked_error(&label, &*p)));
+                let closed = match panicked {
+                    Some(error) => closed.and(Err(error)),
+                    None => closed,
+                };
                 let _ = closed_tx.send((counters.stats(&overflow), closed));
             })
             .map_err(|e| SinkError::Other(format!("cannot spawn sink thread: {e}")))?;
@@ -242,16 +249,35 @@ impl SinkRunner {
 }
 
 /// The sink thread's loop: writes every result until the channel disconnects or the close
-/// signal comes, flushing when the queue runs empty; counts into `counters`.
+/// signal comes, flushing when the queue runs empty; counts into `counters`. A sink that
+/// panics is called no more: its queue is still taken, every frame counted as failed, so that
+/// delivery never waits on a thread that is gone (the sender holds a receiver of the queue, so
+/// the channel never disconnects). Returns the panic, if one came.
 fn write_all(
     label: &str,
     sink: &mut dyn Sink,
     receiver: &Receiver<FrameResult>,
     close: &Receiver<()>,
     counters: &SinkCounters,
-) {
+) -> Option<SinkError> {
     // Failures as logged: the first of each message, then a count every INTERVAL.
     let said = Throttle::default();
+    let mut panicked: Option<SinkError> = None;
+    // `f` on the sink, unless it panicked before (then, or if `f` panics, an error).
+    let mut guarded = |f: &mut dyn FnMut() -> Result<bool, SinkError>| -> Result<bool, SinkError> {
+        if panicked.is_none() {
+            match catch_unwind(AssertUnwindSafe(&mut *f)) {
+                Ok(done) => return done,
+                Err(p) => {
+                    let error = panicked_error(label, &*p);
+                    let said = SinkError::Other(error.to_string());
+                    panicked = Some(error);
+                    return Err(said);
+                }
+            }
+        }
+        Err(SinkError::Other("the sink panicked before".to_owned()))
+    };
     // Set by the close signal: what is queued then is still written, then the loop ends.
     let mut closing = false;
     loop {
@@ -259,7 +285,7 @@ fn write_all(
             Ok(r) => r,
             Err(TryRecvError::Empty) if closing => break,
             Err(TryRecvError::Empty) => {
-                if let Err(e) = sink.idle() {
+                if let Err(e) = guarded(&mut || sink.idle().map(|()| true)) {
                     tracing::error!(sink = %label, error = %e, "flush failed");
                 }
                 let wake = sink
@@ -280,7 +306,7 @@ fn write_all(
             }
             Err(TryRecvError::Disconnected) => break,
         };
-        let failing = match sink.write(&result) {
+        let failing = match guarded(&mut || sink.write(&result)) {
             Ok(true) => {
                 SinkCounters::bump(&counters.written);
                 false
@@ -311,6 +337,17 @@ fn write_all(
     for u in said.drain() {
         lost_more(label, u.more, u.over, &u.cause);
     }
+    panicked
+}
+
+/// `sink "NAME" panicked: MESSAGE`, for a panic's payload `p`.
+fn panicked_error(label: &str, p: &(dyn std::any::Any + Send)) -> SinkError {
+    let message = p
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    SinkError::Other(format!("sink \"{label}\" panicked: {message}"))
 }
 
 /// Says that sink `label` lost `more` more frames in the last `over`, with `message`.
@@ -575,6 +612,49 @@ mod tests {
         fn close(self: Box<Self>) -> Result<(), SinkError> {
             Ok(())
         }
+    }
+
+    /// A sink that panics on its third write, and counts the times it is closed.
+    struct PanicsOnThird(u32, Arc<AtomicU64>);
+
+    impl Sink for PanicsOnThird {
+        fn write(&mut self, _: &FrameResult) -> Result<bool, SinkError> {
+            self.0 += 1;
+            assert!(self.0 != 3, "the third write");
+            Ok(true)
+        }
+        fn close(self: Box<Self>) -> Result<(), SinkError> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_sink_that_panics_never_holds_delivery_and_is_still_closed() {
+        let closes = Arc::new(AtomicU64::new(0));
+        let sink = PanicsOnThird(0, closes.clone());
+        let runner = SinkRunner::spawn("rec", Box::new(sink), Routing::default()).unwrap();
+        // 40 results into a queue of 16 that blocks when full: with the thread gone, the
+        // delivering thread would wait for ever (a guard, not a timing: it fails, not hangs).
+        let sender = runner.sender();
+        let (done, delivered) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            for seq in 0..40 {
+                sender.send(result("cam", seq));
+            }
+            let _ = done.send(());
+        });
+        delivered
+            .recv_timeout(Duration::from_secs(60))
+            .expect("delivery held by a sink that panicked");
+        let (stats, closed) = runner.close();
+        assert_eq!((stats.written, stats.dropped), (2, 38), "{stats:?}");
+        let error = closed.unwrap_err().to_string();
+        assert!(
+            error.contains("sink \"rec\" panicked: the third write"),
+            "{error}"
+        );
+        assert_eq!(closes.load(Ordering::Relaxed), 1);
     }
 
     /// A writer into a shared buffer, for a subscriber in a test.
