@@ -362,6 +362,8 @@ image = "$frame"
 kind = "tracker"
 detections = "$steps.found.detections"
 min_hits = 1
+# The object that leaves is reported as predicted for a few frames (the default reports none).
+report_lost = 5
 "#;
     let mut p =
         vidflow::config::load_text(&vidflow::config::SourceText::new("t.toml", text.to_owned()))
