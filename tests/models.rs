@@ -99,10 +99,10 @@ fn yolov12n_gives_the_detections_an_independent_decoder_gives() {
                     .map(|(class, b, d)| (class, d["confidence"].as_f64().unwrap() as f32, b))
                     .collect();
             // The same detections, one for one: same class, the score within 0.01 and the box
-            // at IoU 0.99 (nearly the same pixels: the step scales the frame's planes into the
+            // at IoU 0.95 (nearly the same pixels: the step scales the frame's planes into the
             // network's input itself, frame/blob.rs, where Python resizes OpenCV's BGR; scores
-            // then differ by up to 0.003, and the engines from ONNX Runtime's Python build by
-            // 1e-5).
+            // then differ by up to 0.008 and a small car's box by 0.5 px, IoU 0.97; a box with
+            // its width and height swapped is far below).
             assert_eq!(
                 found.len(),
                 expected.len(),
@@ -115,7 +115,7 @@ fn yolov12n_gives_the_detections_an_independent_decoder_gives() {
                     .map(|(_, _, f)| f.iou(b))
                     .fold(0.0, f32::max);
                 assert!(
-                    best >= 0.99,
+                    best >= 0.95,
                     "{backend} frame {frame}: no {class} {score} at {b:?} in {found:?}"
                 );
                 worst = worst.min(best);

@@ -213,6 +213,8 @@ min_area = 900.0
 [steps.follow]
 kind = "tracker"
 detections = "$steps.moving.detections"
+# A hidden shape is reported (predicted) through its occlusion: the default reports none.
+report_lost = 30
 
 [sinks.events]
 kind = "jsonl"

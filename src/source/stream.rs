@@ -339,7 +339,10 @@ fn count_copy(shared: &Shared, pins: &Pins) {
 /// duration (asked upstream, where the demuxer knows it) and the frame rate reaching vidflow
 /// (after `max_fps`), at most `max_frames`. Unknown (left at 0) without either.
 fn count_frames_ahead(shared: &Shared, sink: &gst_app::AppSink, info: &gst_video::VideoInfo) {
-    if !matches!(shared.uri, SourceUri::File { .. }) || shared.options.looping {
+    let SourceUri::File { path } = &shared.uri else {
+        return;
+    };
+    if shared.options.looping || duration_is_a_guess(path) {
         return;
     }
     let fps = info.fps();
@@ -358,6 +361,19 @@ fn count_frames_ahead(shared: &Shared, sink: &gst_app::AppSink, info: &gst_video
         .unwrap_or(u64::MAX)
         .min(shared.max_frames.unwrap_or(u64::MAX));
     shared.counters.total.store(frames, Ordering::Relaxed);
+}
+
+/// Whether the file is an MPEG transport or program stream (by its name): these have no
+/// duration of their own, and the demuxer's is an estimate from the first and last timestamps,
+/// gaps included (a 1 s gap in a 201-frame .ts made 6 frames "missing" that never existed).
+fn duration_is_a_guess(path: &std::path::Path) -> bool {
+    let extension = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    matches!(
+        extension.as_deref(),
+        Some("ts" | "m2ts" | "mts" | "tsv" | "trp" | "mpg" | "mpeg" | "ps" | "vob")
+    )
 }
 
 /// Queues a frame: a file waits for room; a live source makes room by dropping its oldest
