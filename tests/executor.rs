@@ -197,7 +197,14 @@ fn an_owned_pool_is_shut_down_by_close_once_even_when_a_step_fails() {
     assert!(!workers.is_empty(), "no step ran on the pool");
     assert!(workers.iter().all(|t| Path::new(t).exists()));
     workflow.close().unwrap();
-    // Shut down by `close` itself, not later: its workers have exited when it returns.
+    // Shut down by `close` itself, not later: its workers have exited when it returns. A
+    // joined thread's /proc task can outlive the join by a moment (pthread_join returns when
+    // the kernel clears the thread's id, before it reaps the task): up to 2 s for that, far
+    // less than a pool left running would need to go away on its own (never).
+    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while workers.iter().any(|t| Path::new(t).exists()) && std::time::Instant::now() < gone_by {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let alive: Vec<&String> = workers.iter().filter(|t| Path::new(t).exists()).collect();
     assert!(
         alive.is_empty(),
