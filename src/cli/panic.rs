@@ -31,12 +31,8 @@ pub(super) fn install() {
 fn describe(info: &PanicHookInfo<'_>) -> String {
     let thread = std::thread::current();
     let name = thread.name().unwrap_or("<unnamed>");
-    let message = info
-        .payload()
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| info.payload().downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "Box<dyn Any>".to_owned());
+    let message =
+        crate::spec::panic_text(info.payload()).unwrap_or_else(|| "Box<dyn Any>".to_owned());
     let at = info
         .location()
         .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))

@@ -342,11 +342,7 @@ fn write_all(
 
 /// `sink "NAME" panicked: MESSAGE`, for a panic's payload `p`.
 fn panicked_error(label: &str, p: &(dyn std::any::Any + Send)) -> SinkError {
-    let message = p
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let message = crate::spec::panic_text(p).unwrap_or_default();
     SinkError::Other(format!("sink \"{label}\" panicked: {message}"))
 }
 

@@ -8,6 +8,7 @@
 
 mod address;
 mod diagnostic;
+mod panic;
 mod params;
 mod password;
 mod reference;
@@ -16,6 +17,7 @@ mod secret;
 pub use address::{Address, AddressError, redact, redact_all};
 pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
+pub use panic::panic_text;
 pub use params::{ParamDoc, Params};
 pub use password::PasswordHash;
 pub use reference::{Ref, SinkInput};

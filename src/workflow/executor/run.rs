@@ -312,11 +312,7 @@ fn finish(run: &Arc<Run>, node: usize) -> Option<usize> {
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
+    crate::spec::panic_text(panic).unwrap_or_else(|| "unknown panic".to_owned())
 }
 
 /// Drops a caught panic's payload; one whose drop panics again is leaked, not unwound.
