@@ -98,7 +98,12 @@ fn with_stop_the_daemon_drains_closes_its_sinks_and_exits_70() {
     let stats = read_json(&dir.path().join("stats.json"));
     let n = |k: &str| stats[k].as_u64().unwrap();
     assert!(n("frames_failed") >= 1);
-    assert!(n("frames_decoded") < 40, "it did not stop: {stats}");
+    // The source may well have decoded all 40 frames before the stop (a fast machine does):
+    // what stops is the workflow. The frames it never ran are counted as dropped.
+    assert!(
+        n("frames_processed") + n("frames_failed") < 40,
+        "it did not stop: {stats}"
+    );
     assert_eq!(
         n("frames_decoded"),
         n("frames_processed") + n("frames_failed") + n("frames_dropped"),
