@@ -18,6 +18,17 @@ struct Person {
     confidence: f32,
 }
 
+impl Person {
+    fn bbox(&self) -> BBox {
+        BBox {
+            x: self.x,
+            y: self.y,
+            width: 20.0,
+            height: 60.0,
+        }
+    }
+}
+
 fn person(x: f32, y: f32, colour: usize) -> Person {
     Person {
         x,
@@ -36,15 +47,7 @@ fn run(settings: &Settings, frames: &[Vec<Person>]) -> Vec<Vec<Track>> {
         .map(|(people, seq)| {
             let detections: Vec<Detection> = people
                 .iter()
-                .map(|p| {
-                    let bbox = BBox {
-                        x: p.x,
-                        y: p.y,
-                        width: 20.0,
-                        height: 60.0,
-                    };
-                    Detection::new("person".into(), p.confidence, bbox)
-                })
+                .map(|p| Detection::new("person".into(), p.confidence, p.bbox()))
                 .collect();
             let looks: Vec<Option<Colours>> = people
                 .iter()
@@ -55,12 +58,17 @@ fn run(settings: &Settings, frames: &[Vec<Person>]) -> Vec<Vec<Track>> {
         .collect()
 }
 
-/// The ID of the track (seen, not predicted) whose box starts at `p`.
+/// The ID of the track (seen, not predicted) whose box overlaps `p`'s most, at IoU 0.5 or
+/// more: a reported box is the filter's estimate, near the detection and not on it.
 fn id_at(tracks: &[Track], p: &Person) -> Option<u64> {
+    let bbox = p.bbox();
     tracks
         .iter()
-        .find(|t| !t.predicted && t.detection.bbox.x == p.x && t.detection.bbox.y == p.y)
-        .map(|t| t.track_id)
+        .filter(|t| !t.predicted)
+        .map(|t| (t.detection.bbox.iou(&bbox), t.track_id))
+        .filter(|&(iou, _)| iou >= 0.5)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, id)| id)
 }
 
 /// Every box reported lies inside the frame.

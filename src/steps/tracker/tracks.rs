@@ -27,8 +27,9 @@
 //! of about its size): an object found again after walking behind another. A track's colours
 //! are learnt only from detections that overlap no other (those show parts of two objects).
 //! A confirmed track unmatched on a frame with detections keeps its size from then on until it
-//! is seen again (`Kalman::hold_size`): only its position is extrapolated. Reported boxes are
-//! clipped to the frame when its size is known.
+//! is seen again (`Kalman::hold_size`): only its position is extrapolated. A matched track's
+//! reported box is the filter's estimate after the match (`smooth`, as ByteTrack reports it),
+//! or else the detection's own. Reported boxes are clipped to the frame when its size is known.
 
 use super::appearance::Colours;
 use super::assign::match_by_iou;
@@ -179,6 +180,11 @@ impl Tracks {
             .filter_map(|t| {
                 let track_id = t.id?;
                 let (mut detection, predicted) = match &t.now {
+                    Some(d) if settings.smooth => {
+                        let mut d = d.clone();
+                        d.bbox = t.kalman.bbox();
+                        (d, false)
+                    }
                     Some(d) => (d.clone(), false),
                     None => (
                         Detection::new(t.last.class.clone(), t.last.confidence, t.kalman.bbox()),
@@ -399,12 +405,44 @@ mod tests {
         }
     }
 
-    /// The ID of the reported track whose box is `d`'s, if one is.
+    /// The ID of the matched (not predicted) track whose box overlaps `d`'s most, at IoU 0.5
+    /// or more (a smoothed box is near its detection, not on it), if one does.
     fn id_of(tracks: &[Track], d: &Detection) -> Option<u64> {
         tracks
             .iter()
-            .find(|t| !t.predicted && t.detection.bbox == d.bbox)
-            .map(|t| t.track_id)
+            .filter(|t| !t.predicted)
+            .map(|t| (t.detection.bbox.iou(&d.bbox), t.track_id))
+            .filter(|&(iou, _)| iou >= 0.5)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, id)| id)
+    }
+
+    #[test]
+    fn a_smoothed_box_jitters_less_than_its_detections_and_an_unsmoothed_one_is_theirs() {
+        // A still object whose detected box jumps 4 px left and right, frame by frame.
+        let jitter = |f: u64| det(if f % 2 == 0 { 96.0 } else { 104.0 }, 100.0, 0.9);
+        let spread = |smooth: bool| {
+            let s = Settings {
+                smooth,
+                ..settings()
+            };
+            let mut tracks = Tracks::default();
+            let xs: Vec<f32> = (0..40u64)
+                .filter_map(|f| {
+                    let d = jitter(f);
+                    let out = tracks.step(&s, f, one(&d));
+                    if !smooth && f >= 2 {
+                        assert_eq!(out[0].detection.bbox, d.bbox, "frame {f}");
+                    }
+                    out.first().map(|t| t.detection.bbox.x).filter(|_| f >= 20)
+                })
+                .collect();
+            xs.iter().copied().fold(f32::MIN, f32::max)
+                - xs.iter().copied().fold(f32::MAX, f32::min)
+        };
+        assert_eq!(spread(false), 8.0);
+        let smoothed = spread(true);
+        assert!(smoothed < 4.0, "the smoothed box still moves {smoothed} px");
     }
 
     #[test]
