@@ -420,7 +420,7 @@ mod tests {
     #[test]
     fn a_smoothed_box_jitters_less_than_its_detections_and_an_unsmoothed_one_is_theirs() {
         // A still object whose detected box jumps 4 px left and right, frame by frame.
-        let jitter = |f: u64| det(if f % 2 == 0 { 96.0 } else { 104.0 }, 100.0, 0.9);
+        let jitter = |f: u64| det(if f.is_multiple_of(2) { 96.0 } else { 104.0 }, 100.0, 0.9);
         let spread = |smooth: bool| {
             let s = Settings {
                 smooth,
