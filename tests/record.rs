@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "common/http.rs"]
+mod http_client;
 #[path = "common/rtsp.rs"]
 mod rtsp;
 #[path = "common/rtsp_files.rs"]
@@ -74,6 +76,11 @@ fn frame_hashes(path: &Path) -> Vec<[u8; 32]> {
 /// A camera's pipeline: detection (`motion`) on `uri`, its frames' results in
 /// `out/lines.jsonl`, and `uri`'s or `record_uri`'s packets recorded into `out/cam*.mp4`.
 fn pipeline(uri: &str, record_uri: Option<&str>, segment_seconds: u32) -> String {
+    pipeline_with(uri, record_uri, segment_seconds, "")
+}
+
+/// [`pipeline`] with `extra` tables added.
+fn pipeline_with(uri: &str, record_uri: Option<&str>, segment_seconds: u32, extra: &str) -> String {
     let record_uri = record_uri
         .map(|r| format!("record_uri = \"{r}\"\n"))
         .unwrap_or_default();
@@ -98,6 +105,7 @@ include = ["$steps.motion.detections"]
 kind = "record"
 path = "out/{{source}}.mp4"
 segment_seconds = {segment_seconds}
+{extra}
 "#
     )
 }
@@ -185,7 +193,14 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     encode(&sub, 450, 160, 120);
     let mut main_server = FileServer::start(&[("/main", main.clone())]).unwrap();
     let sub_server = FileServer::start(&[("/sub", sub)]).unwrap();
-    let text = pipeline(&sub_server.url("/sub"), Some(&main_server.url("/main")), 60);
+    let port = rtsp::free_port().unwrap();
+    let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let text = pipeline_with(
+        &sub_server.url("/sub"),
+        Some(&main_server.url("/main")),
+        60,
+        &http,
+    );
     let file = write(dir.path(), "p.toml", &text);
     let running = spawn_run(&file, &[], dir.path());
     running.wait_for_stderr("new video segment", Duration::from_secs(30));
@@ -198,6 +213,23 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     running.wait_for_stderr("record stream is back", Duration::from_secs(20));
     let back_at = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
+    // Each stream's own state: only the record stream reconnected.
+    let samples = http_client::scrape(port).unwrap();
+    let metric = |name: &str, labels: &[(&str, &str)]| {
+        http_client::value(&samples, name, labels).unwrap_or_else(|| panic!("no {name}"))
+    };
+    let cam = [("source", "cam")];
+    assert_eq!(metric("vidflow_record_stream_reconnects_total", &cam), 1.0);
+    assert_eq!(metric("vidflow_source_reconnects_total", &cam), 0.0);
+    let streaming = [("source", "cam"), ("state", "streaming")];
+    assert_eq!(metric("vidflow_record_stream_state", &streaming), 1.0);
+    let rec = [("sink", "rec"), ("source", "cam")];
+    assert_eq!(metric("vidflow_record_segments_total", &rec), 2.0);
+    assert_eq!(metric("vidflow_record_gaps_total", &rec), 1.0);
+    assert!(metric("vidflow_record_bytes_total", &rec) > 10_000.0);
+    // A keyframe every 15 frames at 30 fps, in RTP's 90 kHz clock.
+    let interval = metric("vidflow_record_keyframe_interval_ms", &rec);
+    assert!((490.0..=510.0).contains(&interval), "{interval}");
     running.signal("TERM");
     let out = running.finish(Duration::from_secs(30));
     assert!(out.status.success(), "{}", out.stderr);
