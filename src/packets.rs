@@ -39,8 +39,9 @@ const BREAK_WAIT: Duration = Duration::from_millis(200);
 pub struct Packet {
     pub buffer: gst::Buffer,
     pub caps: gst::Caps,
-    /// Which connection of the record stream it came on: changes after every loss, so the
-    /// packets of one connection share one timeline.
+    /// Which connection of a record stream it came on ([`new_connection`]): changes after
+    /// every loss and every restart of the source, so the packets of one connection share one
+    /// timeline.
     pub connection: u64,
     /// When it reached vidflow (wall clock): what maps a decoded frame's time onto the record
     /// stream (see docs/guides/recording.md).
@@ -175,6 +176,12 @@ pub struct Hub {
     topics: Mutex<HashMap<Arc<str>, Arc<Topic>>>,
     stats: Mutex<Vec<RecordRow>>,
     next_id: AtomicU64,
+}
+
+/// A number no other connection of any record stream of this process has had.
+pub fn new_connection() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The process's hub.

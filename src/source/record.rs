@@ -87,7 +87,7 @@ impl RecordStream {
 /// The appsink callbacks of a record stream: each sample is one access unit, published.
 pub(super) fn callbacks(shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
     let wait = !shared.uri.is_live();
-    let connection = shared.counters.attempts.load(Ordering::Relaxed);
+    let connection = crate::packets::new_connection();
     gst_app::AppSinkCallbacks::builder()
         .new_sample(move |sink| {
             // Always pull: a sample left in the appsink would make it wait forever at EOS.
