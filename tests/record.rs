@@ -277,3 +277,31 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     assert_passes_of(&before, &reference, "before the loss");
     assert_passes_of(&after, &reference, "after the loss");
 }
+
+/// H.265 with B-frames (reordered), in closed GOPs as cameras send: an open GOP's leading
+/// pictures after a cut refer to the segment before, and do not decode in a segment alone.
+#[test]
+fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
+    run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers=60 ! \
+         video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! \
+         x265enc speed-preset=ultrafast key-int-max=15 option-string=open-gop=0:bframes=2 ! \
+         h265parse ! mp4mux ! \
+         filesink location={}",
+        main.display()
+    ));
+    encode(&sub, 60, 160, 120);
+    let text = pipeline(&sub.to_string_lossy(), Some(&main.to_string_lossy()), 1)
+        .replace("transport = \"tcp\"\n", "")
+        .replace("out/{source}.mp4", "out/{source}.mkv");
+    let file = write(dir.path(), "p.toml", &text);
+    let out = spawn_run(&file, &[], dir.path()).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    // The file is read to its end before the run ends: every frame, cut at its keyframes.
+    let parts = segments(&dir.path().join("out/cam.mkv"));
+    assert!(parts.len() >= 2, "{parts:?}");
+    let got: Vec<[u8; 32]> = parts.iter().flat_map(|p| frame_hashes(p)).collect();
+    assert_eq!(got, frame_hashes(&main));
+}
