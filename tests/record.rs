@@ -203,7 +203,7 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
         &http,
     );
     let file = write(dir.path(), "p.toml", &text);
-    let running = spawn_run(&file, &[], dir.path());
+    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
     running.wait_for_stderr("new video segment", Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
     let lost_at = Instant::now();
@@ -235,6 +235,14 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     let out = running.finish(Duration::from_secs(30));
     assert!(out.status.success(), "{}", out.stderr);
 
+    // The run's stats: each stream's own counts, the record stream's apart from the frames'.
+    let stats = common::read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["sources"]["cam"]["reconnects"], 0, "{stats}");
+    assert_eq!(stats["record_streams"]["cam"]["reconnects"], 1, "{stats}");
+    assert!(
+        stats["record_streams"]["cam"]["attempts"].as_u64().unwrap() >= 2,
+        "{stats}"
+    );
     // Only the record stream was lost.
     let losses: Vec<&str> = out
         .stderr
