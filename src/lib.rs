@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod frame;
 pub mod gst_setup;
 pub mod outcome;
+pub mod packets;
 pub mod sinks;
 pub mod source;
 pub mod spec;

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "frame",
             "value",
             "outcome",
+            "packets",
             "storage",
             "throttle",
         ],

@@ -40,6 +40,7 @@ fn a_small_decoder_pool_never_stalls_its_source_while_the_workflow_holds_its_fra
             ..SourceOptions::default()
         },
         uri_span: 0..0,
+        record: None,
     };
     let (tx, rx) = crossbeam_channel::bounded(FRAMES as usize);
     let source = vidflow::source::start(&config, tx, &rx, Some(FRAMES)).unwrap();

@@ -33,6 +33,8 @@ pub(super) struct RawPipeline<'i> {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSource {
     pub uri: Spanned<String>,
+    /// The stream recorded as sent (`record` sinks, `clip` in packet mode); default `uri`'s.
+    pub record_uri: Option<Spanned<String>>,
     pub user: Option<Spanned<String>>,
     /// A password, or `${VARIABLE}` to read it from the environment.
     pub password: Option<Spanned<String>>,

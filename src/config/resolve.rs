@@ -174,7 +174,7 @@ pub(super) fn resolve(
         .map(|(n, _)| n.get_ref().clone())
         .collect();
     let storage = super::storage::resolve_storage(&raw.storage, &raw.sources, diags);
-    let sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
+    let mut sources = super::source::resolve_sources(raw.sources_declared, raw.sources, diags);
     let executor = resolve_executor(&raw.executor, diags);
     let daemon = resolve_daemon(&raw.daemon, diags);
     let http = raw
@@ -293,7 +293,9 @@ pub(super) fn resolve(
         source_names: &source_names,
         image_sizes: &image_sizes,
     };
-    let sinks = sinks.resolve(raw.sinks, diags, notes);
+    let mut recorded = Vec::new();
+    let sinks = sinks.resolve(raw.sinks, diags, notes, &mut recorded);
+    super::source::settle_records(&mut sources, &recorded, diags);
 
     // Renumber step references into the new order.
     let mut position = vec![0; built.len()];
@@ -415,6 +417,7 @@ impl Sinks<'_> {
         raw: Vec<RawComponent<'_>>,
         diags: &mut Vec<Diagnostic>,
         notes: &mut Vec<Diagnostic>,
+        recorded: &mut Vec<String>,
     ) -> Vec<SinkConfig> {
         let (resolver, source_names) = (self.resolver, self.source_names);
         let mut out = Vec::new();
@@ -485,10 +488,19 @@ impl Sinks<'_> {
             let name = c.name.get_ref().as_str().into();
             let name_span = c.name.span();
             match (kind.build)(Params::new(c.into_params())) {
-                Ok(factory) if ok => {
+                Ok(mut factory) if ok => {
                     let (Some(sources), Some(on_full)) = (sources, on_full) else {
                         continue;
                     };
+                    let taken: Vec<Arc<str>> = sources
+                        .as_deref()
+                        .unwrap_or(source_names)
+                        .iter()
+                        .map(|s| s.as_str().into())
+                        .collect();
+                    if factory.takes_packets(&taken) {
+                        recorded.extend(taken.iter().map(|s| s.to_string()));
+                    }
                     let takes = sources.as_ref().map_or(source_names.len(), Vec::len);
                     if takes > 1
                         && let Some(d) = factory.single_source()

@@ -31,17 +31,75 @@ pub(super) fn resolve_sources(
                 .as_ref()
                 .map(|uri| options(&what, uri, &s, diags))
                 .unwrap_or_default();
+            let record = s
+                .record_uri
+                .as_ref()
+                .and_then(|r| record_uri(&what, r, diags));
             match uri {
                 Some(uri) if diags.len() == before => Some(SourceConfig {
                     name: name.get_ref().as_str().into(),
                     uri,
                     options,
                     uri_span: s.uri.span(),
+                    record,
                 }),
                 _ => None,
             }
         })
         .collect()
+}
+
+/// `record_uri`: an RTSP stream or a file (what can be recorded without decoding).
+fn record_uri(what: &str, raw: &Spanned<String>, diags: &mut Vec<Diagnostic>) -> Option<SourceUri> {
+    match SourceUri::parse(raw.get_ref()) {
+        Ok(uri @ (SourceUri::Rtsp { .. } | SourceUri::File { .. })) => Some(uri),
+        Ok(_) => {
+            diags.push(Diagnostic::at(
+                raw.span(),
+                format!("{what}: record_uri must be an rtsp:// stream or a file"),
+            ));
+            None
+        }
+        Err(e) => {
+            diags.push(Diagnostic::at(
+                raw.span(),
+                format!("{what}: record_uri: {e}"),
+            ));
+            None
+        }
+    }
+}
+
+/// Which stream each source records: `record_uri`, else `uri`, for the sources a sink takes
+/// packets of (`recorded`); none for the others. A source that cannot be recorded without
+/// decoding (a camera device, a test pattern) and has no `record_uri` is a problem.
+pub(super) fn settle_records(
+    sources: &mut [SourceConfig],
+    recorded: &[String],
+    diags: &mut Vec<Diagnostic>,
+) {
+    for source in sources {
+        if !recorded.iter().any(|r| **r == *source.name) {
+            source.record = None;
+            continue;
+        }
+        if source.record.is_none() {
+            match &source.uri {
+                uri @ (SourceUri::Rtsp { .. } | SourceUri::File { .. }) => {
+                    source.record = Some(uri.clone());
+                }
+                _ => diags.push(Diagnostic::at(
+                    source.uri_span.clone(),
+                    format!(
+                        "source \"{}\" is recorded as sent, but only an rtsp:// stream or a \
+                         file can be: give it a record_uri, or record its decoded frames with \
+                         video_file",
+                        source.name
+                    ),
+                )),
+            }
+        }
+    }
 }
 
 fn options(

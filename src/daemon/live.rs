@@ -53,6 +53,8 @@ pub struct LiveSource {
     /// A video file (the progress bar shows those).
     pub file: bool,
     pub counters: Arc<SourceCounters>,
+    /// Its record stream's (`record_uri`, else `uri`'s), when a sink records it.
+    pub record: Option<Arc<SourceCounters>>,
     /// Its `stall_timeout_ms` (the HTTP health check's limit derives from it).
     pub stall_timeout: Duration,
 }
@@ -145,6 +147,7 @@ impl LiveSource {
             live,
             file: matches!(handle.uri(), SourceUri::File { .. }),
             counters: handle.counters().clone(),
+            record: handle.record_counters().cloned(),
             stall_timeout: handle.options().stall_timeout,
         }
     }

@@ -110,6 +110,10 @@ pub struct Report {
     pub frames_failed: u64,
     pub frames_dropped: u64,
     pub sources: BTreeMap<String, SourceStats>,
+    /// Per recorded source, its record stream's own counts (`decoded`: packets); not in the
+    /// frame totals.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub record_streams: BTreeMap<String, SourceStats>,
     pub sinks: BTreeMap<String, SinkStats>,
     pub wall_seconds: f64,
     pub frames_per_second: f64,

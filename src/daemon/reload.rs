@@ -93,7 +93,13 @@ fn plan_sources(running: &[SourceConfig], new: &[SourceConfig]) -> SourcePlan {
     let mut out = SourcePlan::default();
     for (i, old) in running.iter().enumerate() {
         match new.iter().position(|s| s.name == old.name) {
-            Some(j) if new[j].uri == old.uri && new[j].options == old.options => out.keep.push(i),
+            Some(j)
+                if new[j].uri == old.uri
+                    && new[j].options == old.options
+                    && new[j].record == old.record =>
+            {
+                out.keep.push(i)
+            }
             Some(j) => out.restart.push((i, j)),
             None => out.remove.push(i),
         }
@@ -358,6 +364,21 @@ include = ["$steps.gray.image"]
                 .all(|(i, k)| *k == Some(i))
         );
         assert_eq!(plan.kept_sinks, [Some(0), Some(1)]);
+    }
+
+    #[test]
+    fn a_source_that_starts_or_stops_being_recorded_is_restarted() {
+        let source = |record: Option<&str>| crate::source::SourceConfig {
+            name: "cam".into(),
+            uri: crate::source::SourceUri::parse("rtsp://cam/sub").unwrap(),
+            options: crate::source::SourceOptions::default(),
+            uri_span: 0..0,
+            record: record.map(|r| crate::source::SourceUri::parse(r).unwrap()),
+        };
+        let recorded = [source(Some("rtsp://cam/main"))];
+        assert_eq!(plan_sources(&recorded, &recorded).keep, [0]);
+        assert_eq!(plan_sources(&[source(None)], &recorded).restart, [(0, 0)]);
+        assert_eq!(plan_sources(&recorded, &[source(None)]).restart, [(0, 0)]);
     }
 
     #[test]

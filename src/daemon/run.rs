@@ -346,6 +346,7 @@ pub fn run(
         frames_failed: counts.failed,
         frames_dropped: source_dropped + stopped.leftover + lost,
         sources: stopped.stats,
+        record_streams: stopped.record,
         sinks: BTreeMap::new(),
         wall_seconds: wall,
         frames_per_second: if wall > 0.0 {

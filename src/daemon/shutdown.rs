@@ -116,6 +116,8 @@ impl Delivered {
 #[derive(Debug, Default)]
 pub(super) struct SourcesStopped {
     pub stats: BTreeMap<String, SourceStats>,
+    /// The record streams' counts, per recorded source.
+    pub record: BTreeMap<String, SourceStats>,
     /// Frames taken out of the queues unprocessed.
     pub leftover: u64,
     pub errors: Vec<SourceError>,
@@ -144,6 +146,7 @@ pub(super) fn stop_sources(
     for source in running {
         let name = source.name().to_string();
         let counters = source.counters().clone();
+        let record = source.record_counters().cloned();
         match source.join_until(deadline) {
             Some(Ok(())) => {}
             Some(Err(e)) => out.errors.push(e),
@@ -151,6 +154,9 @@ pub(super) fn stop_sources(
                 tracing::error!(source = %name, "source did not stop by the stop deadline; abandoned");
                 out.abandoned.push(format!("source \"{name}\""));
             }
+        }
+        if let Some(record) = record {
+            out.record.insert(name.clone(), record.snapshot());
         }
         out.stats.insert(name, counters.snapshot());
     }

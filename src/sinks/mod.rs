@@ -13,6 +13,7 @@ mod mqtt;
 mod nats;
 mod net;
 pub mod preview;
+mod record;
 mod redis_stream;
 pub mod runner;
 mod snapshot;
@@ -26,6 +27,7 @@ pub use runner::{Closing, OnFull, Routing, SinkRunner, SinkSender, SinkStats};
 pub static KINDS: &[&SinkKind] = &[
     &jsonl::KIND,
     &video_file::KIND,
+    &record::KIND,
     &snapshot::KIND,
     &clip::KIND,
     &mqtt::KIND,
@@ -89,6 +91,14 @@ pub trait SinkFactory: Send + Sync + fmt::Debug {
     /// recorded. `Ok(None)` (the default): nothing to say.
     fn images_of(&self, _width: u32, _height: u32) -> Result<Option<String>, String> {
         Ok(None)
+    }
+
+    /// For a sink that writes the encoded packets of its sources as the camera sent them
+    /// (`record`, `clip` in packet mode): told once, at resolution, which sources it takes
+    /// (each then opens its record stream, `crate::packets`); says whether it takes packets.
+    /// The default takes none.
+    fn takes_packets(&mut self, _sources: &[std::sync::Arc<str>]) -> bool {
+        false
     }
 }
 

@@ -38,6 +38,7 @@ mod device;
 mod ended;
 mod options;
 mod pipeline;
+mod record;
 mod stream;
 mod supervisor;
 mod teardown;
@@ -58,6 +59,9 @@ pub struct SourceConfig {
     pub options: SourceOptions,
     /// Byte range of the `uri` value in the pipeline file, for problems found later.
     pub uri_span: std::ops::Range<usize>,
+    /// The stream whose packets are recorded as sent (`record_uri`, else `uri`), when a sink
+    /// records this source; `None`: nothing records it, no second stream is opened.
+    pub record: Option<SourceUri>,
 }
 
 /// How long a streaming source may take, after a stop request, to deliver what it decoded and
@@ -316,6 +320,9 @@ struct Shared {
     /// change. Written and read by the streaming thread of the pipeline running now, when its
     /// caps change (so at most once per connection and caps, never per frame).
     format: Mutex<Option<Format>>,
+    /// Set for a record stream (`record.rs`): its pipeline parses instead of decoding, and its
+    /// packets go to this topic instead of frames to the queue.
+    packets: Option<Arc<crate::packets::Topic>>,
 }
 
 impl Shared {
@@ -362,6 +369,8 @@ impl Shared {
 #[derive(Debug)]
 pub struct SourceHandle {
     shared: Arc<Shared>,
+    /// The record stream's state, when the source records (`record.rs`).
+    record: Option<Arc<Shared>>,
     thread: JoinHandle<()>,
     /// The supervisor's result, sent as its last act: lets [`SourceHandle::join_until`] wait
     /// with a deadline (a `JoinHandle` cannot).
@@ -375,17 +384,24 @@ pub struct SourceHandle {
 #[derive(Debug, Clone)]
 pub struct SourceControl {
     shared: Arc<Shared>,
+    record: Option<Arc<Shared>>,
 }
 
 impl SourceControl {
     /// Asks the source to end its stream; frames already decoded are still delivered.
     pub fn stop(&self) {
         self.shared.raise(STOP);
+        if let Some(record) = &self.record {
+            record.raise(STOP);
+        }
     }
 
     /// Stops the source at once.
     pub fn abort(&self) {
         self.shared.raise(ABORT);
+        if let Some(record) = &self.record {
+            record.raise(ABORT);
+        }
     }
 }
 
@@ -427,28 +443,20 @@ pub fn start_from(
         name: config.name.to_string(),
         message,
     })?;
-    let shared = Arc::new(Shared {
-        name: config.name.clone(),
-        uri: config.uri.clone(),
-        options: config.options.clone(),
+    let shared = Arc::new(Shared::new(
+        config.name.clone(),
+        config.uri.clone(),
+        config.options.clone(),
         max_frames,
-        counters: Arc::new(SourceCounters {
-            started_ms: AtomicU64::new(monotonic_ms()),
-            ..SourceCounters::default()
-        }),
-        request: AtomicU8::new(RUN),
-        wake: crossbeam_channel::bounded(1),
-        bus: Mutex::new(None),
-        seq: AtomicU64::new(resume.seq),
-        last_frame: AtomicU64::new(0),
-        epoch: Instant::now(),
-        pts_offset: AtomicU64::new(resume.pts_end_ns),
-        pts_end: AtomicU64::new(resume.pts_end_ns),
-        reconnecting: AtomicBool::new(false),
-        copying: AtomicBool::new(false),
-        format: Mutex::new(None),
-    });
+        resume,
+        None,
+    ));
     stream::preflight(&shared)?;
+    let record = match &config.record {
+        Some(uri) => Some(record::RecordStream::start(config, uri)?),
+        None => None,
+    };
+    let record_shared = record.as_ref().map(|r| r.shared().clone());
     // A live source drops its oldest queued frame to make room: it needs the receiving end.
     let oldest = shared.uri.is_live().then(|| frames_rx.clone());
     let (ended_tx, ended) = crossbeam_channel::bounded(1);
@@ -459,6 +467,9 @@ pub fn start_from(
             .name(format!("vidflow-source-{}", config.name))
             .spawn(move || {
                 let result = supervisor::supervise(&shared, &frames, oldest.as_ref());
+                if let Some(record) = record {
+                    record.finish(&shared, result.is_ok());
+                }
                 shared.counters.set_state(SourceState::Ended);
                 // The frame sender goes first: the consumer sees the channel close.
                 drop(frames);
@@ -473,21 +484,63 @@ pub fn start_from(
     tracing::info!(source = %config.name, uri = %config.uri, "source started");
     Ok(SourceHandle {
         shared,
+        record: record_shared,
         thread,
         ended,
         done,
     })
 }
 
+impl Shared {
+    fn new(
+        name: Arc<str>,
+        uri: SourceUri,
+        options: SourceOptions,
+        max_frames: Option<u64>,
+        resume: Resume,
+        packets: Option<Arc<crate::packets::Topic>>,
+    ) -> Self {
+        Self {
+            name,
+            uri,
+            options,
+            max_frames,
+            counters: Arc::new(SourceCounters {
+                started_ms: AtomicU64::new(monotonic_ms()),
+                ..SourceCounters::default()
+            }),
+            request: AtomicU8::new(RUN),
+            wake: crossbeam_channel::bounded(1),
+            bus: Mutex::new(None),
+            seq: AtomicU64::new(resume.seq),
+            last_frame: AtomicU64::new(0),
+            epoch: Instant::now(),
+            pts_offset: AtomicU64::new(resume.pts_end_ns),
+            pts_end: AtomicU64::new(resume.pts_end_ns),
+            reconnecting: AtomicBool::new(false),
+            copying: AtomicBool::new(false),
+            format: Mutex::new(None),
+            packets,
+        }
+    }
+}
+
 impl SourceHandle {
     pub fn control(&self) -> SourceControl {
         SourceControl {
             shared: self.shared.clone(),
+            record: self.record.clone(),
         }
     }
 
     pub fn counters(&self) -> &Arc<SourceCounters> {
         &self.shared.counters
+    }
+
+    /// The counters of the record stream (its own state, reconnections and stalls; `decoded`
+    /// counts its packets), when the source records.
+    pub fn record_counters(&self) -> Option<&Arc<SourceCounters>> {
+        self.record.as_ref().map(|r| &r.counters)
     }
 
     pub fn name(&self) -> &Arc<str> {

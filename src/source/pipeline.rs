@@ -112,13 +112,43 @@ pub fn describe(uri: &SourceUri, options: &SourceOptions, convert_threads: usize
     }
 }
 
-/// Builds the pipeline of a source, with its location and credentials set as properties.
+/// Encoded video a record stream takes, as whole access units: what `h264parse` and
+/// `h265parse` give (and the muxers take) once they have parsed the stream.
+const RECORD_CAPS: &str = "video/x-h264,alignment=au;video/x-h265,alignment=au";
+
+/// The gst-launch description of a record stream: the camera's packets, depayloaded (RTSP)
+/// or demuxed (a file) and parsed into access units, never decoded (`record.rs`).
+pub(super) fn describe_record(uri: &SourceUri, options: &SourceOptions) -> Option<String> {
+    let sink = format!(
+        "parsebin ! capsfilter caps=\"{RECORD_CAPS}\" ! appsink name={APPSINK} sync=false \
+         max-buffers=8 enable-last-sample=false"
+    );
+    match uri {
+        SourceUri::File { .. } => Some(format!("filesrc name={SOURCE_ELEMENT} ! {sink}")),
+        SourceUri::Rtsp { .. } => {
+            let rtsp = describe(uri, options, 1);
+            let head = rtsp.split(" ! ").next()?;
+            Some(format!("{head} ! {sink}"))
+        }
+        SourceUri::V4l2 { .. } | SourceUri::Test(_) => None,
+    }
+}
+
+/// Builds the pipeline of a source, with its location and credentials set as properties;
+/// `packets`: its record stream's.
 pub(crate) fn build(
     uri: &SourceUri,
     options: &SourceOptions,
+    packets: bool,
 ) -> Result<(gst::Pipeline, gst_app::AppSink), String> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let pipeline = gst::parse::launch(&describe(uri, options, threads))
+    let description = if packets {
+        describe_record(uri, options)
+            .ok_or_else(|| format!("{uri}: only rtsp streams and files can be recorded"))?
+    } else {
+        describe(uri, options, threads)
+    };
+    let pipeline = gst::parse::launch(&description)
         .map_err(|e| e.to_string())?
         .downcast::<gst::Pipeline>()
         .map_err(|_| "description is not a pipeline".to_owned())?;
@@ -349,8 +379,12 @@ mod tests {
                 max_fps: Some(10),
                 ..SourceOptions::default()
             };
-            build(&SourceUri::parse(uri).unwrap(), &options)
+            build(&SourceUri::parse(uri).unwrap(), &options, false)
                 .unwrap_or_else(|e| panic!("{uri}: {e}"));
+            if !uri.starts_with("test:") && !uri.starts_with("v4l2:") {
+                build(&SourceUri::parse(uri).unwrap(), &options, true)
+                    .unwrap_or_else(|e| panic!("{uri} recorded: {e}"));
+            }
         }
     }
 
@@ -358,7 +392,7 @@ mod tests {
     fn rtspsrc_gets_the_password_apart_decoded_and_a_location_without_it() {
         gst::init().unwrap();
         let uri = SourceUri::parse("rtsp://ad%20min:p%23s%40s@127.0.0.1:9/cam?c=1").unwrap();
-        let (pipeline, _) = build(&uri, &SourceOptions::default()).unwrap();
+        let (pipeline, _) = build(&uri, &SourceOptions::default(), false).unwrap();
         let src = pipeline.by_name(SOURCE_ELEMENT).unwrap();
         assert_eq!(
             src.property::<String>("location"),

@@ -64,16 +64,20 @@ impl Connection {
         preflight(shared).map_err(Ended::Failed)?;
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
         let (pipeline, appsink) =
-            super::pipeline::build(&shared.uri, &shared.options).map_err(|message| {
-                Ended::Fatal(SourceError::Gstreamer {
-                    name: shared.name.to_string(),
-                    message,
-                })
-            })?;
+            super::pipeline::build(&shared.uri, &shared.options, shared.packets.is_some())
+                .map_err(|message| {
+                    Ended::Fatal(SourceError::Gstreamer {
+                        name: shared.name.to_string(),
+                        message,
+                    })
+                })?;
         shared
             .pts_offset
             .store(shared.pts_end.load(Ordering::Acquire), Ordering::Release);
-        appsink.set_callbacks(callbacks(shared.clone(), frames.clone(), oldest.cloned()));
+        appsink.set_callbacks(match shared.packets {
+            Some(_) => super::record::callbacks(shared.clone()),
+            None => callbacks(shared.clone(), frames.clone(), oldest.cloned()),
+        });
         let bus = pipeline.bus().ok_or_else(|| {
             Ended::Fatal(SourceError::Gstreamer {
                 name: shared.name.to_string(),
@@ -466,6 +470,7 @@ mod tests {
                 ..SourceOptions::default()
             },
             uri_span: 0..0,
+            record: None,
         };
         let (tx, rx) = crossbeam_channel::bounded(100);
         let handle = crate::source::start(&config, tx, &rx, max).unwrap();

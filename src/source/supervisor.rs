@@ -50,6 +50,9 @@ pub(super) fn supervise(
                 let ended = connection.watch(shared);
                 // Bounded whatever the peer does (`teardown.rs`).
                 let _ = connection.close(shared);
+                if let Some(topic) = &shared.packets {
+                    topic.lost();
+                }
                 ended
             }
             Err(ended) => ended,

@@ -289,7 +289,7 @@ impl Running {
     }
 }
 
-fn run_loop(context: &glib::MainContext, main_loop: &glib::MainLoop) {
+pub fn run_loop(context: &glib::MainContext, main_loop: &glib::MainLoop) {
     let ran = context.with_thread_default(|| {
         main_loop.run();
         // Let closing clients and sessions finish what they queued on this context.

@@ -123,6 +123,8 @@ pub(super) fn render(live: &Live) -> String {
         );
     }
 
+    record_streams(&mut out, sources);
+
     if let Some(executor) = &parts.executor {
         let steps = &executor.steps;
         out.header(
@@ -426,6 +428,92 @@ pub(super) fn json(live: &Live) -> Vec<u8> {
 }
 
 /// Prometheus text being written.
+/// Which counter of a record stream a metric shows.
+type StreamCounter = fn(&crate::source::SourceCounters) -> &AtomicU64;
+/// Which counter of a record sink's source a metric shows.
+type RecordCounter = fn(&crate::packets::RecordStats) -> &AtomicU64;
+
+/// Each record stream's state (its own reconnections and stalls, apart from the decoded
+/// stream's), and what each `record` sink wrote of each source (`crate::packets`).
+fn record_streams(out: &mut Text, sources: &[crate::daemon::live::LiveSource]) {
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let recorded: Vec<_> = sources
+        .iter()
+        .filter_map(|s| s.record.as_ref().map(|r| (&s.name, r)))
+        .collect();
+    let name = "vidflow_record_stream_state";
+    out.header(
+        name,
+        "gauge",
+        "1 for the state the source's record stream is in (record_uri, else uri).",
+    );
+    for (source, r) in &recorded {
+        let now = r.state();
+        for state in SourceState::ALL {
+            let labels = [("source", &***source), ("state", state.name())];
+            out.sample(name, &labels, u64::from(state == now));
+        }
+    }
+    let counters: [(&str, &str, StreamCounter); 2] = [
+        (
+            "vidflow_record_stream_reconnects_total",
+            "Times the record stream came back after a loss.",
+            |c| &c.reconnects,
+        ),
+        (
+            "vidflow_record_stream_packets_total",
+            "Encoded frames the record stream gave.",
+            |c| &c.decoded,
+        ),
+    ];
+    for (name, help, counter) in counters {
+        out.header(name, "counter", help);
+        for (source, r) in &recorded {
+            out.sample(name, &[("source", source)], get(counter(r)));
+        }
+    }
+    let rows = crate::packets::hub().record_rows();
+    let per_sink: [(&str, &str, &str, RecordCounter); 5] = [
+        (
+            "vidflow_record_bytes_total",
+            "counter",
+            "Bytes of the camera's stream a record sink wrote.",
+            |s| &s.bytes,
+        ),
+        (
+            "vidflow_record_segments_total",
+            "counter",
+            "Segments a record sink started.",
+            |s| &s.segments,
+        ),
+        (
+            "vidflow_record_gaps_total",
+            "counter",
+            "Breaks in a recording: a lost stream, packets lost to a full queue, a failed write.",
+            |s| &s.gaps,
+        ),
+        (
+            "vidflow_record_keyframes_total",
+            "counter",
+            "Keyframes the camera sent to a record sink.",
+            |s| &s.keyframes,
+        ),
+        (
+            "vidflow_record_keyframe_interval_ms",
+            "gauge",
+            "Time between the camera's last two keyframes.",
+            |s| &s.keyframe_interval_ms,
+        ),
+    ];
+    for (name, kind, help, value) in per_sink {
+        out.header(name, kind, help);
+        for row in &rows {
+            let labels = [("sink", &*row.sink), ("source", &*row.source)];
+            out.sample(name, &labels, get(value(&row.stats)));
+        }
+    }
+}
+
 #[derive(Default)]
 struct Text(String);
 

@@ -164,6 +164,7 @@ mod tests {
                     live: false,
                     file: true,
                     counters: Arc::new(SourceCounters::default()),
+                    record: None,
                     stall_timeout: SECOND,
                 })
                 .collect(),

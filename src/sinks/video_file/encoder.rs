@@ -78,6 +78,10 @@ struct State {
     muxing: Vec<(PathBuf, u64)>,
     /// Frames in segments the muxer closed: in files that play to their end.
     finished: u64,
+    /// Segments the muxer closed.
+    closed: u64,
+    /// Segments named (the one being written included).
+    named: u64,
 }
 
 #[derive(Debug, Default)]
@@ -117,6 +121,7 @@ fn name_segment(namer: &Mutex<Namer>, files: &SinkFiles, shared: &Shared) -> Pat
         let mut state = shared.lock();
         state.last = Some(name.clone());
         state.muxing.push((name.clone(), 0));
+        state.named += 1;
     }
     match files.create(&name, &source) {
         Ok(writing) => shared.lock().writing.push(writing),
@@ -192,6 +197,7 @@ fn on_encoder_message(shared: &Shared, msg: &gst::Message) {
                     if let Some(i) = state.muxing.iter().position(|(p, _)| p == at) {
                         let (_, frames) = state.muxing.remove(i);
                         state.finished += frames;
+                        state.closed += 1;
                     }
                     let (done, open) = std::mem::take(&mut state.writing)
                         .into_iter()
@@ -246,27 +252,47 @@ pub(super) fn numbered(base: &Path, n: u32) -> PathBuf {
     base.with_file_name(name)
 }
 
-pub(super) struct Encoder {
+/// The muxing half of an encoder: `appsrc ! MIDDLE ! splitmuxsink`, naming and indexing its
+/// segments and counting what they hold; `MIDDLE` encodes (`video_file`) or only parses
+/// (`record`: the camera's own packets, see `sinks/record`).
+pub(in crate::sinks) struct Muxing {
     pipeline: gst::Pipeline,
     appsrc: gst_app::AppSrc,
     shared: Arc<Shared>,
+    /// Buffers (frames) the pipeline took.
+    pub(in crate::sinks) pushed: u64,
+    /// Set once the pipeline failed: the error, reported at close too.
+    failed: Option<String>,
+    path: PathBuf,
+    source: String,
+    /// The sink's count of frames it took that are in no finished file (see
+    /// [`Muxing::settle`]).
+    lost: Arc<AtomicU64>,
+    /// Whether this pipeline's frames were settled into `lost` already.
+    settled: bool,
+}
+
+/// Where and how a [`Muxing`] writes.
+#[derive(Debug, Clone)]
+pub(in crate::sinks) struct Segments {
+    /// File name template: `{source}` and `{start}` placeholders.
+    pub template: String,
+    pub source: String,
+    pub mp4: bool,
+    pub segment: Duration,
+    /// Ask upstream for a keyframe at each cut (an encoder can make one; a camera's stream
+    /// is cut at its next keyframe instead).
+    pub keyframe_requests: bool,
+}
+
+pub(super) struct Encoder {
+    muxing: Muxing,
     pub info: gst_video::VideoInfo,
     pub frame_duration: gst::ClockTime,
     /// The images' own size (`info` is the size encoded: see [`super::size`]).
     image: (u32, u32),
     pub first_pts: Option<Duration>,
     pub last_pts: Option<gst::ClockTime>,
-    /// Frames the encoder took.
-    pub pushed: u64,
-    /// Set once the encoder failed: the error, reported at close too.
-    failed: Option<String>,
-    path: PathBuf,
-    source: String,
-    /// The sink's count of frames it took that are in no finished file (see
-    /// [`Encoder::settle`]).
-    lost: Arc<AtomicU64>,
-    /// Whether this encoder's frames were settled into `lost` already.
-    settled: bool,
 }
 
 impl Encoder {
@@ -284,28 +310,103 @@ impl Encoder {
             message,
         };
         let (coded_width, coded_height) = super::size::coded_size(width, height).map_err(err)?;
-        crate::sinks::create_parent(&path)?;
         let keyframes = (u64::from(settings.keyframe_seconds) * fps.0.max(1) as u64
             / fps.1.max(1) as u64)
             .max(1);
+        // No B-frames: with them, fragmented MP4 lost the last two frames before each cut.
+        let middle = format!(
+            "videoconvert ! video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} \
+             key-int-max={keyframes} bframes=0 ! h264parse",
+            settings.preset, settings.bitrate_kbps,
+        );
+        let info =
+            gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, coded_width, coded_height)
+                .fps(gst::Fraction::new(fps.0, fps.1))
+                .build()
+                .map_err(|e| err(e.to_string()))?;
+        let caps = info.to_caps().map_err(|e| err(e.to_string()))?;
+        let segments = Segments {
+            template: settings.template.clone(),
+            source: settings.source.clone(),
+            mp4: settings.mp4,
+            segment: settings.segment,
+            keyframe_requests: true,
+        };
+        let muxing = Muxing::launch(&segments, &middle, &caps, files, lost)?;
+        let frame_duration = gst::ClockTime::SECOND
+            .mul_div_floor(fps.1.max(1) as u64, fps.0.max(1) as u64)
+            .unwrap_or(gst::ClockTime::from_mseconds(33));
+        Ok(Self {
+            muxing,
+            info,
+            frame_duration,
+            image: (width, height),
+            first_pts: None,
+            last_pts: None,
+        })
+    }
+
+    /// Frames the encoder took.
+    pub(super) fn pushed(&self) -> u64 {
+        self.muxing.pushed
+    }
+
+    /// Whether the encoder failed because its disk was full.
+    pub(super) fn out_of_space(&self) -> bool {
+        self.muxing.out_of_space()
+    }
+
+    /// The segment being written, if any.
+    pub(super) fn segment(&self) -> Option<PathBuf> {
+        self.muxing.segment()
+    }
+
+    /// Pushes one frame, waiting for room at most [`PUSH_TIMEOUT`].
+    pub(super) fn push(&mut self, buffer: gst::Buffer) -> Result<(), SinkError> {
+        self.muxing.push(buffer)
+    }
+
+    /// Finalizes the last segment (see the module header).
+    pub(super) fn close(self) -> Result<(), SinkError> {
+        self.muxing.close()
+    }
+
+    /// The size of the images this encoder takes and their frame rate.
+    pub(super) fn format(&self) -> ((u32, u32), gst::Fraction) {
+        (self.image, self.info.fps())
+    }
+}
+
+impl Muxing {
+    /// Starts `appsrc ! middle ! splitmuxsink` taking buffers of `caps`.
+    pub(in crate::sinks) fn launch(
+        segments: &Segments,
+        middle: &str,
+        caps: &gst::Caps,
+        files: &SinkFiles,
+        lost: Arc<AtomicU64>,
+    ) -> Result<Self, SinkError> {
+        let path = PathBuf::from(segments.template.replace("{source}", &segments.source));
+        let err = |message: String| SinkError::Gstreamer {
+            path: path.clone(),
+            message,
+        };
+        crate::sinks::create_parent(&path)?;
         // The muxer and file sink are given here, not set afterwards: splitmuxsink makes its
-        // (default) muxer when h264parse links to it, during the parse. Each piece the muxer
+        // (default) muxer when the parser links to it, during the parse. Each piece the muxer
         // finishes goes to the disk at once: filesink's default 64 KiB buffer would hold
-        // seconds of a small video back from a crash. No B-frames: with them, fragmented MP4
-        // lost the last two frames before each cut.
-        let muxer = if settings.mp4 {
+        // seconds of a small video back from a crash.
+        let muxer = if segments.mp4 {
             format!("mp4mux fragment-duration={MP4_FRAGMENT_MS}")
         } else {
             "matroskamux".to_owned()
         };
         let desc = format!(
-            "appsrc name=src format=time block=false max-bytes={QUEUE_BYTES} ! videoconvert ! \
-             video/x-raw,format=I420 ! x264enc speed-preset={} bitrate={} key-int-max={keyframes} bframes=0 ! \
-             h264parse ! splitmuxsink name=split send-keyframe-requests=true max-size-time={} \
+            "appsrc name=src format=time block=false max-bytes={QUEUE_BYTES} ! {middle} ! \
+             splitmuxsink name=split send-keyframe-requests={} max-size-time={} \
              muxer=\"{muxer}\" sink=\"filesink buffer-mode=unbuffered\"",
-            settings.preset,
-            settings.bitrate_kbps,
-            settings.segment.as_nanos()
+            segments.keyframe_requests,
+            segments.segment.as_nanos()
         );
         let pipeline = gst::parse::launch(&desc)
             .map_err(|e| err(e.to_string()))?
@@ -315,8 +416,8 @@ impl Encoder {
             .by_name("split")
             .ok_or_else(|| err("no splitmuxsink".to_owned()))?;
         let namer = Mutex::new(Namer {
-            template: settings.template.clone(),
-            source: settings.source.clone(),
+            template: segments.template.clone(),
+            source: segments.source.clone(),
             next: 0,
         });
         let shared = Arc::new(Shared::default());
@@ -332,13 +433,7 @@ impl Encoder {
             .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
             .ok_or_else(|| err("no appsrc".to_owned()))?;
         count_muxed_frames(&split, &shared).map_err(err)?;
-        let info =
-            gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, coded_width, coded_height)
-                .fps(gst::Fraction::new(fps.0, fps.1))
-                .build()
-                .map_err(|e| err(e.to_string()))?;
-        let caps = info.to_caps().map_err(|e| err(e.to_string()))?;
-        appsrc.set_caps(Some(&caps));
+        appsrc.set_caps(Some(caps));
 
         let (on_need, on_enough) = (shared.clone(), shared.clone());
         appsrc.set_callbacks(
@@ -358,25 +453,22 @@ impl Encoder {
         pipeline
             .set_state(gst::State::Playing)
             .map_err(|e| err(format!("cannot start encoder: {e}")))?;
-        let frame_duration = gst::ClockTime::SECOND
-            .mul_div_floor(fps.1.max(1) as u64, fps.0.max(1) as u64)
-            .unwrap_or(gst::ClockTime::from_mseconds(33));
         Ok(Self {
             pipeline,
             appsrc,
             shared,
-            info,
-            frame_duration,
-            image: (width, height),
-            first_pts: None,
-            last_pts: None,
             pushed: 0,
             failed: None,
             path,
-            source: settings.source.clone(),
+            source: segments.source.clone(),
             lost,
             settled: false,
         })
+    }
+
+    /// Segments named so far (the one being written included).
+    pub(in crate::sinks) fn segments(&self) -> u64 {
+        self.shared.lock().named
     }
 
     fn error(&self, message: String) -> SinkError {
@@ -395,13 +487,13 @@ impl Encoder {
         self.error(message)
     }
 
-    /// Whether the encoder failed because its disk was full.
-    pub(super) fn out_of_space(&self) -> bool {
+    /// Whether the pipeline failed because its disk was full.
+    pub(in crate::sinks) fn out_of_space(&self) -> bool {
         self.shared.lock().no_space
     }
 
     /// The segment being written, if any.
-    pub(super) fn segment(&self) -> Option<PathBuf> {
+    pub(in crate::sinks) fn segment(&self) -> Option<PathBuf> {
         self.shared
             .lock()
             .writing
@@ -431,7 +523,7 @@ impl Encoder {
     }
 
     /// Pushes one buffer, waiting for room at most [`PUSH_TIMEOUT`].
-    pub(super) fn push(&mut self, buffer: gst::Buffer) -> Result<(), SinkError> {
+    pub(in crate::sinks) fn push(&mut self, buffer: gst::Buffer) -> Result<(), SinkError> {
         if let Some(message) = &self.failed {
             return Err(self.error(format!("failed earlier: {message}")));
         }
@@ -471,7 +563,7 @@ impl Encoder {
     }
 
     /// Finalizes the last segment (see the module header).
-    pub(super) fn close(mut self) -> Result<(), SinkError> {
+    pub(in crate::sinks) fn close(mut self) -> Result<(), SinkError> {
         if let Some(message) = &self.failed {
             self.release();
             return Err(self.error(message.clone()));
@@ -507,11 +599,6 @@ impl Encoder {
         self.settle(outcome.is_ok());
         self.release();
         outcome.map_err(|m| self.error(m))
-    }
-
-    /// The size of the images this encoder takes and their frame rate.
-    pub(super) fn format(&self) -> ((u32, u32), gst::Fraction) {
-        (self.image, self.info.fps())
     }
 
     /// Once the pipeline has stopped: counts into `lost` the frames this encoder took that are

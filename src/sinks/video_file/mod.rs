@@ -28,7 +28,7 @@ use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::storage::{Class, FilePolicy, Retention, SinkFiles};
 use crate::value::{Image, Value, ValueType};
 
-mod encoder;
+pub(super) mod encoder;
 pub(super) mod size;
 
 use encoder::{Encoder, Settings};
@@ -45,14 +45,7 @@ pub(super) static KIND: SinkKind = SinkKind {
         list: false,
     }],
     params: &[
-        ParamDoc {
-            name: "path",
-            ty: "path ending .mp4 or .mkv",
-            default: "required",
-            doc: "segment files (created with their folder, never overwritten: a taken name \
-                  gets .1, .2, ...); {source} gives each source its own files (required \
-                  when the sink takes several sources), {start} the segment's UTC start time",
-        },
+        SEGMENT_PATH_DOC,
         ParamDoc {
             name: "segment_seconds",
             ty: "integer",
@@ -81,6 +74,16 @@ pub(super) static KIND: SinkKind = SinkKind {
         super::MAX_GB_DOC,
     ],
     build,
+};
+
+/// `path` of a sink writing segments (`video_file`, `record`).
+pub(super) const SEGMENT_PATH_DOC: ParamDoc = ParamDoc {
+    name: "path",
+    ty: "path ending .mp4 or .mkv",
+    default: "required",
+    doc: "segment files (created with their folder, never overwritten: a taken name gets .1, \
+          .2, ...); {source} gives each source its own files (required when the sink takes \
+          several sources), {start} the segment's UTC start time",
 };
 
 const PRESETS: &[&str] = &[
@@ -121,29 +124,7 @@ struct Factory {
 
 fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     let c: Config = params.parse()?;
-    let path = std::path::Path::new(c.path.get_ref());
-    let ext = path.extension().and_then(|e| e.to_str());
-    let mp4 = match ext.map(str::to_ascii_lowercase).as_deref() {
-        Some("mp4") => true,
-        Some("mkv") => false,
-        _ => {
-            return Err(Diagnostic::at(
-                c.path.span(),
-                format!("path \"{}\" must end in .mp4 or .mkv", c.path.get_ref()),
-            ));
-        }
-    };
-    let seconds = |v: Option<Spanned<u32>>, key: &str, default: u32| match v {
-        Some(s) if !(1..=MAX_SECONDS).contains(s.get_ref()) => Err(Diagnostic::at(
-            s.span(),
-            format!(
-                "{key} must be between 1 and {MAX_SECONDS}, not {}",
-                s.get_ref()
-            ),
-        )),
-        Some(s) => Ok(s.into_inner()),
-        None => Ok(default),
-    };
+    let (mp4, mixes_sources) = segment_path(&c.path)?;
     let segment_seconds = seconds(c.segment_seconds, "segment_seconds", 60)?;
     let keyframe_seconds = seconds(c.keyframe_seconds, "keyframe_seconds", 2)?;
     let (preset, bitrate_kbps) = encoder_options(c.preset, c.bitrate_kbps)?;
@@ -153,16 +134,6 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         c.max_gb,
         Some((segment_bytes, "segment at bitrate_kbps")),
     )?;
-    let mixes_sources = (!c.path.get_ref().contains("{source}")).then(|| {
-        Diagnostic::at(
-            c.path.span(),
-            format!(
-                "path \"{}\" has no {{source}} but the sink takes several sources: add \
-                 {{source}} to the path, or say which one with sources = [...]",
-                c.path.get_ref()
-            ),
-        )
-    });
     Ok(Box::new(Factory {
         settings: Settings {
             template: c.path.into_inner(),
@@ -182,6 +153,53 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         },
         mixes_sources,
     }))
+}
+
+/// The `path` of a sink writing segments: whether it is MP4 (else Matroska), and the problem
+/// to report if the sink takes several sources and the path has no `{source}`.
+pub(super) fn segment_path(
+    path: &Spanned<String>,
+) -> Result<(bool, Option<Diagnostic>), Diagnostic> {
+    let ext = std::path::Path::new(path.get_ref())
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let mp4 = match ext.as_deref() {
+        Some("mp4") => true,
+        Some("mkv") => false,
+        _ => {
+            return Err(Diagnostic::at(
+                path.span(),
+                format!("path \"{}\" must end in .mp4 or .mkv", path.get_ref()),
+            ));
+        }
+    };
+    let mixes_sources = (!path.get_ref().contains("{source}")).then(|| {
+        Diagnostic::at(
+            path.span(),
+            format!(
+                "path \"{}\" has no {{source}} but the sink takes several sources: add \
+                 {{source}} to the path, or say which one with sources = [...]",
+                path.get_ref()
+            ),
+        )
+    });
+    Ok((mp4, mixes_sources))
+}
+
+/// A number of seconds between 1 and [`MAX_SECONDS`], or `default`.
+pub(super) fn seconds(v: Option<Spanned<u32>>, key: &str, default: u32) -> Result<u32, Diagnostic> {
+    match v {
+        Some(s) if !(1..=MAX_SECONDS).contains(s.get_ref()) => Err(Diagnostic::at(
+            s.span(),
+            format!(
+                "{key} must be between 1 and {MAX_SECONDS}, not {}",
+                s.get_ref()
+            ),
+        )),
+        Some(s) => Ok(s.into_inner()),
+        None => Ok(default),
+    }
 }
 
 /// The x264 `preset` and `bitrate_kbps` parameters, checked, or their defaults.
@@ -513,7 +531,7 @@ impl Sink for VideoFile {
                 enc.first_pts = Some(p);
                 gst::ClockTime::ZERO
             }
-            (None, _) => enc.frame_duration * enc.pushed,
+            (None, _) => enc.frame_duration * enc.pushed(),
         };
         let pts = match enc.last_pts {
             Some(last) if pts <= last => last + gst::ClockTime::from_nseconds(1),

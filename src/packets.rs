@@ -1,0 +1,312 @@
+//! Encoded packets of a source's record stream, on their way from the source to the sinks that
+//! write them as the camera sent them (`record`, `clip` in packet mode), never decoded.
+//!
+//! The process has one [`Hub`] ([`hub`]): a sink kind must not import the source, nor the
+//! source a sink, so they meet here, in the vocabulary layer (as the preview sinks and the
+//! HTTP endpoint meet in `sinks::preview::hub`). A source that records publishes into its
+//! [`Topic`] (one per source name); each recording sink holds a [`Subscription`] per source it
+//! takes, made when it opens (before the sources start: nothing is missed at the start).
+//!
+//! Threads and channels: the record stream's GStreamer streaming thread publishes; each
+//! subscription is a bounded channel of [`SUBSCRIPTION_PACKETS`] items, read by the sink's own
+//! thread for that source. A file's stream waits for room (nothing is lost); a live stream
+//! never waits on a sink: a full subscription loses the packet, is counted a gap and takes
+//! nothing more until the next keyframe (a packet after a lost one would not decode). The
+//! topic's lock is taken to clone its senders, never while sending. After every loss or end of
+//! the stream the topic sends [`Carried::Break`] (waiting for room, at most [`BREAK_WAIT`]) so
+//! a sink finishes its segment at once, not at the next connection.
+//!
+//! Stop protocol: a subscription removes itself from its topic when dropped; its sender goes
+//! with it, so nothing is ever sent to a sink that closed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use gstreamer as gst;
+
+/// Packets queued for one subscriber: about 8 s of a 30 fps stream, far more than a segment
+/// change takes on a busy disk.
+pub const SUBSCRIPTION_PACKETS: usize = 256;
+/// Longest a break waits for room in a full subscription: it is only a hint (the next
+/// packet's connection number says the same).
+const BREAK_WAIT: Duration = Duration::from_millis(200);
+
+/// One encoded access unit (a frame's packets) of a record stream, parsed and timestamped.
+#[derive(Debug, Clone)]
+pub struct Packet {
+    pub buffer: gst::Buffer,
+    pub caps: gst::Caps,
+    /// Which connection of a record stream it came on ([`new_connection`]): changes after
+    /// every loss and every restart of the source, so the packets of one connection share one
+    /// timeline.
+    pub connection: u64,
+    /// When it reached vidflow (wall clock): what maps a decoded frame's time onto the record
+    /// stream (see docs/guides/recording.md).
+    pub arrival: SystemTime,
+}
+
+impl Packet {
+    /// Whether a decoder can start here.
+    pub fn keyframe(&self) -> bool {
+        !self.buffer.flags().contains(gst::BufferFlags::DELTA_UNIT)
+    }
+}
+
+/// What a subscription carries.
+#[derive(Debug, Clone)]
+pub enum Carried {
+    Packet(Packet),
+    /// The stream was lost or ended: what comes next (if anything) is a new connection.
+    Break,
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    id: u64,
+    tx: Sender<Carried>,
+    /// Lost a packet and waits for a keyframe. Written by the publishing thread only.
+    skipping: Arc<AtomicBool>,
+    gaps: Arc<AtomicU64>,
+}
+
+/// Where one source's record stream publishes.
+#[derive(Debug, Default)]
+pub struct Topic {
+    subscribers: Mutex<Vec<Subscriber>>,
+}
+
+impl Topic {
+    fn senders(&self) -> Vec<(Sender<Carried>, Arc<AtomicBool>, Arc<AtomicU64>)> {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|s| (s.tx.clone(), s.skipping.clone(), s.gaps.clone()))
+            .collect()
+    }
+
+    /// Whether anybody takes this source's packets.
+    pub fn wanted(&self) -> bool {
+        !self
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// Hands `packet` to every subscriber: waiting for room when `wait` (a file), else losing
+    /// it for a full subscriber (counted a gap; that subscriber skips to the next keyframe).
+    pub fn publish(&self, packet: &Packet, wait: bool) {
+        let keyframe = packet.keyframe();
+        for (tx, skipping, gaps) in self.senders() {
+            if skipping.load(Ordering::Relaxed) {
+                if !keyframe {
+                    continue;
+                }
+                skipping.store(false, Ordering::Relaxed);
+            }
+            let item = Carried::Packet(packet.clone());
+            if wait {
+                // Fails only when the subscriber is gone.
+                let _ = tx.send(item);
+            } else if let Err(TrySendError::Full(_)) = tx.try_send(item) {
+                skipping.store(true, Ordering::Relaxed);
+                gaps.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The stream was lost or ended (see [`Carried::Break`]).
+    pub fn lost(&self) {
+        for (tx, ..) in self.senders() {
+            let _ = tx.send_timeout(Carried::Break, BREAK_WAIT);
+        }
+    }
+}
+
+/// What a recording sink takes of one source; dropping it unsubscribes.
+#[derive(Debug)]
+pub struct Subscription {
+    pub packets: Receiver<Carried>,
+    /// Packets lost because this subscription was full (a slow disk), counted as gaps.
+    pub overflows: Arc<AtomicU64>,
+    topic: Arc<Topic>,
+    id: u64,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.topic
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|s| s.id != self.id);
+    }
+}
+
+/// What a recording sink wrote of one source, for `/metrics`. Written by the sink's thread for
+/// that source, read by observers (relaxed: statistics).
+#[derive(Debug, Default)]
+pub struct RecordStats {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    pub segments: AtomicU64,
+    pub keyframes: AtomicU64,
+    /// Time between the last two keyframes, in ms (0 before the second).
+    pub keyframe_interval_ms: AtomicU64,
+    /// Breaks in the recording: a lost stream, packets lost to a full queue, a write that
+    /// failed. Each starts a new segment at the next keyframe.
+    pub gaps: AtomicU64,
+}
+
+/// One row of [`Hub::record_stats`].
+#[derive(Debug, Clone)]
+pub struct RecordRow {
+    pub sink: Arc<str>,
+    pub source: Arc<str>,
+    pub stats: Arc<RecordStats>,
+}
+
+/// The process's topics and the record sinks' statistics (see the module header).
+#[derive(Debug, Default)]
+pub struct Hub {
+    topics: Mutex<HashMap<Arc<str>, Arc<Topic>>>,
+    stats: Mutex<Vec<RecordRow>>,
+    next_id: AtomicU64,
+}
+
+/// A number no other connection of any record stream of this process has had.
+pub fn new_connection() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The process's hub.
+pub fn hub() -> &'static Hub {
+    static HUB: OnceLock<Hub> = OnceLock::new();
+    HUB.get_or_init(Hub::default)
+}
+
+impl Hub {
+    /// The topic of `source`, made at its first use.
+    pub fn topic(&self, source: &str) -> Arc<Topic> {
+        self.topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(source.into())
+            .or_default()
+            .clone()
+    }
+
+    /// Takes `source`'s packets from now on.
+    pub fn subscribe(&self, source: &str) -> Subscription {
+        let topic = self.topic(source);
+        let (tx, packets) = crossbeam_channel::bounded(SUBSCRIPTION_PACKETS);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let overflows = Arc::new(AtomicU64::new(0));
+        topic
+            .subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Subscriber {
+                id,
+                tx,
+                skipping: Arc::default(),
+                gaps: overflows.clone(),
+            });
+        Subscription {
+            packets,
+            overflows,
+            topic,
+            id,
+        }
+    }
+
+    /// The statistics of `sink` for `source`, shown by `/metrics` until [`Hub::forget_sink`].
+    pub fn record_stats(&self, sink: &str, source: &str) -> Arc<RecordStats> {
+        let mut rows = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(row) = rows
+            .iter()
+            .find(|r| &*r.sink == sink && &*r.source == source)
+        {
+            return row.stats.clone();
+        }
+        let stats = Arc::new(RecordStats::default());
+        rows.push(RecordRow {
+            sink: sink.into(),
+            source: source.into(),
+            stats: stats.clone(),
+        });
+        stats
+    }
+
+    /// Every record sink's statistics per source.
+    pub fn record_rows(&self) -> Vec<RecordRow> {
+        self.stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(keyframe: bool) -> Packet {
+        let mut buffer = gst::Buffer::new();
+        if !keyframe {
+            buffer
+                .get_mut()
+                .unwrap()
+                .set_flags(gst::BufferFlags::DELTA_UNIT);
+        }
+        Packet {
+            buffer,
+            caps: gst::Caps::new_empty_simple("video/x-h264"),
+            connection: 1,
+            arrival: SystemTime::now(),
+        }
+    }
+
+    #[test]
+    fn a_full_live_subscriber_loses_packets_up_to_the_next_keyframe() {
+        gst::init().unwrap();
+        let topic = Topic::default();
+        let hub = Hub::default();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let gaps = Arc::new(AtomicU64::new(0));
+        topic.subscribers.lock().unwrap().push(Subscriber {
+            id: 0,
+            tx,
+            skipping: Arc::default(),
+            gaps: gaps.clone(),
+        });
+        topic.publish(&packet(true), false);
+        topic.publish(&packet(false), false); // full: lost
+        rx.recv().unwrap();
+        topic.publish(&packet(false), false); // skipped: not a keyframe
+        assert!(rx.try_recv().is_err());
+        topic.publish(&packet(true), false);
+        let Carried::Packet(p) = rx.recv().unwrap() else {
+            panic!("a break")
+        };
+        assert!(p.keyframe());
+        assert_eq!(gaps.load(Ordering::Relaxed), 1);
+        drop(hub);
+    }
+
+    #[test]
+    fn a_dropped_subscription_takes_nothing_more() {
+        gst::init().unwrap();
+        let hub = Hub::default();
+        let sub = hub.subscribe("door");
+        assert!(hub.topic("door").wanted());
+        drop(sub);
+        assert!(!hub.topic("door").wanted());
+        hub.topic("door").publish(&packet(true), true);
+    }
+}

@@ -1,0 +1,316 @@
+//! The `record` sink against a real RTSP server replaying pre-encoded files (a camera's main
+//! and sub-stream, of different sizes): the segments hold the main stream's packets unchanged
+//! (decoded, they equal the server's file frame for frame, by a checksum per frame, with
+//! nothing missing at the cuts), what was written before a SIGKILL plays, and a main stream
+//! lost and back never stops detection on the sub-stream while recording resumes in a new
+//! segment.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/http.rs"]
+mod http_client;
+#[path = "common/rtsp.rs"]
+mod rtsp;
+#[path = "common/rtsp_files.rs"]
+mod rtsp_files;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use sha2::{Digest, Sha256};
+
+use common::{gst_init, jsonl, run_to_eos, segments, spawn_run, write};
+use rtsp_files::FileServer;
+
+/// Encodes `frames` frames of a moving test pattern at 30 fps as H.264 in MP4, with a keyframe
+/// every 15 frames: a camera's stream, cut into segments at its own keyframes.
+fn encode(path: &Path, frames: u32, width: u32, height: u32) {
+    run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers={frames} ! \
+         video/x-raw,format=I420,width={width},height={height},framerate=30/1 ! \
+         x264enc speed-preset=ultrafast key-int-max=15 ! h264parse ! mp4mux ! \
+         filesink location={}",
+        path.display()
+    ));
+}
+
+/// The SHA-256 of each decoded frame of a video file, in order (panics if it does not play).
+fn frame_hashes(path: &Path) -> Vec<[u8; 32]> {
+    gst_init();
+    let pipeline = gst::parse::launch(&format!(
+        "filesrc location={} ! decodebin ! videoconvert ! video/x-raw,format=I420 ! \
+         appsink name=out sync=false",
+        path.display()
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("out")
+        .unwrap()
+        .downcast::<gstreamer_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut hashes = Vec::new();
+    // A file that does not play may give neither a frame nor an error: bounded.
+    while let Some(sample) = sink.try_pull_sample(gst::ClockTime::from_seconds(10)) {
+        let map = sample.buffer().unwrap().map_readable().unwrap();
+        hashes.push(Sha256::digest(map.as_slice()).into());
+    }
+    assert!(sink.is_eos(), "{} does not play to its end", path.display());
+    let error = pipeline
+        .bus()
+        .unwrap()
+        .pop_filtered(&[gst::MessageType::Error]);
+    pipeline.set_state(gst::State::Null).unwrap();
+    if let Some(msg) = error
+        && let gst::MessageView::Error(e) = msg.view()
+    {
+        panic!("{} does not play: {}", path.display(), e.error());
+    }
+    hashes
+}
+
+/// A camera's pipeline: detection (`motion`) on `uri`, its frames' results in
+/// `out/lines.jsonl`, and `uri`'s or `record_uri`'s packets recorded into `out/cam*.mp4`.
+fn pipeline(uri: &str, record_uri: Option<&str>, segment_seconds: u32) -> String {
+    pipeline_with(uri, record_uri, segment_seconds, "")
+}
+
+/// [`pipeline`] with `extra` tables added.
+fn pipeline_with(uri: &str, record_uri: Option<&str>, segment_seconds: u32, extra: &str) -> String {
+    let record_uri = record_uri
+        .map(|r| format!("record_uri = \"{r}\"\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+[sources.cam]
+uri = "{uri}"
+{record_uri}transport = "tcp"
+stall_timeout_ms = 2000
+reconnect = {{ initial_delay_ms = 100, max_delay_ms = 500 }}
+
+[steps.motion]
+kind = "motion"
+image = "$frame"
+
+[sinks.lines]
+kind = "jsonl"
+path = "out/lines.jsonl"
+include = ["$steps.motion.detections"]
+
+[sinks.rec]
+kind = "record"
+path = "out/{{source}}.mp4"
+segment_seconds = {segment_seconds}
+{extra}
+"#
+    )
+}
+
+/// Asserts that `got` is `reference` played from its start, again and again (each pass a new
+/// connection of the record stream, which the server serves from the file's first frame).
+fn assert_passes_of(got: &[[u8; 32]], reference: &[[u8; 32]], what: &str) {
+    for (i, h) in got.iter().enumerate() {
+        assert!(
+            *h == reference[i % reference.len()],
+            "{what}: frame {i} is not frame {} of the server's file",
+            i % reference.len()
+        );
+    }
+}
+
+fn files(dir: &Path) -> (PathBuf, PathBuf) {
+    let (main, sub) = (dir.join("main.mp4"), dir.join("sub.mp4"));
+    encode(&main, 60, 320, 240);
+    encode(&sub, 60, 160, 120);
+    (main, sub)
+}
+
+#[test]
+fn segments_hold_the_main_streams_frames_unchanged_across_every_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (main, sub) = files(dir.path());
+    let server = FileServer::start(&[("/main", main.clone()), ("/sub", sub)]).unwrap();
+    let text = pipeline(&server.url("/sub"), Some(&server.url("/main")), 1);
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    // The server's file ends after 2 s; the record stream reconnects and gets it again.
+    running.wait_for_stderr("record stream is back", Duration::from_secs(40));
+    std::thread::sleep(Duration::from_millis(800));
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let reference = frame_hashes(&main);
+    assert_eq!(reference.len(), 60);
+    let parts = segments(&dir.path().join("out/cam.mp4"));
+    // Two segments of the first pass (cut at 1 s, at a keyframe), then the second pass's.
+    assert!(parts.len() >= 3, "{parts:?}\n{}", out.stderr);
+    let got: Vec<[u8; 32]> = parts.iter().flat_map(|p| frame_hashes(p)).collect();
+    assert!(
+        got.len() > 60,
+        "{} frames recorded\n{}",
+        got.len(),
+        out.stderr
+    );
+    assert_passes_of(&got, &reference, "segments");
+    // The sub-stream was decoded at its own size, not the main stream's.
+    let lines = jsonl(&dir.path().join("out/lines.jsonl"));
+    // (A live source drops its oldest frame when the workflow falls behind: a loaded machine.)
+    assert!(lines.len() >= 10, "{} frames decoded", lines.len());
+    let first = &lines[0]["steps.motion.detections"][0]["box"];
+    assert_eq!(first["width"], 160.0, "{first}");
+}
+
+#[test]
+fn what_was_recorded_before_a_sigkill_plays() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("main.mp4");
+    encode(&main, 300, 320, 240);
+    let server = FileServer::start(&[("/main", main.clone())]).unwrap();
+    let text = pipeline(&server.url("/main"), None, 60);
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    running.wait_for_stderr("new video segment", Duration::from_secs(30));
+    // Mid-segment: about 3 s of a 60 s segment, several MP4 fragments written.
+    std::thread::sleep(Duration::from_secs(3));
+    running.signal("KILL");
+    let out = running.finish(Duration::from_secs(10));
+    assert!(!out.status.success());
+
+    let got = frame_hashes(&dir.path().join("out/cam.mp4"));
+    assert!(got.len() >= 30, "{} frames play after the kill", got.len());
+    assert_passes_of(&got, &frame_hashes(&main), "killed segment");
+}
+
+#[test]
+fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
+    encode(&main, 450, 320, 240);
+    encode(&sub, 450, 160, 120);
+    let mut main_server = FileServer::start(&[("/main", main.clone())]).unwrap();
+    let sub_server = FileServer::start(&[("/sub", sub)]).unwrap();
+    let port = rtsp::free_port().unwrap();
+    let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let text = pipeline_with(
+        &sub_server.url("/sub"),
+        Some(&main_server.url("/main")),
+        60,
+        &http,
+    );
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &["--stats-json", "stats.json"], dir.path());
+    running.wait_for_stderr("new video segment", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let lost_at = Instant::now();
+    main_server.stop();
+    running.wait_for_stderr("source lost; reconnecting", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(1500));
+    main_server.restart().unwrap();
+    running.wait_for_stderr("record stream is back", Duration::from_secs(20));
+    let back_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    // Each stream's own state: only the record stream reconnected.
+    let samples = http_client::scrape(port).unwrap();
+    let metric = |name: &str, labels: &[(&str, &str)]| {
+        http_client::value(&samples, name, labels).unwrap_or_else(|| panic!("no {name}"))
+    };
+    let cam = [("source", "cam")];
+    assert_eq!(metric("vidflow_record_stream_reconnects_total", &cam), 1.0);
+    assert_eq!(metric("vidflow_source_reconnects_total", &cam), 0.0);
+    let streaming = [("source", "cam"), ("state", "streaming")];
+    assert_eq!(metric("vidflow_record_stream_state", &streaming), 1.0);
+    let rec = [("sink", "rec"), ("source", "cam")];
+    assert_eq!(metric("vidflow_record_segments_total", &rec), 2.0);
+    assert_eq!(metric("vidflow_record_gaps_total", &rec), 1.0);
+    assert!(metric("vidflow_record_bytes_total", &rec) > 10_000.0);
+    // A keyframe every 15 frames at 30 fps, in RTP's 90 kHz clock.
+    let interval = metric("vidflow_record_keyframe_interval_ms", &rec);
+    assert!((490.0..=510.0).contains(&interval), "{interval}");
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+
+    // The run's stats: each stream's own counts, the record stream's apart from the frames'.
+    let stats = common::read_json(&dir.path().join("stats.json"));
+    assert_eq!(stats["sources"]["cam"]["reconnects"], 0, "{stats}");
+    assert_eq!(stats["record_streams"]["cam"]["reconnects"], 1, "{stats}");
+    assert!(
+        stats["record_streams"]["cam"]["attempts"].as_u64().unwrap() >= 2,
+        "{stats}"
+    );
+    // Only the record stream was lost.
+    let losses: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("source lost") || l.contains("cannot connect"))
+        .collect();
+    assert!(!losses.is_empty());
+    assert!(
+        losses.iter().all(|l| l.contains("source=cam/record")),
+        "{losses:#?}"
+    );
+    // Detection went on through the outage: no second without a decoded frame.
+    let times: Vec<humantime::Timestamp> = jsonl(&dir.path().join("out/lines.jsonl"))
+        .iter()
+        .map(|l| l["time"].as_str().unwrap().parse().unwrap())
+        .collect();
+    let outage = back_at.duration_since(lost_at);
+    assert!(
+        times.len() as f64 >= 25.0 * (outage.as_secs_f64() + 4.0),
+        "{}",
+        times.len()
+    );
+    for pair in times.windows(2) {
+        let (a, b): (std::time::SystemTime, std::time::SystemTime) =
+            (pair[0].into(), pair[1].into());
+        let gap = b.duration_since(a).unwrap_or_default();
+        assert!(gap < Duration::from_secs(1), "no frame decoded for {gap:?}");
+    }
+    // The recording resumed in a new segment: the server's file from its start again.
+    let parts = segments(&dir.path().join("out/cam.mp4"));
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    let reference = frame_hashes(&main);
+    let before = frame_hashes(&parts[0]);
+    let after = frame_hashes(&parts[1]);
+    assert!(
+        before.len() >= 45 && after.len() >= 30,
+        "{} {}",
+        before.len(),
+        after.len()
+    );
+    assert_passes_of(&before, &reference, "before the loss");
+    assert_passes_of(&after, &reference, "after the loss");
+}
+
+/// H.265 with B-frames (reordered), in closed GOPs as cameras send: an open GOP's leading
+/// pictures after a cut refer to the segment before, and do not decode in a segment alone.
+#[test]
+fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
+    run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers=60 ! \
+         video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! \
+         x265enc speed-preset=ultrafast key-int-max=15 option-string=open-gop=0:bframes=2 ! \
+         h265parse ! mp4mux ! \
+         filesink location={}",
+        main.display()
+    ));
+    encode(&sub, 60, 160, 120);
+    let text = pipeline(&sub.to_string_lossy(), Some(&main.to_string_lossy()), 1)
+        .replace("transport = \"tcp\"\n", "")
+        .replace("out/{source}.mp4", "out/{source}.mkv");
+    let file = write(dir.path(), "p.toml", &text);
+    let out = spawn_run(&file, &[], dir.path()).finish(Duration::from_secs(60));
+    assert!(out.status.success(), "{}", out.stderr);
+    // The file is read to its end before the run ends: every frame, cut at its keyframes.
+    let parts = segments(&dir.path().join("out/cam.mkv"));
+    assert!(parts.len() >= 2, "{parts:?}");
+    let got: Vec<[u8; 32]> = parts.iter().flat_map(|p| frame_hashes(p)).collect();
+    assert_eq!(got, frame_hashes(&main));
+}
