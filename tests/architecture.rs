@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "value",
             "outcome",
             "storage",
+            "events",
             "throttle",
         ],
     ),
