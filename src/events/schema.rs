@@ -55,6 +55,8 @@ pub const VERSION: u32 = MIGRATIONS.len() as u32;
 pub enum SchemaError {
     #[error("{0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create its folder: {0}")]
+    Folder(std::io::Error),
     #[error("its schema is version {found}, newer than this vidflow's {VERSION}")]
     Newer { found: u32 },
 }
@@ -76,6 +78,9 @@ pub fn is_corrupt(e: &rusqlite::Error) -> bool {
 
 /// Opens (creating) the database for the writer: WAL, its schema brought up to date.
 pub fn open_writer(path: &Path) -> Result<Connection, SchemaError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(SchemaError::Folder)?;
+    }
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // WAL: readers (the API) never block the writer, nor it them. NORMAL: a crash may lose the

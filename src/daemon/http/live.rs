@@ -212,3 +212,33 @@ fn broadcast(frame: &LiveFrame, clients: &mut Vec<Client>, shared: &Shared) {
         tracing::debug!(clients = slow, "live: clients too far behind, closed");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_client_that_does_not_read_is_let_go_without_a_wait() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let mut client = Client {
+            stream,
+            source: None,
+            pending: Vec::new(),
+            sent: 0,
+        };
+        let message = vec![b'x'; 16 * 1024];
+        // The peer reads nothing: the socket's buffers fill, then the client's own. A write
+        // that waited for the peer would hang here.
+        let mut queued = 0;
+        while client.queue(&message) {
+            assert!(client.flush(), "the peer is still there");
+            queued += 1;
+            assert!(queued < 100_000, "never let go");
+        }
+        assert!(client.pending.len() - client.sent + message.len() > CLIENT_BUFFER);
+    }
+}

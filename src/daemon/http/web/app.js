@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const vidflow = (window.vidflow = { frames: 0, drawn: {}, counts: null, events: [] });
+const vidflow = (window.vidflow = { frames: 0, drawn: {}, live: {}, counts: null, events: [] });
 
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -101,10 +101,13 @@ function live() {
   stream.addEventListener("frame", (m) => {
     const f = JSON.parse(m.data);
     vidflow.frames++;
+    vidflow.live[f.source] = f.counts;
     const c = cams.get(f.source);
     if (!c) return;
     c.frame = f;
-    if (!c.pending) {
+    // Drawn at the next paint; a hidden page (no paints) keeps its boxes current anyway.
+    if (document.hidden) draw(c);
+    else if (!c.pending) {
       c.pending = true;
       requestAnimationFrame(() => draw(c));
     }
@@ -160,8 +163,8 @@ function eventItem(e) {
   const who = e.track_id !== null ? `${e.label} #${e.track_id}` : e.label;
   const thumb = e.snapshot_url
     ? el("img", { class: "thumb", src: e.snapshot_url, loading: "lazy", alt: "snapshot" })
-    : el("div", { class: "nothumb" }, e.kind === "track" ? "track" : "no snapshot");
-  const li = el("li", { tabIndex: 0, "data-id": e.id, "data-kind": e.kind, "data-label": e.label }, thumb,
+    : el("div", { class: "nothumb" });
+  const li = el("li", { tabIndex: 0, "data-id": e.id, "data-kind": e.kind, "data-label": e.label, "data-clip": e.clip_url ? "1" : "0" }, thumb,
     el("div", { class: "text" },
       el("span", { class: "kind kind-" + e.kind }, e.kind), " ", el("b", {}, who), " ", what,
       el("div", { class: "muted" }, `${e.source}, ${when(e.start)}`, e.clip_url ? ", clip" : "")));
@@ -172,7 +175,15 @@ function eventItem(e) {
 
 async function loadEvents(more) {
   try {
-    const list = await api(eventQuery(more ? oldest : null));
+    const query = eventQuery(more ? oldest : null);
+    const list = await api(query);
+    const same = (a, b) => a.length === b.length && a.every((e, i) => e.id === b[i].id && e.clip_url === b[i].clip_url && e.snapshot_url === b[i].snapshot_url);
+    // A refresh that brings nothing new leaves the list (and its thumbnails) alone.
+    if (!more && query === vidflow.query && same(list, vidflow.events)) {
+      vidflow.eventsLoaded = (vidflow.eventsLoaded || 0) + 1;
+      return;
+    }
+    vidflow.query = query;
     if (!more) {
       $("timeline").replaceChildren();
       vidflow.events = [];
