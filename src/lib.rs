@@ -15,6 +15,7 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod events;
 pub mod frame;
 pub mod gst_setup;
 pub mod outcome;

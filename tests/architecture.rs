@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "outcome",
             "packets",
             "storage",
+            "events",
             "throttle",
         ],
     ),

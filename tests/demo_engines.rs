@@ -33,8 +33,8 @@ enum Engine<'a> {
 }
 
 /// pipelines/demo.toml as a table, its source's path made absolute, its video (the annotated
-/// copy and the step drawing it: they count nothing) left out, and its detector set to
-/// `engine`.
+/// copy and the step drawing it: they count nothing) and its page's parts left out, and its
+/// detector set to `engine`.
 fn demo(engine: Engine<'_>) -> String {
     let text = std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap();
     let mut doc: toml::Table = toml::from_str(&text).unwrap();
@@ -44,10 +44,12 @@ fn demo(engine: Engine<'_>) -> String {
         source["uri"] = toml::Value::String(path.display().to_string());
     }
     let kind = |t: &toml::Value| t["kind"].as_str().unwrap().to_owned();
-    doc["sinks"]
-        .as_table_mut()
-        .unwrap()
-        .retain(|_, sink| kind(sink) != "video_file");
+    // The page's parts too (a fixed port, clips encoded): runs of this file go on in parallel.
+    doc.remove("http");
+    doc.remove("events");
+    doc["sinks"].as_table_mut().unwrap().retain(|_, sink| {
+        !["video_file", "preview", "snapshot", "clip"].contains(&kind(sink).as_str())
+    });
     let steps = doc["steps"].as_table_mut().unwrap();
     steps.retain(|_, step| kind(step) != "annotate");
     let mut detectors = 0;

@@ -207,9 +207,16 @@ fn unknown_pages_are_404_with_the_pages_that_exist_and_bare_lf_heads_are_read() 
     assert!(body.contains("no such page \"/nope\""), "{body}");
     let (status, page) = get(port, "/").unwrap();
     assert_eq!(status, 200);
+    // The page's own files only, by relative URLs (it works under a proxy's sub-path).
     assert!(
-        page.contains("/stats.json") && !page.contains("http://") && !page.contains("https://")
+        page.contains("src=\"assets/app.js\"")
+            && !page.contains("http://")
+            && !page.contains("https://"),
+        "{page}"
     );
+    let (status, simple) = get(port, "/simple").unwrap();
+    assert_eq!(status, 200);
+    assert!(simple.contains("/stats.json"), "{simple}");
     // Lines ending in a bare LF (netcat, a hand-written probe): a whole head, answered, not
     // held to the 5 s head deadline and refused 408.
     let (status, _, body) = request(port, "GET /healthz HTTP/1.1\nHost: 127.0.0.1\n\n").unwrap();

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::spec::Diagnostic;
 
+mod events;
 mod http;
 mod prune;
 mod raw;

@@ -24,6 +24,7 @@ pub(super) struct RawPipeline<'i> {
     pub daemon: RawDaemon,
     pub http: Option<RawHttp>,
     pub storage: RawStorage,
+    pub events: Option<RawEvents>,
     pub steps: Vec<RawComponent<'i>>,
     pub sinks: Vec<RawComponent<'i>>,
 }
@@ -89,6 +90,14 @@ pub(super) struct RawStorage {
     pub min_free_percent: Option<Spanned<f64>>,
 }
 
+/// `[events]`: the event store.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEvents {
+    pub path: Spanned<std::path::PathBuf>,
+    pub retain_days: Option<Spanned<f64>>,
+}
+
 /// `[http]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,7 +141,7 @@ impl<'i> RawComponent<'i> {
     }
 }
 
-const SECTIONS: &str = "sources, executor, daemon, http, storage, steps, sinks";
+const SECTIONS: &str = "sources, executor, daemon, http, storage, events, steps, sinks";
 
 pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<RawPipeline<'i>> {
     let (doc, errors) = DeTable::parse_recoverable(text);
@@ -170,6 +179,7 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
                     raw.storage = s;
                 }
             }
+            "events" => raw.events = deserialize::<RawEvents>("events", value, diags),
             "steps" => raw.steps = components("steps", key, value, diags),
             "sinks" => raw.sinks = components("sinks", key, value, diags),
             other => diags.push(Diagnostic::at(

@@ -29,6 +29,8 @@ pub struct Pipeline {
     pub http: Option<super::HttpConfig>,
     /// `[storage]` and the sources' retention.
     pub storage: crate::storage::StorageConfig,
+    /// `[events]`: the event store; `None`: off.
+    pub events: Option<crate::events::EventsConfig>,
     /// In an order where every step comes after the steps it reads from.
     pub steps: Vec<StepConfig>,
     pub sinks: Vec<SinkConfig>,
@@ -181,6 +183,10 @@ pub(super) fn resolve(
         .http
         .as_ref()
         .and_then(|h| super::http::resolve_http(h, diags));
+    let events = raw
+        .events
+        .as_ref()
+        .and_then(|e| super::events::resolve_events(e, diags));
 
     let declared: Vec<Declared> = raw
         .steps
@@ -335,6 +341,7 @@ pub(super) fn resolve(
         daemon,
         http,
         storage,
+        events,
         steps,
         sinks,
         written: Written::default(),

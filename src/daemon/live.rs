@@ -74,6 +74,8 @@ pub struct Parts {
     pub executor: Option<Arc<ExecutorMetrics>>,
     pub pool: Option<Arc<PoolMetrics>>,
     pub storage: Option<crate::storage::Storage>,
+    /// `[events]`'s store, when the pipeline has one.
+    pub events: Option<crate::events::EventStore>,
 }
 
 /// Shared between the run and its observers (`Arc<Live>`).
@@ -86,6 +88,8 @@ pub struct Live {
     /// executor's thread for every result: a workflow that is stuck stops it.
     delivered: AtomicU64,
     failed: AtomicU64,
+    /// Each frame's boxes and counts, for `/api/live` (`feed.rs`).
+    pub feed: super::feed::Feed,
 }
 
 impl Default for Live {
@@ -96,6 +100,7 @@ impl Default for Live {
             phase: AtomicU8::new(0),
             delivered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            feed: super::feed::Feed::default(),
         }
     }
 }

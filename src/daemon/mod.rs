@@ -37,6 +37,7 @@ use crate::source::{SourceError, SourceStats};
 use crate::workflow::PoolError;
 
 mod counts;
+pub mod feed;
 pub mod http;
 pub mod live;
 pub mod notify;
@@ -44,6 +45,7 @@ mod reload;
 mod run;
 mod shutdown;
 mod supervise;
+mod taps;
 
 pub use counts::{FinalCounts, lines as count_lines};
 pub use live::Live;

@@ -17,8 +17,10 @@ use super::supervise::{
     Channels, FromExecutor, OpenSink, RunParts, RunningSource, Segment, Supervisor, Waited,
     add_source_stats, executor_thread,
 };
+use super::taps::Taps;
 use super::{DaemonError, Failure, PoolReport, Report, RunOptions, Shutdown, notify};
 use crate::config::Pipeline;
+use crate::events::EventStore;
 use crate::sinks::SinkRunner;
 use crate::source;
 use crate::storage::{Storage, SystemClock};
@@ -59,6 +61,7 @@ pub fn run(
         sinks: sink_configs,
         http: http_config,
         storage: storage_config,
+        events: events_config,
         written,
         notes: _,
     } = pipeline;
@@ -88,6 +91,18 @@ pub fn run(
         }
     };
     let _stop_storage = storage.stop_on_drop();
+    // Stopped after the sinks are closed: its last pass names the clips they finished last.
+    let events = match events_config.map(|c| EventStore::start(&c, storage.clone())) {
+        None => None,
+        Some(Ok(store)) => Some(store),
+        Some(Err(e)) => {
+            return Err(Failure::before_start(DaemonError::Sink {
+                name: "events".to_owned(),
+                source: crate::sinks::SinkError::Other(format!("cannot start its thread: {e}")),
+            }));
+        }
+    };
+    let _stop_events = StopEvents(events.clone());
     let mut sinks: Vec<OpenSink> = Vec::new();
     for config in sink_configs {
         let opened = config
@@ -158,10 +173,12 @@ pub fn run(
     let (from_tx, from_rx) = crossbeam_channel::unbounded::<FromExecutor>();
     let (to_tx, to_rx) = crossbeam_channel::bounded::<Segment>(1);
     let handing_over = Arc::new(AtomicBool::new(false));
+    let taps = Arc::new(Taps::new(&graph, events, live.clone()));
     let first = Segment {
         queues: queues.clone(),
         sinks: sinks.iter().map(|s| s.runner.sender()).collect(),
         last_counts: last_counts.clone(),
+        taps: taps.clone(),
         pause: pause_rx,
         executor,
     };
@@ -181,6 +198,7 @@ pub fn run(
             executor_config,
             http: http_config.map(|h| h.listen),
             last_counts,
+            taps,
             pool: host_pool.as_ref().map(Pool::handle),
             executor_metrics,
         },
@@ -437,5 +455,17 @@ pub fn run(
             report: Some(Box::new(report)),
             errors,
         })
+    }
+}
+
+/// Stops the event store when the run's function returns, whichever way: after the sinks are
+/// closed (their last files indexed), before the storage's own stop.
+struct StopEvents(Option<EventStore>);
+
+impl Drop for StopEvents {
+    fn drop(&mut self) {
+        if let Some(store) = self.0.take() {
+            store.stop();
+        }
     }
 }

@@ -49,9 +49,11 @@ use crate::spec::Diagnostic;
 
 mod disk;
 pub mod index;
+mod listing;
 mod purge;
 
 pub use disk::{Space, is_full};
+pub use listing::StoredFile;
 
 /// The free space of the filesystem holding `path`.
 pub fn space(path: &Path) -> std::io::Result<Space> {

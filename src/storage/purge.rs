@@ -137,8 +137,8 @@ impl Pass {
 pub(super) struct State {
     folders: HashMap<PathBuf, Folder>,
     /// Kept files by id: ids grow as files are added, so this is oldest first.
-    entries: BTreeMap<u64, Entry>,
-    by_path: HashMap<PathBuf, u64>,
+    pub(super) entries: BTreeMap<u64, Entry>,
+    pub(super) by_path: HashMap<PathBuf, u64>,
     next_id: u64,
     pub sinks: HashMap<Arc<str>, FilePolicy>,
     pub sources: HashMap<String, Retention>,

@@ -11,12 +11,14 @@ pub(super) const MAX_HEAD: usize = 8 * 1024;
 const MAX_HEADERS: usize = 64;
 
 /// What the endpoint reads of a request.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Head {
     pub method: String,
     pub target: String,
     pub host: Option<String>,
     pub authorization: Option<String>,
+    /// `Range` (snapshots and clips are served in parts: a browser seeks).
+    pub range: Option<String>,
 }
 
 /// Why a head cannot be read.
@@ -47,6 +49,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
         target: target.to_owned(),
         host: None,
         authorization: None,
+        range: None,
     };
     for header in request.headers.iter() {
         let value = || {
@@ -60,6 +63,8 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
             }
         } else if header.name.eq_ignore_ascii_case("authorization") {
             head.authorization = Some(value()?);
+        } else if header.name.eq_ignore_ascii_case("range") {
+            head.range = Some(value()?);
         }
     }
     Ok(Some(head))

@@ -390,6 +390,7 @@ pub(super) fn json(live: &Live) -> Vec<u8> {
             json!({
                 "name": &*s.name,
                 "live": s.live,
+                "file": s.file,
                 "state": c.state().name(),
                 "decoded": get(&c.decoded),
                 "dropped": get(&c.dropped),

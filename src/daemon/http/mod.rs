@@ -1,6 +1,7 @@
 //! The HTTP endpoint (`[http] listen = "127.0.0.1:9464"`): `/metrics` (Prometheus text),
-//! `/healthz`, `/preview/SOURCE` (MJPEG), `/stats.json` and `/` (a page with every source's
-//! preview and counters).
+//! `/healthz`, `/preview/SOURCE` (MJPEG), `/stats.json`, `/` (the page: live boxes, events,
+//! counts, recordings, health; `pages.rs`), `/simple` (a one-file status page), the JSON API
+//! `/api/...` (`api.rs`) and its live stream `/api/live` (`live.rs`).
 //!
 //! A small HTTP/1.1 server on `std::net` and `poll(2)`, GET only, one request per connection
 //! (`Connection: close`). Not a server crate: `tiny_http` limits each read, not the request
@@ -32,7 +33,9 @@
 //! thread of its own (`verify.rs`) with a bounded queue, never by the loop.
 //!
 //! Threads: `vidflow-http` (above), `vidflow-http-auth` (the credentials check, with an Argon2
-//! password only) and one `vidflow-http-preview` per MJPEG client. A request
+//! password only), one `vidflow-http-preview` per MJPEG client, `api::THREADS`
+//! `vidflow-http-api` (the JSON API and media files, off the loop) and one `vidflow-http-live`
+//! (every Server-Sent Events client, non-blocking: a slow one is dropped, never waited for). A request
 //! reads only [`Live`]: its atomics, and `Live::parts()` once per request (never cached, so a
 //! reload's new steps and sinks show at the next request); the preview reads the preview hub
 //! (`sinks::preview`). Nothing here takes a lock the frame path takes.
@@ -42,7 +45,7 @@
 //! dropping the [`Server`] (at the end of the run) raises `stop`, wakes the preview watchers
 //! (`Hub::wake_all`) and the loop (a connection to itself), and joins the loop, which closes
 //! every connection it holds, then stops and joins the credentials thread (after the check it
-//! may be in). Preview threads are not joined: each sees `stop` at its next wake-up, at most
+//! may be in), the API threads (after the answer each may be writing) and the live thread. Preview threads are not joined: each sees `stop` at its next wake-up, at most
 //! `preview::WATCH_TICK` later.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
@@ -58,10 +61,14 @@ use access::{Access, Refusal, Verdict};
 use head::Head;
 
 mod access;
+mod api;
+mod files;
 mod head;
 mod health;
+mod live;
 mod metrics;
 mod page;
+mod pages;
 mod poll;
 mod preview;
 mod verify;
@@ -139,6 +146,9 @@ pub struct Server {
     thread: Option<JoinHandle<()>>,
     /// The credentials thread, with an Argon2 password; stopped after the loop.
     verifier: Option<verify::Verifier>,
+    /// The API's threads and the live thread (`api.rs`, `live.rs`); stopped after the loop.
+    api: Option<api::Api>,
+    live: Option<live::LiveThread>,
 }
 
 /// What the loop and the preview threads share.
@@ -153,6 +163,9 @@ struct Shared {
     previews: AtomicUsize,
     /// The credentials thread's queue (`verify.rs`), with an Argon2 password.
     verify: Option<crossbeam_channel::Sender<verify::Job>>,
+    /// The API threads' queue and the live thread's arrivals (`api.rs`, `live.rs`).
+    api: Option<crossbeam_channel::Sender<api::Job>>,
+    arrivals: Option<crossbeam_channel::Sender<live::Arrival>>,
 }
 
 /// What a complete request head gets.
@@ -164,6 +177,10 @@ enum Reply {
     Preview(String),
     /// For the credentials thread: the head and the credentials to check.
     Verify(Box<(Head, access::Credentials)>),
+    /// For an API thread (`api.rs`).
+    Api(Box<Head>),
+    /// For the live thread: the source followed (`None`: every source).
+    Live(Option<String>),
 }
 
 impl Bound {
@@ -175,6 +192,8 @@ impl Bound {
     pub fn serve(self, live: Arc<Live>) -> std::io::Result<Server> {
         let addr = self.addr;
         let (jobs, queued) = verify::queue();
+        let (api_jobs, api_queued) = api::queue();
+        let (arrivals, arrived) = live::queue();
         let slow = self.access.verifies_slowly();
         let shared = Arc::new(Shared {
             live,
@@ -182,7 +201,11 @@ impl Bound {
             stop: AtomicBool::new(false),
             previews: AtomicUsize::new(0),
             verify: slow.then_some(jobs),
+            api: Some(api_jobs),
+            arrivals: Some(arrivals),
         });
+        let api = api::start(&api_queued, &shared)?;
+        let live = live::start(arrived, shared.clone())?;
         let verifier = if slow {
             Some(verify::start(queued, shared.clone())?)
         } else {
@@ -195,12 +218,14 @@ impl Bound {
                 .name("vidflow-http".to_owned())
                 .spawn(move || poll::run(&listener, &shared))?
         };
-        tracing::info!(listen = %addr, "http endpoint: /metrics, /healthz, /preview/SOURCE, /");
+        tracing::info!(listen = %addr, "http endpoint: the page at http://{}/ (and /api/..., /metrics, /healthz, /preview/SOURCE)", reachable(addr));
         Ok(Server {
             addr,
             shared,
             thread: Some(thread),
             verifier,
+            api: Some(api),
+            live: Some(live),
         })
     }
 }
@@ -215,6 +240,8 @@ impl Drop for Server {
             let _ = thread.join();
         }
         drop(self.verifier.take());
+        drop(self.api.take());
+        drop(self.live.take());
     }
 }
 
@@ -289,8 +316,11 @@ fn unauthorized(access: &Access) -> Vec<u8> {
 fn authorized(head: &Head, shared: &Shared) -> Reply {
     let live = &shared.live;
     let path = path_of(head);
+    if let Some(reply) = pages_and_api(head, shared) {
+        return reply;
+    }
     Reply::Now(match path {
-        "/" => response(200, "text/html; charset=utf-8", page::HTML.as_bytes(), ""),
+        "/simple" => response(200, "text/html; charset=utf-8", page::HTML.as_bytes(), ""),
         "/metrics" => response(
             200,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -308,12 +338,61 @@ fn authorized(head: &Head, shared: &Shared) -> Reply {
             }
             None => {
                 let body = format!(
-                    "no such page \"{path}\": try /, /metrics, /healthz, /preview/SOURCE\n"
+                    "no such page \"{path}\": try /, /api/sources, /metrics, /healthz, /preview/SOURCE\n"
                 );
                 response(404, "text/plain", body.as_bytes(), "")
             }
         },
     })
+}
+
+/// The page, its assets, the API and the live stream (`pages.rs`, `api.rs`, `live.rs`).
+fn pages_and_api(head: &Head, shared: &Shared) -> Option<Reply> {
+    let path = path_of(head);
+    if path == "/" {
+        return Some(Reply::Now(response(
+            200,
+            "text/html; charset=utf-8",
+            pages::INDEX,
+            "",
+        )));
+    }
+    if let Some(name) = path.strip_prefix("/assets/") {
+        return Some(Reply::Now(match pages::asset(name) {
+            Some((kind, bytes)) => response(200, kind, bytes, ""),
+            None => refusal(404, "no such asset\n"),
+        }));
+    }
+    if path == "/api/live" {
+        return Some(Reply::Live(None));
+    }
+    if let Some(source) = path.strip_prefix("/api/live/") {
+        let source = percent_decoded(source);
+        if !shared
+            .live
+            .parts()
+            .sources
+            .iter()
+            .any(|s| *s.name == source)
+        {
+            let body = format!("no source \"{source}\"\n");
+            return Some(Reply::Now(refusal(404, &body)));
+        }
+        return Some(Reply::Live(Some(source)));
+    }
+    path.starts_with("/api/")
+        .then(|| Reply::Api(Box::new(head.clone())))
+}
+
+/// Hands a connection to the thread that answers `reply` (a preview, the API, the live
+/// stream); the loop and the credentials thread answer the others themselves.
+fn hand_off(reply: Reply, stream: TcpStream, shared: &Arc<Shared>) {
+    match reply {
+        Reply::Preview(source) => preview::start(stream, shared, source),
+        Reply::Api(head) => api::submit(shared, stream, *head),
+        Reply::Live(source) => live::add(shared, stream, source),
+        Reply::Now(_) | Reply::Verify(_) => {}
+    }
 }
 
 /// `%20` and the like decoded (a source name is letters, digits, `_` and `-`, but a browser
@@ -336,6 +415,7 @@ fn response(status: u16, content_type: &str, body: &[u8], extra: &str) -> Vec<u8
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        416 => "Range Not Satisfiable",
         421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         _ => "Service Unavailable",

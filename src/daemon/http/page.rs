@@ -1,4 +1,4 @@
-//! `/`: one page, no external asset: every source's live preview (when it has a preview sink)
+//! `/simple`: a one-file status page, no script library (the full page is `/`, `pages.rs`): every source's live preview (when it has a preview sink)
 //! and its counters, refreshed every second from `/stats.json`.
 
 pub(super) const HTML: &str = r#"<!doctype html>

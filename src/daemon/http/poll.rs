@@ -202,8 +202,8 @@ fn advance(
         let now_reply = match reply {
             None => None,
             Some(Reply::Now(bytes)) => Some(bytes),
-            Some(Reply::Preview(source)) => {
-                super::preview::start(conn.stream, shared, source);
+            Some(handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(_))) => {
+                super::hand_off(handed, conn.stream, shared);
                 return None;
             }
             Some(Reply::Verify(pending)) => {

@@ -114,7 +114,9 @@ fn serve(job: Job, shared: &Arc<Shared>) {
         Reply::Now(super::unauthorized(&shared.access))
     };
     match reply {
-        Reply::Preview(source) => super::preview::start(stream, shared, source),
+        handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(_)) => {
+            super::hand_off(handed, stream, shared);
+        }
         Reply::Now(bytes) => {
             if let Err(e) = write_all(stream, &bytes) {
                 tracing::debug!(error = %e, "http: answer after the credentials check not sent");

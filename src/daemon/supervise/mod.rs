@@ -169,6 +169,7 @@ pub(super) struct RunParts {
     pub executor_config: ExecutorConfig,
     pub http: Option<std::net::SocketAddr>,
     pub last_counts: Arc<LastCounts>,
+    pub taps: Arc<super::taps::Taps>,
     /// The daemon's pool; `None` for a one-shot run (a still image), which cannot reload.
     pub pool: Option<PoolHandle>,
     pub executor_metrics: Arc<ExecutorMetrics>,
@@ -214,6 +215,7 @@ impl Supervisor {
             executor: Some(self.parts.executor_metrics.clone()),
             pool: self.parts.pool.as_ref().map(|p| p.metrics().clone()),
             storage: Some(self.parts.storage.clone()),
+            events: self.parts.taps.store().cloned(),
         });
     }
 

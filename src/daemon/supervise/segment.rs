@@ -8,6 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::super::Live;
 use super::super::counts::LastCounts;
 use super::super::shutdown::Delivered;
+use super::super::taps::Taps;
 use crate::frame::Frame;
 use crate::sinks::SinkSender;
 use crate::workflow::{Executor, RunStats};
@@ -18,6 +19,8 @@ pub(in crate::daemon) struct Segment {
     pub queues: Vec<Receiver<Frame>>,
     pub sinks: Vec<SinkSender>,
     pub last_counts: Arc<LastCounts>,
+    /// The event store's and the live stream's share of each result.
+    pub taps: Arc<Taps>,
     /// Ends the segment: no more frames admitted, those in flight finish.
     pub pause: Receiver<()>,
 }
@@ -46,19 +49,21 @@ pub(in crate::daemon) fn executor_thread(
             queues,
             sinks,
             last_counts,
+            taps,
             pause,
         } = segment;
         let stats = executor.run_sources(&queues, &pause, |result| {
             if delivered.count(&result) {
                 live.count_delivered(result.failure().is_some());
                 last_counts.record(&result);
+                taps.record(&result);
                 for sink in &sinks {
                     sink.send(result.clone());
                 }
             }
         });
         // The old senders go before the daemon closes the sinks they fed.
-        drop((queues, sinks, last_counts));
+        drop((queues, sinks, last_counts, taps));
         let swap = stats.stopped_by.is_none() && handing_over.swap(false, Ordering::AcqRel);
         if !swap {
             let _ = out.send(FromExecutor::Finished(stats, executor));

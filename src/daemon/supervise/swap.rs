@@ -212,6 +212,7 @@ impl Supervisor {
             queues: self.parts.queues.clone(),
             sinks: self.parts.sinks.iter().map(|s| s.runner.sender()).collect(),
             last_counts: self.parts.last_counts.clone(),
+            taps: self.parts.taps.clone(),
             pause: paused,
         };
         if self.channels.to_executor.send(segment).is_err() {
@@ -278,6 +279,7 @@ impl Supervisor {
         let kept = plan.kept_steps.iter().flatten().count();
         self.parts.graph = Arc::new(Graph::new(steps));
         self.parts.last_counts = Arc::new(self.parts.last_counts.carried_to(&self.parts.graph));
+        self.parts.taps = Arc::new(self.parts.taps.for_graph(&self.parts.graph));
         self.parts.written = std::mem::take(&mut new.written);
 
         // Sources: restarted and new ones start now.

@@ -1,0 +1,130 @@
+//! The live feed: each delivered frame's boxes and counts, as data, for `/api/live` (Server-Sent
+//! Events; the page draws them over the preview's JPEG, nothing is re-encoded).
+//!
+//! Written by the executor's delivery callback (`vidflow-executor`), only while somebody
+//! listens ([`Feed::listening`], raised and lowered by the HTTP live thread): a frame costs
+//! `Arc` clones of its values and one `try_send` on a bounded channel of [`FEED_QUEUE`]
+//! frames. When the live thread is behind, the frame is dropped and counted
+//! ([`Feed::dropped`]), never waited for. Read by one thread, `vidflow-http-live`, which
+//! turns a frame into JSON once and hands it to each client (`http/live.rs`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::SystemTime;
+
+use crossbeam_channel::{Receiver, Sender};
+use serde_json::json;
+
+use crate::value::{Counts, Detection, Track};
+
+/// Frames queued for the live thread: a second or so of a few cameras.
+pub const FEED_QUEUE: usize = 64;
+
+/// One frame, as the live stream shows it.
+#[derive(Debug)]
+pub struct LiveFrame {
+    pub source: Arc<str>,
+    pub seq: u64,
+    pub at: SystemTime,
+    pub width: i32,
+    pub height: i32,
+    pub tracks: Vec<Arc<[Track]>>,
+    /// Detections, when the pipeline has no tracker.
+    pub detections: Vec<Arc<[Detection]>>,
+    /// Each counts output, by its step's name.
+    pub counts: Vec<(Arc<str>, Arc<Counts>)>,
+}
+
+impl LiveFrame {
+    /// The message's JSON: `{"source", "seq", "t", "width", "height", "boxes": [{"id",
+    /// "label", "score", "box": [x, y, w, h]}], "counts": {STEP: {NAME: N}}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let boxes: Vec<_> = self
+            .tracks
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|t| {
+                let b = &t.detection.bbox;
+                json!({
+                    "id": t.track_id,
+                    "label": &*t.detection.class,
+                    "score": t.detection.confidence,
+                    "box": [b.x, b.y, b.width, b.height],
+                    "predicted": t.predicted,
+                })
+            })
+            .chain(self.detections.iter().flat_map(|d| d.iter()).map(|d| {
+                let b = &d.bbox;
+                json!({
+                    "label": &*d.class,
+                    "score": d.confidence,
+                    "box": [b.x, b.y, b.width, b.height],
+                })
+            }))
+            .collect();
+        let counts: serde_json::Map<_, _> = self
+            .counts
+            .iter()
+            .map(|(step, c)| (step.to_string(), json!(**c)))
+            .collect();
+        json!({
+            "source": &*self.source,
+            "seq": self.seq,
+            "t": crate::events::millis(self.at),
+            "width": self.width,
+            "height": self.height,
+            "boxes": boxes,
+            "counts": counts,
+        })
+    }
+}
+
+/// Between the executor and the live thread (see the module above).
+#[derive(Debug)]
+pub struct Feed {
+    /// Live clients connected: raised and lowered by the live thread (Relaxed: a frame more
+    /// or less is fine).
+    listeners: AtomicUsize,
+    tx: Sender<LiveFrame>,
+    rx: Receiver<LiveFrame>,
+    /// Frames not queued because the live thread was behind.
+    pub dropped: AtomicU64,
+    /// Live clients let go because they did not read fast enough (`http/live.rs`).
+    pub slow_clients: AtomicU64,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(FEED_QUEUE);
+        Self {
+            listeners: AtomicUsize::new(0),
+            tx,
+            rx,
+            dropped: AtomicU64::new(0),
+            slow_clients: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Feed {
+    /// Whether a client listens (the executor builds no frame otherwise).
+    pub fn listening(&self) -> bool {
+        self.listeners.load(Ordering::Relaxed) > 0
+    }
+
+    pub fn set_listeners(&self, n: usize) {
+        self.listeners.store(n, Ordering::Relaxed);
+    }
+
+    /// Queues `frame`, or drops and counts it when the live thread is behind.
+    pub fn publish(&self, frame: LiveFrame) {
+        if self.tx.try_send(frame).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The live thread's end.
+    pub fn receiver(&self) -> &Receiver<LiveFrame> {
+        &self.rx
+    }
+}

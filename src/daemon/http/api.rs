@@ -1,0 +1,384 @@
+//! The JSON API (`/api/...`), answered off the event loop: the loop hands a request whose
+//! credentials passed to a queue of [`QUEUE`] requests (past that, 503 at once), served by
+//! [`THREADS`] threads, `vidflow-http-api`. A query over the event store may read many rows,
+//! and a clip takes a while to send: neither holds the loop, so `/healthz` and `/metrics` are
+//! answered meanwhile. Each thread opens the store read-only per request (`events::query`) and
+//! lists the storage's files under its lock (a pass holds it for a bounded budget); it writes
+//! in blocking mode within [`WRITE_TIMEOUT`] per write, a file within `files::SEND_DEADLINE`.
+//!
+//! Routes (newest first, JSON arrays; 400 with a message for a bad parameter, 404 for what
+//! does not exist, 503 when the store cannot be read):
+//! - `GET /api/sources`: each source's state and counters;
+//! - `GET /api/health`: the run, its sources and sinks, the storage and the event store;
+//! - `GET /api/events?source=&kind=&label=&place=&after=&before=&before_id=&limit=`;
+//! - `GET /api/events/{id}`, `/api/events/{id}/snapshot.jpg`, `/api/events/{id}/clip.mp4`;
+//! - `GET /api/recordings?source=&after=&before=`: continuous footage, from the storage's index;
+//! - `GET /api/media/{sink}/{file}`: a file the storage lists;
+//! - `GET /api/counts?source=&step=&bucket=minute|hour|day&after=&before=`.
+//!
+//! Stop protocol: dropping the [`Api`] drops the stop channel's sender, which wakes each
+//! thread; a request in progress finishes (bounded as above), those queued are closed
+//! unanswered, and the threads are joined.
+
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
+use serde_json::json;
+
+use super::head::Head;
+use super::{Shared, response};
+use crate::events::query::{self, BadParam, CountFilter, EventFilter, EventRow, QueryError};
+use crate::storage::{Class, StoredFile};
+
+/// Requests waiting for an API thread: a few pages' worth of polls.
+pub(super) const QUEUE: usize = 64;
+/// API threads: one can send a clip while another answers a query.
+pub(super) const THREADS: usize = 4;
+/// How long one write may block.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A request for an API thread.
+#[derive(Debug)]
+pub(super) struct Job {
+    pub stream: TcpStream,
+    pub head: Head,
+}
+
+/// The API threads; dropping it stops and joins them.
+#[derive(Debug)]
+pub(super) struct Api {
+    stop: Option<Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+pub(super) fn queue() -> (Sender<Job>, Receiver<Job>) {
+    bounded(QUEUE)
+}
+
+pub(super) fn start(jobs: &Receiver<Job>, shared: &Arc<Shared>) -> std::io::Result<Api> {
+    let (stop, stopped) = bounded::<()>(0);
+    let mut threads = Vec::new();
+    for _ in 0..THREADS {
+        let (jobs, stopped, shared) = (jobs.clone(), stopped.clone(), shared.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("vidflow-http-api".to_owned())
+                .spawn(move || run(&jobs, &stopped, &shared))?,
+        );
+    }
+    Ok(Api {
+        stop: Some(stop),
+        threads,
+    })
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        for thread in self.threads.drain(..) {
+            if thread.join().is_err() {
+                tracing::error!("http: an API thread panicked");
+            }
+        }
+    }
+}
+
+/// Hands a request to the API threads, or answers 503 when they are all busy.
+pub(super) fn submit(shared: &Shared, mut stream: TcpStream, head: Head) {
+    let Some(jobs) = &shared.api else {
+        return;
+    };
+    if let Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) =
+        jobs.try_send(Job { stream, head })
+    {
+        stream = job.stream;
+        let busy = super::refusal(503, "the API is busy; try again\n");
+        let _ = stream.write(&busy);
+    }
+}
+
+fn run(jobs: &Receiver<Job>, stopped: &Receiver<()>, shared: &Arc<Shared>) {
+    loop {
+        select! {
+            recv(jobs) -> job => match job {
+                Ok(job) if !shared.stop.load(Ordering::Acquire) => {
+                    if let Err(e) = serve(job, shared) {
+                        tracing::debug!(error = %e, "http: API answer not sent");
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            },
+            recv(stopped) -> _ => return,
+        }
+    }
+}
+
+/// What a route answers.
+enum Answer {
+    Bytes(Vec<u8>),
+    File(std::path::PathBuf),
+}
+
+fn serve(job: Job, shared: &Shared) -> std::io::Result<()> {
+    let Job { mut stream, head } = job;
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    match route(&head, shared) {
+        Answer::Bytes(bytes) => stream.write_all(&bytes)?,
+        Answer::File(path) => {
+            let kind = super::files::content_type(&path);
+            super::files::send(&mut stream, &path, kind, head.range.as_deref())?;
+        }
+    }
+    stream.shutdown(Shutdown::Write)
+}
+
+fn json_answer(status: u16, value: &serde_json::Value) -> Answer {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    Answer::Bytes(response(status, "application/json", &body, ""))
+}
+
+fn text(status: u16, message: &str) -> Answer {
+    Answer::Bytes(response(
+        status,
+        "text/plain; charset=utf-8",
+        format!("{message}\n").as_bytes(),
+        "",
+    ))
+}
+
+fn failed(e: &QueryError) -> Answer {
+    match e {
+        QueryError::Bad(BadParam(m)) => text(400, m),
+        QueryError::Store(_) => text(503, &e.to_string()),
+    }
+}
+
+/// The query's pairs, percent-decoded (`+` is a space, as forms send it).
+pub(super) fn pairs(target: &str) -> Result<Vec<(String, String)>, BadParam> {
+    let Some((_, query)) = target.split_once('?') else {
+        return Ok(Vec::new());
+    };
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let decode = |s: &str| {
+                crate::spec::percent_decode(&s.replace('+', " "))
+                    .ok_or_else(|| BadParam(format!("bad percent-encoding in \"{p}\"")))
+            };
+            Ok((decode(k)?, decode(v)?))
+        })
+        .collect()
+}
+
+fn route(head: &Head, shared: &Shared) -> Answer {
+    let path = super::path_of(head);
+    let pairs = match pairs(&head.target) {
+        Ok(p) => p,
+        Err(BadParam(m)) => return text(400, &m),
+    };
+    let parts = shared.live.parts();
+    let rest = path.strip_prefix("/api/").unwrap_or_default();
+    let segments: Vec<&str> = rest.split('/').collect();
+    match segments.as_slice() {
+        ["sources"] => json_answer(200, &super::pages::sources(&shared.live)),
+        ["health"] => json_answer(200, &super::pages::health(&shared.live, &parts)),
+        ["recordings"] => recordings(&parts, &pairs),
+        ["media", sink, name] => media(&parts, sink, name),
+        ["events"] | ["counts"] | ["events", ..] => {
+            let Some(store) = &parts.events else {
+                return text(
+                    404,
+                    "no event store: add [events] path = \"events.db\" to the pipeline",
+                );
+            };
+            let db = store.path.as_path();
+            match segments.as_slice() {
+                ["events"] => match EventFilter::from_pairs(&pairs)
+                    .map_err(QueryError::from)
+                    .and_then(|f| query::events(db, &f))
+                {
+                    Ok(rows) => json_answer(
+                        200,
+                        &serde_json::Value::Array(rows.iter().map(event_json).collect()),
+                    ),
+                    Err(e) => failed(&e),
+                },
+                ["counts"] => match CountFilter::from_pairs(&pairs)
+                    .map_err(QueryError::from)
+                    .and_then(|f| query::counts(db, &f))
+                {
+                    Ok(rows) => json_answer(200, &json!(rows)),
+                    Err(e) => failed(&e),
+                },
+                ["events", id, file @ ..] => one_event(&parts, db, id, file),
+                _ => text(404, &format!("no such page \"{path}\"")),
+            }
+        }
+        _ => text(
+            404,
+            &format!(
+                "no such page \"{path}\": try /api/sources, /api/events, /api/counts, /api/recordings, /api/live"
+            ),
+        ),
+    }
+}
+
+/// An event as the API returns it: its row, with the URLs of its snapshot and clip (relative,
+/// so that they work under a reverse proxy's sub-path) when it has them.
+fn event_json(e: &EventRow) -> serde_json::Value {
+    let mut v = json!(e);
+    if let Some(map) = v.as_object_mut() {
+        let url = |has: bool, file: &str| {
+            has.then(|| format!("api/events/{}/{file}", e.id))
+                .map_or(serde_json::Value::Null, serde_json::Value::String)
+        };
+        map.insert(
+            "snapshot_url".into(),
+            url(e.snapshot.is_some(), "snapshot.jpg"),
+        );
+        map.insert("clip_url".into(), url(e.clip.is_some(), "clip.mp4"));
+    }
+    v
+}
+
+fn one_event(parts: &crate::daemon::live::Parts, db: &Path, id: &str, file: &[&str]) -> Answer {
+    let Ok(id) = id.parse::<i64>() else {
+        return text(400, &format!("event id \"{id}\" is not a whole number"));
+    };
+    let row = match query::event(db, id) {
+        Ok(Some(row)) => row,
+        Ok(None) => return text(404, &format!("no event {id}")),
+        Err(e) => return failed(&e),
+    };
+    let wanted = match file {
+        [] => return json_answer(200, &event_json(&row)),
+        ["snapshot.jpg"] => row.snapshot.as_deref(),
+        ["clip.mp4"] => row.clip.as_deref(),
+        _ => return text(404, "an event has snapshot.jpg and clip.mp4"),
+    };
+    match wanted {
+        Some(path) => kept(parts, Path::new(path)),
+        None => text(404, &format!("event {id} has no such file")),
+    }
+}
+
+/// The file, if the storage lists it (vidflow wrote it and has not deleted it); else 404.
+fn kept(parts: &crate::daemon::live::Parts, path: &Path) -> Answer {
+    match &parts.storage {
+        Some(storage) if storage.lists(path) => Answer::File(path.to_owned()),
+        _ => text(
+            404,
+            "no such file among those vidflow wrote (deleted by retention, or never written)",
+        ),
+    }
+}
+
+fn file_json(f: &StoredFile) -> serde_json::Value {
+    let name = f
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let enc = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    json!({
+        "source": &*f.source,
+        "sink": &*f.sink,
+        "name": name,
+        "start": crate::events::millis(f.created),
+        "end": f.closed.map(crate::events::millis),
+        "bytes": f.bytes,
+        "url": format!("api/media/{}/{}", enc(&f.sink), enc(&name)),
+    })
+}
+
+fn recordings(parts: &crate::daemon::live::Parts, pairs: &[(String, String)]) -> Answer {
+    let mut source = None;
+    let (mut after, mut before) = (None, None);
+    for (k, v) in pairs {
+        let parsed = match k.as_str() {
+            "source" => {
+                source = (!v.is_empty()).then_some(v.as_str());
+                Ok(())
+            }
+            "after" => query::time(k, v).map(|t| after = t),
+            "before" => query::time(k, v).map(|t| before = t),
+            other => Err(BadParam(format!(
+                "unknown parameter \"{other}\": expected source, after, before"
+            ))),
+        };
+        if let Err(BadParam(m)) = parsed {
+            return text(400, &m);
+        }
+    }
+    let Some(storage) = &parts.storage else {
+        return json_answer(200, &json!([]));
+    };
+    let mut files: Vec<_> = storage
+        .files(Some(Class::Continuous))
+        .into_iter()
+        .filter(|f| source.is_none_or(|s| &*f.source == s))
+        .filter(|f| {
+            let start = crate::events::millis(f.created);
+            let end = f.closed.map_or(i64::MAX, crate::events::millis);
+            before.is_none_or(|b| start < b) && after.is_none_or(|a| end >= a)
+        })
+        .collect();
+    files.reverse();
+    json_answer(200, &json!(files.iter().map(file_json).collect::<Vec<_>>()))
+}
+
+fn media(parts: &crate::daemon::live::Parts, sink: &str, name: &str) -> Answer {
+    let (Some(sink), Some(name)) = (
+        crate::spec::percent_decode(sink),
+        crate::spec::percent_decode(name),
+    ) else {
+        return text(400, "bad percent-encoding");
+    };
+    let found = parts.storage.as_ref().and_then(|s| {
+        s.files(None).into_iter().find(|f| {
+            *f.sink == *sink
+                && f.path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy() == name)
+        })
+    });
+    match found {
+        Some(f) => Answer::File(f.path),
+        None => text(
+            404,
+            &format!("no file \"{name}\" of sink \"{sink}\" among those vidflow wrote"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_pairs_are_decoded_and_bad_encoding_is_refused() {
+        let p = pairs("/api/events?label=a+b&source=front%20door&limit=").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                ("label".into(), "a b".into()),
+                ("source".into(), "front door".into()),
+                ("limit".into(), String::new()),
+            ]
+        );
+        assert!(pairs("/api/events?label=%zz").is_err());
+        assert!(pairs("/api/events").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,244 @@
+//! `/api/live` and `/api/live/SOURCE`: each frame's boxes and counts as Server-Sent Events
+//! (`event: frame`, JSON data, see `daemon::feed::LiveFrame::to_json`), for the page to draw
+//! over the preview's JPEG.
+//!
+//! One thread, `vidflow-http-live`, holds every live client's socket, non-blocking: it takes a
+//! frame from the feed (`daemon::feed`), makes its message once, appends it to the buffer of
+//! each client of that source and writes what each socket takes without waiting. A client
+//! whose unsent bytes pass [`CLIENT_BUFFER`] (it stopped reading, or reads slower than frames
+//! come) is closed and counted (`Feed::slow_clients`): it is never waited for, and it costs
+//! the others nothing. At most [`MAX_LIVE`] clients (past that, 503); a comment line every
+//! [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames while
+//! a client is connected (`Feed::set_listeners`).
+//!
+//! Stop protocol: the [`LiveThread`]'s drop drops the stop channel's sender, which wakes the
+//! thread; it closes every client and is joined.
+
+use std::io::{ErrorKind, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
+
+use super::Shared;
+use crate::daemon::feed::{FEED_QUEUE, LiveFrame};
+
+/// Live clients at once: a thousand pages, each a socket and a buffer.
+pub(super) const MAX_LIVE: usize = 1024;
+/// Unsent bytes a client may have before it is dropped: some seconds of frames with a few
+/// dozen boxes.
+pub(super) const CLIENT_BUFFER: usize = 256 * 1024;
+/// A comment line after this long without frames: finds clients that went.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Clients waiting to be taken in by the thread.
+const ARRIVALS: usize = 256;
+
+/// A new client and the source it follows (`None`: all).
+#[derive(Debug)]
+pub(super) struct Arrival {
+    pub stream: TcpStream,
+    pub source: Option<String>,
+}
+
+/// The live thread; dropping it stops and joins it.
+#[derive(Debug)]
+pub(super) struct LiveThread {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+pub(super) fn queue() -> (Sender<Arrival>, Receiver<Arrival>) {
+    bounded(ARRIVALS)
+}
+
+pub(super) fn start(
+    arrivals: Receiver<Arrival>,
+    shared: Arc<Shared>,
+) -> std::io::Result<LiveThread> {
+    let (stop, stopped) = bounded::<()>(0);
+    let thread = std::thread::Builder::new()
+        .name("vidflow-http-live".to_owned())
+        .spawn(move || run(&arrivals, &stopped, &shared))?;
+    Ok(LiveThread {
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+impl Drop for LiveThread {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("http: the live thread panicked");
+        }
+    }
+}
+
+/// Hands a client to the live thread, or answers 503.
+pub(super) fn add(shared: &Shared, mut stream: TcpStream, source: Option<String>) {
+    let Some(arrivals) = &shared.arrivals else {
+        return;
+    };
+    if let Err(TrySendError::Full(a) | TrySendError::Disconnected(a)) =
+        arrivals.try_send(Arrival { stream, source })
+    {
+        stream = a.stream;
+        let _ = stream.write(&super::refusal(
+            503,
+            "too many live clients arriving; try again\n",
+        ));
+    }
+}
+
+struct Client {
+    stream: TcpStream,
+    source: Option<String>,
+    pending: Vec<u8>,
+    sent: usize,
+}
+
+impl Client {
+    /// Queues `bytes`; `false` when the client is too far behind (it is to be dropped).
+    fn queue(&mut self, bytes: &[u8]) -> bool {
+        if self.pending.len() - self.sent + bytes.len() > CLIENT_BUFFER {
+            return false;
+        }
+        if self.sent > 0 && self.sent == self.pending.len() {
+            self.pending.clear();
+            self.sent = 0;
+        }
+        self.pending.extend_from_slice(bytes);
+        true
+    }
+
+    /// Writes what the socket takes now; `false` when the client went.
+    fn flush(&mut self) -> bool {
+        while self.sent < self.pending.len() {
+            match self.stream.write(&self.pending[self.sent..]) {
+                Ok(0) => return false,
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        if self.sent == self.pending.len() {
+            self.pending.clear();
+            self.sent = 0;
+        } else if self.sent > CLIENT_BUFFER / 2 {
+            self.pending.drain(..self.sent);
+            self.sent = 0;
+        }
+        true
+    }
+}
+
+const HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+X-Accel-Buffering: no\r\nConnection: close\r\n\r\nretry: 2000\n\n";
+
+fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
+    let feed = &shared.live.feed;
+    let frames = feed.receiver();
+    let mut clients: Vec<Client> = Vec::new();
+    loop {
+        select! {
+            recv(arrivals) -> a => match a {
+                Ok(a) => welcome(a, &mut clients),
+                Err(_) => break,
+            },
+            recv(frames) -> f => match f {
+                Ok(frame) => {
+                    broadcast(&frame, &mut clients, shared);
+                    // Frames that came meanwhile go out in the same writes.
+                    for frame in frames.try_iter().take(FEED_QUEUE) {
+                        broadcast(&frame, &mut clients, shared);
+                    }
+                }
+                Err(_) => break,
+            },
+            recv(stopped) -> _ => break,
+            default(KEEPALIVE) => clients.iter_mut().for_each(|c| {
+                let _ = c.queue(b": keepalive\n\n");
+            }),
+        }
+        if shared.stop.load(Ordering::Acquire) {
+            break;
+        }
+        clients.retain_mut(Client::flush);
+        feed.set_listeners(clients.len());
+    }
+    feed.set_listeners(0);
+}
+
+fn welcome(a: Arrival, clients: &mut Vec<Client>) {
+    let Arrival { mut stream, source } = a;
+    if clients.len() >= MAX_LIVE {
+        let _ = stream.write(&super::refusal(
+            503,
+            "too many live clients; try again later\n",
+        ));
+        return;
+    }
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    clients.push(Client {
+        stream,
+        source,
+        pending: HEAD.to_vec(),
+        sent: 0,
+    });
+}
+
+fn broadcast(frame: &LiveFrame, clients: &mut Vec<Client>, shared: &Shared) {
+    let message = format!("event: frame\ndata: {}\n\n", frame.to_json());
+    let before = clients.len();
+    clients.retain_mut(|c| {
+        c.source.as_deref().is_some_and(|s| s != &*frame.source) || c.queue(message.as_bytes())
+    });
+    let slow = before - clients.len();
+    if slow > 0 {
+        shared
+            .live
+            .feed
+            .slow_clients
+            .fetch_add(slow as u64, Ordering::Relaxed);
+        tracing::debug!(clients = slow, "live: clients too far behind, closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_client_that_does_not_read_is_let_go_without_a_wait() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let mut client = Client {
+            stream,
+            source: None,
+            pending: Vec::new(),
+            sent: 0,
+        };
+        let message = vec![b'x'; 16 * 1024];
+        // The peer reads nothing: the socket's buffers fill, then the client's own. A write
+        // that waited for the peer would hang here.
+        let mut queued = 0;
+        while client.queue(&message) {
+            assert!(client.flush(), "the peer is still there");
+            queued += 1;
+            assert!(queued < 100_000, "never let go");
+        }
+        assert!(client.pending.len() - client.sent + message.len() > CLIENT_BUFFER);
+    }
+}

@@ -1,0 +1,376 @@
+// vidflow's page: plain JavaScript, no build step. Every URL is relative, so the page works
+// at / and under a reverse proxy's sub-path. What tests read is kept on `window.vidflow`.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const vidflow = (window.vidflow = { frames: 0, drawn: {}, live: {}, counts: null, events: [] });
+
+async function api(path) {
+  const r = await fetch(path, { cache: "no-store" });
+  if (!r.ok) throw new Error(`${path}: ${r.status} ${(await r.text()).trim()}`);
+  return r.json();
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  e.append(...children.filter((c) => c !== null && c !== undefined));
+  return e;
+}
+
+const when = (ms) => {
+  const d = new Date(ms);
+  const today = new Date().toDateString() === d.toDateString();
+  return today ? d.toLocaleTimeString() : d.toLocaleString();
+};
+
+// ---------------------------------------------------------------- live
+const cams = new Map();
+const COLORS = ["#22d3ee", "#facc15", "#f472b6", "#4ade80", "#fb923c", "#a78bfa", "#f87171"];
+
+function camera(source) {
+  let c = cams.get(source.name);
+  if (c) return c;
+  const canvas = el("canvas", { class: "boxes", "data-source": source.name });
+  const view = el("div", { class: "view" });
+  if (source.preview) {
+    view.append(el("img", { src: "preview/" + encodeURIComponent(source.name), alt: "live picture of " + source.name }));
+  } else {
+    view.append(el("div", { class: "none" }, "no preview sink for this source: boxes only"));
+  }
+  view.append(canvas);
+  const state = el("span", { class: "state" });
+  const counts = el("span", { class: "counts muted" });
+  const card = el("article", { class: "cam", id: "cam-" + source.name }, view,
+    el("div", { class: "meta" }, el("b", {}, source.name), state, counts));
+  $("grid").append(card);
+  c = { card, canvas, state, counts, frame: null, pending: false };
+  cams.set(source.name, c);
+  new ResizeObserver(() => draw(c)).observe(view);
+  return c;
+}
+
+function draw(c) {
+  c.pending = false;
+  const cv = c.canvas;
+  const w = cv.clientWidth, h = cv.clientHeight, dpr = window.devicePixelRatio || 1;
+  if (cv.width !== Math.round(w * dpr) || cv.height !== Math.round(h * dpr)) {
+    cv.width = Math.round(w * dpr);
+    cv.height = Math.round(h * dpr);
+  }
+  const g = cv.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.clearRect(0, 0, w, h);
+  const f = c.frame;
+  if (!f || !f.width) return;
+  // Where the picture is drawn (object-fit: contain), so boxes land on it.
+  const scale = Math.min(w / f.width, h / f.height);
+  const ox = (w - f.width * scale) / 2, oy = (h - f.height * scale) / 2;
+  g.lineWidth = 2;
+  g.font = "12px system-ui, sans-serif";
+  const drawn = [];
+  for (const b of f.boxes) {
+    const [x, y, bw, bh] = b.box.map((v) => v * scale);
+    const color = COLORS[(b.id ?? 0) % COLORS.length];
+    g.strokeStyle = color;
+    g.setLineDash(b.predicted ? [4, 3] : []);
+    g.strokeRect(ox + x, oy + y, bw, bh);
+    const text = b.id !== undefined ? `${b.label} #${b.id}` : `${b.label} ${(b.score * 100).toFixed(0)}%`;
+    const tw = g.measureText(text).width + 6;
+    g.fillStyle = color;
+    g.fillRect(ox + x, oy + y - 15, tw, 15);
+    g.fillStyle = "#000";
+    g.fillText(text, ox + x + 3, oy + y - 3);
+    drawn.push([b.id ?? null, ...b.box.map((v) => Math.round(v))]);
+  }
+  vidflow.drawn[f.source] = { seq: f.seq, boxes: drawn };
+  cv.dataset.seq = f.seq;
+  cv.dataset.boxes = JSON.stringify(drawn);
+  const counts = Object.entries(f.counts || {})
+    .map(([step, c]) => step + ": " + Object.entries(c).map(([k, n]) => `${k} ${n}`).join(" "))
+    .join("; ");
+  c.counts.textContent = counts;
+}
+
+function live() {
+  const stream = new EventSource("api/live");
+  stream.addEventListener("frame", (m) => {
+    const f = JSON.parse(m.data);
+    vidflow.frames++;
+    vidflow.live[f.source] = f.counts;
+    const c = cams.get(f.source);
+    if (!c) return;
+    c.frame = f;
+    // Drawn at the next paint; a hidden page (no paints) keeps its boxes current anyway.
+    if (document.hidden) draw(c);
+    else if (!c.pending) {
+      c.pending = true;
+      requestAnimationFrame(() => draw(c));
+    }
+  });
+  stream.onopen = () => ($("run-state").textContent = "live");
+  stream.onerror = () => ($("run-state").textContent = "not connected: showing what the store kept");
+}
+
+async function sources() {
+  try {
+    const list = await api("api/sources");
+    for (const s of list) {
+      const c = camera(s);
+      c.state.textContent = s.state;
+      c.state.className = "state state-" + s.state;
+    }
+    fillSelect($("f-source"), list.map((s) => s.name), "all");
+    fillSelect($("r-source"), list.map((s) => s.name));
+    return list;
+  } catch (e) {
+    $("run-state").textContent = "vidflow is not answering";
+    return [];
+  }
+}
+
+function fillSelect(select, names, any) {
+  const have = new Set([...select.options].map((o) => o.value));
+  if (any !== undefined && !have.has("")) select.append(el("option", { value: "" }, any));
+  for (const n of names) if (!have.has(n)) select.append(el("option", { value: n }, n));
+}
+
+// ---------------------------------------------------------------- events
+let oldest = null;
+
+function eventQuery(beforeId) {
+  const q = new URLSearchParams();
+  for (const id of ["f-source", "f-kind", "f-label"]) {
+    const v = $(id).value.trim();
+    if (v) q.set($(id).name, v);
+  }
+  const since = $("f-since").value;
+  if (since) q.set("after", String(Date.now() - Number(since)));
+  if (beforeId) q.set("before_id", String(beforeId));
+  q.set("limit", "60");
+  return "api/events?" + q;
+}
+
+function eventItem(e) {
+  const what = e.kind === "crossing" ? `crossed ${e.place} (${e.direction})`
+    : e.kind === "enter" ? `entered ${e.place}`
+    : e.kind === "leave" ? `left ${e.place}`
+    : e.kind === "track" ? "seen" : "motion";
+  const who = e.track_id !== null ? `${e.label} #${e.track_id}` : e.label;
+  const thumb = e.snapshot_url
+    ? el("img", { class: "thumb", src: e.snapshot_url, loading: "lazy", alt: "snapshot" })
+    : el("div", { class: "nothumb" });
+  const li = el("li", { tabIndex: 0, "data-id": e.id, "data-kind": e.kind, "data-label": e.label, "data-clip": e.clip_url ? "1" : "0" }, thumb,
+    el("div", { class: "text" },
+      el("span", { class: "kind kind-" + e.kind }, e.kind), " ", el("b", {}, who), " ", what,
+      el("div", { class: "muted" }, `${e.source}, ${when(e.start)}`, e.clip_url ? ", clip" : "")));
+  li.addEventListener("click", () => play(e));
+  li.addEventListener("keydown", (k) => k.key === "Enter" && play(e));
+  return li;
+}
+
+async function loadEvents(more) {
+  try {
+    const query = eventQuery(more ? oldest : null);
+    const list = await api(query);
+    const same = (a, b) => a.length === b.length && a.every((e, i) => e.id === b[i].id && e.clip_url === b[i].clip_url && e.snapshot_url === b[i].snapshot_url);
+    // A refresh that brings nothing new leaves the list (and its thumbnails) alone.
+    if (!more && query === vidflow.query && same(list, vidflow.events)) {
+      vidflow.eventsLoaded = (vidflow.eventsLoaded || 0) + 1;
+      return;
+    }
+    vidflow.query = query;
+    if (!more) {
+      $("timeline").replaceChildren();
+      vidflow.events = [];
+    }
+    vidflow.events.push(...list);
+    $("timeline").append(...list.map(eventItem));
+    oldest = list.length ? list[list.length - 1].id : oldest;
+    $("more").hidden = list.length < 60;
+    const labels = new Set(vidflow.events.map((e) => e.label).filter(Boolean));
+    fillSelect($("labels"), [...labels]);
+    if (!vidflow.events.length) $("timeline").append(el("li", { class: "muted empty" }, "no events match"));
+  } catch (e) {
+    $("timeline").replaceChildren(el("li", { class: "muted empty" }, String(e.message)));
+  }
+  vidflow.eventsLoaded = (vidflow.eventsLoaded || 0) + 1;
+}
+
+function play(e) {
+  const p = $("player");
+  p.hidden = false;
+  $("player-title").textContent = `${e.label}${e.track_id !== null ? " #" + e.track_id : ""}: ${e.kind}${e.place ? " " + e.place : ""}${e.direction ? " (" + e.direction + ")" : ""}, ${e.source}, ${when(e.start)}`;
+  const v = $("player-video");
+  if (e.clip_url) {
+    v.hidden = false;
+    v.src = e.clip_url;
+    v.play().catch(() => {});
+  } else {
+    v.hidden = true;
+    v.removeAttribute("src");
+    $("player-title").textContent += " (no clip)";
+  }
+  const img = $("player-snapshot");
+  img.hidden = !e.snapshot_url;
+  if (e.snapshot_url) img.src = e.snapshot_url;
+  p.scrollIntoView({ block: "nearest" });
+}
+
+// ---------------------------------------------------------------- counts
+let chart = null;
+
+async function loadCounts() {
+  try {
+    let bucket = $("c-bucket").value;
+    let rows = await api("api/counts?bucket=" + (bucket || "minute"));
+    if (!bucket && rows.length) {
+      const span = rows[rows.length - 1].t - rows[0].t;
+      bucket = span > 7 * 86400e3 ? "day" : span > 6 * 3600e3 ? "hour" : "minute";
+      if (bucket !== "minute") rows = await api("api/counts?bucket=" + bucket);
+    }
+    const keys = [...new Set(rows.map((r) => `${r.source} ${r.place} ${r.name}`))].sort();
+    const times = [...new Set(rows.map((r) => r.t))].sort((a, b) => a - b);
+    const series = keys.map(() => times.map(() => 0));
+    const totals = new Map(keys.map((k) => [k, 0]));
+    for (const r of rows) {
+      const k = `${r.source} ${r.place} ${r.name}`;
+      series[keys.indexOf(k)][times.indexOf(r.t)] += r.n;
+      totals.set(k, totals.get(k) + r.n);
+    }
+    vidflow.counts = { bucket: bucket || "minute", keys, times, series, totals: Object.fromEntries(totals) };
+    $("totals").tBodies[0].replaceChildren(...rows.length ? keys.map((k) => {
+      const [source, place, name] = k.split(" ");
+      return el("tr", { "data-key": k }, el("td", {}, source), el("td", {}, place), el("td", {}, name),
+        el("td", { class: "n" }, String(totals.get(k))));
+    }) : [el("tr", {}, el("td", { colSpan: 4, class: "muted" }, "no counts yet: a line_counter or zone_count step counts here"))]);
+    drawChart(keys, times, series);
+  } catch (e) {
+    $("chart").textContent = e.message;
+  }
+}
+
+function drawChart(keys, times, series) {
+  const box = $("chart");
+  if (!keys.length) {
+    if (chart) { chart.destroy(); chart = null; }
+    box.textContent = "";
+    return;
+  }
+  const data = [times.map((t) => t / 1000), ...series];
+  const width = Math.max(260, box.clientWidth - 12);
+  const signature = keys.join("|");
+  if (chart && chart.signature === signature) {
+    chart.setData(data);
+    return;
+  }
+  if (chart) chart.destroy();
+  box.textContent = "";
+  const bars = uPlot.paths && uPlot.paths.bars ? uPlot.paths.bars({ size: [0.8 / keys.length, 40] }) : undefined;
+  chart = new uPlot({
+    width, height: 260,
+    series: [{}, ...keys.map((k, i) => ({ label: k, stroke: COLORS[i % COLORS.length], fill: COLORS[i % COLORS.length] + "88", paths: bars, points: { show: false } }))],
+    axes: [{}, { label: "count" }],
+    scales: { x: { time: true } },
+  }, data, box);
+  chart.signature = signature;
+  new ResizeObserver(() => chart && chart.setSize({ width: Math.max(260, box.clientWidth - 12), height: 260 })).observe(box);
+}
+
+// ---------------------------------------------------------------- recordings
+async function loadRecordings() {
+  const source = $("r-source").value;
+  try {
+    const list = await api("api/recordings?source=" + encodeURIComponent(source));
+    $("r-list").replaceChildren(...list.slice(0, 30).map((r) => {
+      const li = el("li", {}, el("a", { href: r.url }, `${r.source}: ${when(r.start)}${r.end ? " to " + when(r.end) : " (being written)"}`));
+      li.firstChild.addEventListener("click", (ev) => { ev.preventDefault(); playRecording(r, r.start); });
+      return li;
+    }));
+    if (!list.length) $("r-list").replaceChildren(el("li", { class: "muted" }, "no recordings: a video_file or record sink writes them"));
+  } catch (e) {
+    $("r-list").replaceChildren(el("li", { class: "muted" }, e.message));
+  }
+}
+
+function playRecording(r, at) {
+  const v = $("r-video");
+  v.hidden = false;
+  v.src = r.url;
+  v.onloadedmetadata = () => { v.currentTime = Math.max(0, (at - r.start) / 1000); v.play().catch(() => {}); };
+}
+
+$("r-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const at = new Date($("r-time").value).getTime();
+  if (!Number.isFinite(at)) return;
+  const q = new URLSearchParams({ source: $("r-source").value, after: String(at), before: String(at + 1) });
+  try {
+    const list = await api("api/recordings?" + q);
+    if (list.length) playRecording(list[list.length - 1], at);
+    else $("r-list").prepend(el("li", { class: "muted" }, "no recording holds " + new Date(at).toLocaleString()));
+  } catch (e) {
+    $("r-list").prepend(el("li", { class: "muted" }, e.message));
+  }
+});
+
+// ---------------------------------------------------------------- health
+let lastHealth = null;
+
+async function health() {
+  try {
+    const h = await api("api/health");
+    const run = h.run || {};
+    const before = lastHealth && lastHealth.run;
+    $("h-sources").tBodies[0].replaceChildren(...(run.sources || []).map((s) => {
+      const prev = before && before.sources.find((p) => p.name === s.name);
+      const fps = prev ? ((s.decoded - prev.decoded) / Math.max(run.uptime_s - before.uptime_s, 0.001)).toFixed(1) : "...";
+      return el("tr", { "data-source": s.name }, el("td", {}, s.name), el("td", { class: "state-" + s.state }, s.state),
+        el("td", { class: "n" }, fps), el("td", { class: "n" }, String(s.decoded)), el("td", { class: "n" }, String(s.dropped)),
+        el("td", { class: "n" }, String(s.reconnects)));
+    }));
+    const kept = (h.storage && h.storage.sinks) || {};
+    $("h-sinks").tBodies[0].replaceChildren(...(run.sinks || []).map((s) => el("tr", {},
+      el("td", {}, s.name), el("td", { class: "n" }, String(s.written)), el("td", { class: "n" }, String(s.dropped)),
+      el("td", { class: "n" }, String(s.queue)),
+      el("td", { class: "n" }, kept[s.name] ? `${kept[s.name].kept_files} files, ${mb(kept[s.name].kept_bytes)}` : ""))));
+    $("h-disk").textContent = ((h.storage && h.storage.filesystems) || [])
+      .map((f) => `${f.folder}: ${mb(f.free_bytes)} free of ${mb(f.size_bytes)}`).join("; ");
+    $("h-events").textContent = h.events
+      ? `event store ${h.events.path}: ${h.events.events} events, ${h.events.dropped} dropped, ${h.events.errors} errors`
+      : "no event store: add [events] path = \"events.db\" to the pipeline";
+    $("run-state").textContent = `${run.phase}, ${run.healthy ? "healthy" : "unhealthy"}`;
+    lastHealth = h;
+  } catch (e) {
+    $("run-state").textContent = "vidflow is not answering";
+  }
+}
+
+const mb = (b) => (b >= 1e9 ? (b / 1e9).toFixed(1) + " GB" : (b / 1e6).toFixed(1) + " MB");
+
+// ---------------------------------------------------------------- start
+for (const id of ["f-source", "f-kind", "f-since"]) $(id).addEventListener("change", () => loadEvents(false));
+$("f-label").addEventListener("change", () => loadEvents(false));
+$("filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadEvents(false); });
+$("more").addEventListener("click", () => loadEvents(true));
+$("player-close").addEventListener("click", () => { $("player").hidden = true; $("player-video").pause(); });
+$("c-bucket").addEventListener("change", loadCounts);
+$("r-source").addEventListener("change", loadRecordings);
+
+(async () => {
+  await sources();
+  live();
+  loadEvents(false);
+  loadCounts();
+  loadRecordings();
+  health();
+  setInterval(sources, 5000);
+  setInterval(health, 2000);
+  setInterval(loadCounts, 10000);
+  // New events show up while nobody pages back.
+  setInterval(() => { if ($("more").hidden || !vidflow.events.length) loadEvents(false); }, 5000);
+})();

@@ -1,0 +1,127 @@
+//! What the executor's delivery callback hands, besides the sinks, from each result: its facts
+//! to the event store (`events`) and its boxes and counts to the live feed (`feed.rs`). Both
+//! are a few `Arc` clones and a `try_send`: nothing here waits. Built per graph (a reload's
+//! graph gets its own, with the same store).
+
+use std::sync::Arc;
+
+use super::Live;
+use super::feed::LiveFrame;
+use crate::events::{EventStore, Output, Tap};
+use crate::outcome::FrameResult;
+use crate::spec::Ref;
+use crate::value::{Value, ValueType};
+use crate::workflow::Graph;
+
+#[derive(Debug)]
+pub(super) struct Taps {
+    store: Option<EventStore>,
+    live: Arc<Live>,
+    /// What the store reads.
+    outputs: Vec<Output>,
+    /// What the live feed shows: tracks, or detections when there is no tracker, and counts.
+    tracks: Vec<Ref>,
+    detections: Vec<Ref>,
+    counts: Vec<(Arc<str>, Ref)>,
+}
+
+impl Taps {
+    pub(super) fn new(graph: &Graph, store: Option<EventStore>, live: Arc<Live>) -> Self {
+        let mut taps = Self {
+            store,
+            live,
+            outputs: Vec::new(),
+            tracks: Vec::new(),
+            detections: Vec::new(),
+            counts: Vec::new(),
+        };
+        for (step, node) in graph.nodes.iter().enumerate() {
+            for (output, port) in node.kind.outputs.iter().enumerate() {
+                let at = Ref::Step { step, output };
+                let tap = match port.ty {
+                    ValueType::Tracks => {
+                        taps.tracks.push(at);
+                        Some(Tap::Tracks)
+                    }
+                    ValueType::Events => Some(Tap::Events),
+                    ValueType::Detections if node.kind.name == "motion" => Some(Tap::Motion),
+                    ValueType::Detections => {
+                        taps.detections.push(at);
+                        None
+                    }
+                    ValueType::Counts => {
+                        taps.counts.push((node.name.clone(), at));
+                        None
+                    }
+                    ValueType::Image => None,
+                };
+                if let Some(tap) = tap {
+                    taps.outputs.push(Output {
+                        step: node.name.clone(),
+                        at,
+                        tap,
+                    });
+                }
+            }
+        }
+        if !taps.tracks.is_empty() {
+            taps.detections.clear();
+        }
+        taps
+    }
+
+    /// The same store and feed, for a reload's graph.
+    pub(super) fn for_graph(&self, graph: &Graph) -> Self {
+        Self::new(graph, self.store.clone(), self.live.clone())
+    }
+
+    pub(super) fn store(&self) -> Option<&EventStore> {
+        self.store.as_ref()
+    }
+
+    /// On the executor's thread, for every delivered result.
+    pub(super) fn record(&self, result: &FrameResult) {
+        if let Some(store) = &self.store {
+            store.record(result, &self.outputs);
+        }
+        let feed = &self.live.feed;
+        if !feed.listening() {
+            return;
+        }
+        let frame = result.frame();
+        let values = |refs: &[Ref]| {
+            refs.iter()
+                .filter_map(|r| result.value(*r))
+                .collect::<Vec<Value>>()
+        };
+        feed.publish(LiveFrame {
+            source: frame.source.clone(),
+            seq: frame.seq,
+            at: frame.captured,
+            width: frame.width(),
+            height: frame.height(),
+            tracks: values(&self.tracks)
+                .into_iter()
+                .filter_map(|v| match v {
+                    Value::Tracks(t) => Some(t),
+                    _ => None,
+                })
+                .collect(),
+            detections: values(&self.detections)
+                .into_iter()
+                .filter_map(|v| match v {
+                    Value::Detections(d) => Some(d),
+                    _ => None,
+                })
+                .collect(),
+            counts: self
+                .counts
+                .iter()
+                .filter_map(|(name, r)| match result.value(*r) {
+                    Some(Value::Counts(c)) => Some((name.clone(), c)),
+                    _ => None,
+                })
+                .collect(),
+        });
+    }
+}

@@ -1,0 +1,189 @@
+//! The event store (`[events] path = "events.db"`): what happened, in SQLite, for the page and
+//! the JSON API. It sits beside the other outputs and replaces none: JSONL stays the raw record.
+//!
+//! Rows: an `events` row per track seen (from its first frame to its last), zone enter and
+//! leave, line crossing and stretch of motion, with its source, step, label, track id, score,
+//! zone or line, and the snapshot and clip (files of the `snapshot` and `clip` sinks) that show
+//! it; a `counts` row per source, line or zone, direction and minute.
+//!
+//! Threads: one, `vidflow-events`, owns the only writing connection (`writer.rs`). The frame
+//! path (the executor's delivery callback) only clones a frame's `Arc`ed values into a
+//! [`Facts`] and `try_send`s it on a bounded channel of [`QUEUE`] frames: when the writer is
+//! behind (a slow disk, a locked database) the frame's facts are dropped and counted, never
+//! waited for. The writer takes what is queued, writes it in one transaction, and every
+//! [`writer::LINK_INTERVAL`] names the snapshots and clips the storage indexed for recent
+//! events. A database that is missing, locked or corrupt never stops the frames: the failure
+//! is counted and logged once, the connection dropped, and the file reopened (a corrupt one set
+//! aside as `NAME.corrupt-TIME` and recreated) after [`writer::REOPEN_DELAY`]; what comes
+//! meanwhile is counted as dropped.
+//!
+//! Readers (the HTTP API's threads) open their own read-only connections (`query.rs`); WAL
+//! keeps them and the writer from blocking each other.
+//!
+//! Stop protocol: [`EventStore::stop`] (after the executor has delivered its last frame) sends
+//! `Stop` behind what is queued; the writer writes it all, closes open tracks and motion at
+//! their last time, and ends; it is joined.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Sender, TrySendError};
+use serde::Serialize;
+
+use crate::outcome::FrameResult;
+use crate::spec::Ref;
+use crate::storage::Storage;
+use crate::value::{Event, Track, Value};
+
+pub mod query;
+pub mod schema;
+mod writer;
+
+/// Frames of facts queued for the writer: some seconds of a few cameras, so a commit that
+/// waits for the disk now and then loses nothing.
+pub const QUEUE: usize = 1024;
+/// Default `retain_days`.
+pub const DEFAULT_RETAIN: Duration = Duration::from_secs(30 * 86_400);
+
+/// `[events]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventsConfig {
+    pub path: PathBuf,
+    /// Rows older than this are deleted (the files they name follow their sinks' retention).
+    pub retain: Duration,
+}
+
+/// What a frame's values mean to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tap {
+    /// A tracker's tracks: each new id is a "track" event.
+    Tracks,
+    /// Zone and line events (and a count per minute).
+    Events,
+    /// A motion step's regions: a stretch of frames with some is a "motion" event.
+    Motion,
+}
+
+/// One output the store reads, with its step's name.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub step: Arc<str>,
+    pub at: Ref,
+    pub tap: Tap,
+}
+
+/// One frame's facts, as the writer gets them (`Arc` clones of the frame's values).
+#[derive(Debug)]
+pub struct Facts {
+    pub source: Arc<str>,
+    pub at: SystemTime,
+    pub tracks: Vec<(Arc<str>, Arc<[Track]>)>,
+    pub events: Vec<(Arc<str>, Arc<[Event]>)>,
+    /// Motion steps with regions on this frame.
+    pub motion: Vec<Arc<str>>,
+}
+
+#[derive(Debug)]
+enum Msg {
+    Facts(Facts),
+    Stop,
+}
+
+/// The store's counters, for `/metrics` and the API.
+#[derive(Debug, Default, Serialize)]
+pub struct Counters {
+    /// Events rows written.
+    pub events: AtomicU64,
+    /// Frames whose facts were not written: the queue was full, or the database was down.
+    pub dropped: AtomicU64,
+    /// Failures of the database (opening, writing).
+    pub errors: AtomicU64,
+    /// Times the database was reopened after a failure (or recreated, corrupt).
+    pub reopened: AtomicU64,
+}
+
+/// The running store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct EventStore {
+    tx: Sender<Msg>,
+    pub counters: Arc<Counters>,
+    pub path: PathBuf,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl EventStore {
+    /// Starts the writer thread (the database is opened there: a bad one never fails the run).
+    pub fn start(config: &EventsConfig, storage: Storage) -> std::io::Result<Self> {
+        let (tx, rx) = crossbeam_channel::bounded(QUEUE);
+        let counters = Arc::new(Counters::default());
+        let writer = writer::Writer::new(config.clone(), storage, counters.clone());
+        let thread = std::thread::Builder::new()
+            .name("vidflow-events".to_owned())
+            .spawn(move || writer.run(&rx))?;
+        Ok(Self {
+            tx,
+            counters,
+            path: config.path.clone(),
+            thread: Arc::new(Mutex::new(Some(thread))),
+        })
+    }
+
+    /// Queues what `result` holds for the outputs in `taps` (nothing if it holds nothing);
+    /// never blocks.
+    pub fn record(&self, result: &FrameResult, taps: &[Output]) {
+        let frame = result.frame();
+        let mut facts = Facts {
+            source: frame.source.clone(),
+            at: SystemTime::now(),
+            tracks: Vec::new(),
+            events: Vec::new(),
+            motion: Vec::new(),
+        };
+        for out in taps {
+            match (out.tap, result.value(out.at)) {
+                (Tap::Tracks, Some(Value::Tracks(t))) if !t.is_empty() => {
+                    facts.tracks.push((out.step.clone(), t));
+                }
+                (Tap::Events, Some(Value::Events(e))) if !e.is_empty() => {
+                    facts.events.push((out.step.clone(), e));
+                }
+                (Tap::Motion, Some(Value::Detections(d))) if !d.is_empty() => {
+                    facts.motion.push(out.step.clone());
+                }
+                _ => {}
+            }
+        }
+        if facts.tracks.is_empty() && facts.events.is_empty() && facts.motion.is_empty() {
+            // The writer closes tracks and motion by time: an empty frame tells it nothing.
+            return;
+        }
+        match self.tx.try_send(Msg::Facts(facts)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes what is queued, closes what is open and joins the writer.
+    pub fn stop(&self) {
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = self.tx.send(Msg::Stop);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

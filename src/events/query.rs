@@ -1,0 +1,338 @@
+//! Reading the store, for the HTTP API: events newest first with filters, one event, counts by
+//! bucket. Each call opens its own read-only connection (cheap; WAL keeps it from blocking the
+//! writer), so a store that was reopened or recreated is simply read as it is now.
+
+use std::path::Path;
+
+use rusqlite::types::Value as Sql;
+use rusqlite::{Connection, params_from_iter};
+use serde::Serialize;
+
+use super::schema;
+
+/// The most events one request returns.
+pub const MAX_LIMIT: u32 = 1000;
+/// Events returned when `limit` is not given.
+pub const DEFAULT_LIMIT: u32 = 100;
+
+/// A query parameter that cannot be taken: the 400's message.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct BadParam(pub String);
+
+/// Why a query failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0}")]
+    Bad(#[from] BadParam),
+    #[error("event store unavailable: {0}")]
+    Store(#[from] rusqlite::Error),
+}
+
+/// `GET /api/events`'s filters.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct EventFilter {
+    pub source: Option<String>,
+    pub kind: Option<String>,
+    pub label: Option<String>,
+    /// A zone or line name.
+    pub place: Option<String>,
+    /// Start times, ms since the epoch: at or after, and before.
+    pub after: Option<i64>,
+    pub before: Option<i64>,
+    /// Only events with a smaller id (the next page: the last id of this one).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// The kinds of event rows.
+pub const KINDS: &[&str] = &["track", "enter", "leave", "crossing", "motion"];
+
+impl EventFilter {
+    /// From the query's pairs (already percent-decoded); unknown keys are refused, so a typo
+    /// does not silently return everything.
+    pub fn from_pairs(pairs: &[(String, String)]) -> Result<Self, BadParam> {
+        let mut f = Self {
+            limit: DEFAULT_LIMIT,
+            ..Self::default()
+        };
+        for (k, v) in pairs {
+            let text = || (!v.is_empty()).then(|| v.clone());
+            match k.as_str() {
+                "source" => f.source = text(),
+                "kind" => {
+                    if !v.is_empty() && !KINDS.contains(&v.as_str()) {
+                        return Err(BadParam(format!(
+                            "kind \"{v}\" is not one of {}",
+                            KINDS.join(", ")
+                        )));
+                    }
+                    f.kind = text();
+                }
+                "label" => f.label = text(),
+                "place" | "zone" | "line" => f.place = text(),
+                "after" => f.after = time(k, v)?,
+                "before" => f.before = time(k, v)?,
+                "before_id" => f.before_id = Some(integer(k, v)?),
+                "limit" => {
+                    let n = integer(k, v)?;
+                    if !(1..=i64::from(MAX_LIMIT)).contains(&n) {
+                        return Err(BadParam(format!("limit must be 1 to {MAX_LIMIT}, not {n}")));
+                    }
+                    f.limit = n as u32;
+                }
+                other => {
+                    return Err(BadParam(format!(
+                        "unknown parameter \"{other}\": expected source, kind, label, place, after, before, before_id, limit"
+                    )));
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// A time parameter: ms since the epoch, or RFC 3339 (`2026-12-03T09:00:00Z`).
+pub fn time(key: &str, v: &str) -> Result<Option<i64>, BadParam> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(ms) = v.parse::<i64>() {
+        return Ok(Some(ms));
+    }
+    humantime::parse_rfc3339_weak(v)
+        .map(|t| Some(super::millis(t)))
+        .map_err(|_| {
+            BadParam(format!(
+                "{key} \"{v}\" is not a time: give ms since 1970 or RFC 3339 (2026-12-03T09:00:00Z)"
+            ))
+        })
+}
+
+fn integer(key: &str, v: &str) -> Result<i64, BadParam> {
+    v.parse()
+        .map_err(|_| BadParam(format!("{key} \"{v}\" is not a whole number")))
+}
+
+/// One event, as the API returns it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EventRow {
+    pub id: i64,
+    pub start: i64,
+    pub end: i64,
+    pub source: String,
+    pub kind: String,
+    pub label: String,
+    pub track_id: Option<i64>,
+    pub score: Option<f64>,
+    pub step: String,
+    pub place: Option<String>,
+    pub direction: Option<String>,
+    #[serde(rename = "box")]
+    pub bbox: Option<serde_json::Value>,
+    /// The files (paths as the sinks wrote them); the API adds their URLs.
+    pub snapshot: Option<String>,
+    pub clip: Option<String>,
+}
+
+const COLUMNS: &str = "id, start_ms, end_ms, source, kind, label, track_id, score, step, place, \
+                       direction, box, snapshot, clip";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    let bbox: Option<String> = r.get(11)?;
+    Ok(EventRow {
+        id: r.get(0)?,
+        start: r.get(1)?,
+        end: r.get(2)?,
+        source: r.get(3)?,
+        kind: r.get(4)?,
+        label: r.get(5)?,
+        track_id: r.get(6)?,
+        score: r.get(7)?,
+        step: r.get(8)?,
+        place: r.get(9)?,
+        direction: r.get(10)?,
+        bbox: bbox.and_then(|b| serde_json::from_str(&b).ok()),
+        snapshot: r.get(12)?,
+        clip: r.get(13)?,
+    })
+}
+
+fn open(path: &Path) -> rusqlite::Result<Connection> {
+    schema::open_reader(path)
+}
+
+/// Events matching `f`, newest first (by id: the order they were recorded in).
+pub fn events(path: &Path, f: &EventFilter) -> Result<Vec<EventRow>, QueryError> {
+    let conn = open(path)?;
+    let mut clauses = Vec::new();
+    let mut args: Vec<Sql> = Vec::new();
+    let mut add = |clause: &str, v: Sql| {
+        args.push(v);
+        clauses.push(format!("{clause} ?{}", args.len()));
+    };
+    if let Some(v) = &f.source {
+        add("source =", Sql::Text(v.clone()));
+    }
+    if let Some(v) = &f.kind {
+        add("kind =", Sql::Text(v.clone()));
+    }
+    if let Some(v) = &f.label {
+        add("label =", Sql::Text(v.clone()));
+    }
+    if let Some(v) = &f.place {
+        add("place =", Sql::Text(v.clone()));
+    }
+    if let Some(v) = f.after {
+        add("start_ms >=", Sql::Integer(v));
+    }
+    if let Some(v) = f.before {
+        add("start_ms <", Sql::Integer(v));
+    }
+    if let Some(v) = f.before_id {
+        add("id <", Sql::Integer(v));
+    }
+    let filter = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM events {filter} ORDER BY id DESC LIMIT {}",
+        f.limit
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt
+        .query_map(params_from_iter(args), row)?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// One event, if it exists.
+pub fn event(path: &Path, id: i64) -> Result<Option<EventRow>, QueryError> {
+    let conn = open(path)?;
+    let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM events WHERE id = ?1"))?;
+    let mut rows = stmt.query_map([id], row)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// A bucket's width for `GET /api/counts`.
+pub fn bucket(v: &str) -> Result<i64, BadParam> {
+    match v {
+        "" | "hour" => Ok(3_600_000),
+        "minute" => Ok(60_000),
+        "day" => Ok(86_400_000),
+        other => Err(BadParam(format!(
+            "bucket \"{other}\" is not one of minute, hour, day"
+        ))),
+    }
+}
+
+/// One bucket of one count.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CountRow {
+    pub source: String,
+    pub step: String,
+    pub place: String,
+    /// `in`, `out`, `enter` or `leave`.
+    pub name: String,
+    /// The bucket's start, ms since the epoch (UTC).
+    pub t: i64,
+    pub n: i64,
+}
+
+/// `GET /api/counts`'s filters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountFilter {
+    pub source: Option<String>,
+    pub step: Option<String>,
+    pub bucket_ms: i64,
+    pub after: Option<i64>,
+    pub before: Option<i64>,
+}
+
+impl CountFilter {
+    pub fn from_pairs(pairs: &[(String, String)]) -> Result<Self, BadParam> {
+        let mut f = Self {
+            source: None,
+            step: None,
+            bucket_ms: bucket("")?,
+            after: None,
+            before: None,
+        };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "source" => f.source = (!v.is_empty()).then(|| v.clone()),
+                "step" => f.step = (!v.is_empty()).then(|| v.clone()),
+                "bucket" => f.bucket_ms = bucket(v)?,
+                "after" => f.after = time(k, v)?,
+                "before" => f.before = time(k, v)?,
+                other => {
+                    return Err(BadParam(format!(
+                        "unknown parameter \"{other}\": expected source, step, bucket, after, before"
+                    )));
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// Counts summed per bucket, oldest first.
+pub fn counts(path: &Path, f: &CountFilter) -> Result<Vec<CountRow>, QueryError> {
+    let conn = open(path)?;
+    let minutes = f.bucket_ms / 60_000;
+    let mut stmt = conn.prepare_cached(
+        "SELECT source, step, place, name, (minute / ?1) * ?1 * 60000 AS t, sum(n) FROM counts
+         WHERE (?2 IS NULL OR source = ?2) AND (?3 IS NULL OR step = ?3)
+           AND (?4 IS NULL OR minute >= ?4 / 60000) AND (?5 IS NULL OR minute < ?5 / 60000)
+         GROUP BY source, step, place, name, t ORDER BY t, source, step, place, name",
+    )?;
+    let rows = stmt
+        .query_map(
+            rusqlite::params![minutes, f.source, f.step, f.after, f.before],
+            |r| {
+                Ok(CountRow {
+                    source: r.get(0)?,
+                    step: r.get(1)?,
+                    place: r.get(2)?,
+                    name: r.get(3)?,
+                    t: r.get(4)?,
+                    n: r.get(5)?,
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn bad_parameters_are_named_in_the_message() {
+        let e = EventFilter::from_pairs(&pairs(&[("limit", "0")])).unwrap_err();
+        assert_eq!(e.0, "limit must be 1 to 1000, not 0");
+        let e = EventFilter::from_pairs(&pairs(&[("after", "yesterday")])).unwrap_err();
+        assert!(e.0.starts_with("after \"yesterday\" is not a time"), "{e}");
+        let e = EventFilter::from_pairs(&pairs(&[("kind", "walk")])).unwrap_err();
+        assert!(e.0.contains("kind \"walk\""), "{e}");
+        let e = EventFilter::from_pairs(&pairs(&[("lable", "person")])).unwrap_err();
+        assert!(e.0.contains("unknown parameter \"lable\""), "{e}");
+        let f = EventFilter::from_pairs(&pairs(&[
+            ("after", "2026-12-03T09:00:00Z"),
+            ("label", "person"),
+        ]))
+        .unwrap();
+        assert_eq!(f.after, Some(1_796_288_400_000));
+        assert_eq!(f.label.as_deref(), Some("person"));
+        assert!(CountFilter::from_pairs(&pairs(&[("bucket", "week")])).is_err());
+    }
+}

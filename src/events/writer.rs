@@ -1,0 +1,460 @@
+//! The writer thread, `vidflow-events` (see the module above): batches of facts in one
+//! transaction each, tracks and motion kept open in memory and closed by time, snapshots and
+//! clips named as the storage indexes them, old rows deleted, and a failing database reopened.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use rusqlite::{Connection, Transaction, params};
+
+use super::schema;
+use super::{Counters, EventsConfig, Facts, Msg, millis};
+use crate::storage::{Class, Storage, StoredFile};
+use crate::value::{BBox, EventKind};
+
+/// How often recent events get their snapshot and clip named (and the thread wakes when idle).
+pub(super) const LINK_INTERVAL: Duration = Duration::from_secs(2);
+/// How long after a failure the database is opened again.
+pub(super) const REOPEN_DELAY: Duration = Duration::from_secs(5);
+/// Frames of facts written in one transaction at most.
+const BATCH: usize = 256;
+/// A track not seen for this long has ended (its row's end is its last sighting).
+const TRACK_GONE: Duration = Duration::from_secs(3);
+/// Frames without motion for this long end a stretch of motion.
+const MOTION_GAP: Duration = Duration::from_secs(3);
+/// Events older than this are no longer given a snapshot or clip (their files came or never will).
+const LINK_WINDOW: Duration = Duration::from_secs(600);
+/// A snapshot belongs to an event when it was written this close to it (the sink's queue lags).
+const SNAPSHOT_NEAR: Duration = Duration::from_secs(5);
+/// How often old rows are deleted.
+const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A track or stretch of motion still going on: its row and when it was last seen.
+#[derive(Debug)]
+struct Open {
+    row: i64,
+    last: i64,
+    score: f64,
+    dirty: bool,
+}
+
+pub(super) struct Writer {
+    config: EventsConfig,
+    storage: Storage,
+    counters: Arc<Counters>,
+    conn: Option<Connection>,
+    /// When the database last failed (it is reopened [`REOPEN_DELAY`] later).
+    failed_at: Option<Instant>,
+    /// A failure was logged (the next ones are counted only).
+    said: bool,
+    tracks: HashMap<(Arc<str>, Arc<str>, u64), Open>,
+    motion: HashMap<(Arc<str>, Arc<str>), Open>,
+    linked_at: Instant,
+    retained_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("path", &self.config.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    pub(super) fn new(config: EventsConfig, storage: Storage, counters: Arc<Counters>) -> Self {
+        Self {
+            config,
+            storage,
+            counters,
+            conn: None,
+            failed_at: None,
+            said: false,
+            tracks: HashMap::new(),
+            motion: HashMap::new(),
+            linked_at: Instant::now(),
+            retained_at: None,
+        }
+    }
+
+    /// Until `Stop` (or every sender gone): batches, links, retention.
+    pub(super) fn run(mut self, rx: &Receiver<Msg>) {
+        self.connect();
+        let mut stop = false;
+        while !stop {
+            let mut batch = Vec::new();
+            match rx.recv_timeout(LINK_INTERVAL) {
+                Ok(Msg::Facts(f)) => batch.push(f),
+                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => stop = true,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            while !stop && batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(Msg::Facts(f)) => batch.push(f),
+                    Ok(Msg::Stop) => stop = true,
+                    Err(_) => break,
+                }
+            }
+            self.write(&batch, stop);
+            if stop || self.linked_at.elapsed() >= LINK_INTERVAL {
+                self.linked_at = Instant::now();
+                self.check_file();
+                self.link();
+            }
+            if self
+                .retained_at
+                .is_none_or(|at| at.elapsed() >= RETENTION_INTERVAL)
+            {
+                self.retained_at = Some(Instant::now());
+                self.retain();
+            }
+        }
+    }
+
+    /// Opens the database (setting a corrupt one aside first); a failure is counted.
+    fn connect(&mut self) {
+        let path = self.config.path.clone();
+        let path = &path;
+        let opened = match schema::open_writer(path) {
+            Err(e) if e.is_corrupt() => {
+                let aside = set_aside(path);
+                self.fail(&format!(
+                    "is damaged ({e}); set aside as {} and recreated",
+                    aside.display()
+                ));
+                schema::open_writer(path)
+            }
+            other => other,
+        };
+        match opened {
+            Ok(conn) => {
+                if self.failed_at.take().is_some() {
+                    self.counters.reopened.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(path = %path.display(), "event store: database open again");
+                }
+                self.conn = Some(conn);
+            }
+            Err(e) => self.fail(&e.to_string()),
+        }
+    }
+
+    /// Counts a failure, says the first one, and drops the connection until [`REOPEN_DELAY`].
+    fn fail(&mut self, why: &str) {
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        if self.said {
+            tracing::debug!(path = %self.config.path.display(), "event store: {why}");
+        } else {
+            self.said = true;
+            tracing::warn!(path = %self.config.path.display(), "event store: {why}; frames go on, events are counted as dropped until it opens again (said once)");
+        }
+        self.conn = None;
+        self.failed_at = Some(Instant::now());
+    }
+
+    /// A file deleted or replaced under the open connection is written no more: reopened.
+    fn check_file(&mut self) {
+        if self.conn.is_some() && !self.config.path.exists() {
+            self.fail("the database file is gone");
+            self.failed_at = Some(Instant::now() - REOPEN_DELAY);
+        }
+    }
+
+    fn write(&mut self, batch: &[Facts], last: bool) {
+        if self.conn.is_none()
+            && self
+                .failed_at
+                .is_some_and(|at| at.elapsed() >= REOPEN_DELAY)
+        {
+            self.connect();
+        }
+        let now = millis(SystemTime::now());
+        let Some(conn) = self.conn.as_mut() else {
+            self.counters
+                .dropped
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            return;
+        };
+        let result = (|| -> rusqlite::Result<u64> {
+            let tx = conn.transaction()?;
+            let mut rows = 0;
+            for facts in batch {
+                rows += apply(&tx, facts, &mut self.tracks, &mut self.motion)?;
+            }
+            close_open(&tx, &mut self.tracks, now, TRACK_GONE, last)?;
+            close_open(&tx, &mut self.motion, now, MOTION_GAP, last)?;
+            tx.commit()?;
+            Ok(rows)
+        })();
+        match result {
+            Ok(rows) => {
+                self.counters.events.fetch_add(rows, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.counters
+                    .dropped
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                let corrupt = schema::is_corrupt(&e);
+                self.fail(&format!("cannot write: {e}"));
+                if corrupt {
+                    set_aside(&self.config.path);
+                }
+                // Rows of the old file may be gone: what was open starts again.
+                self.tracks.clear();
+                self.motion.clear();
+            }
+        }
+    }
+
+    /// Names the snapshot and clip of recent events that have none yet.
+    fn link(&mut self) {
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        let since = millis(SystemTime::now()) - LINK_WINDOW.as_millis() as i64;
+        let result = (|| -> rusqlite::Result<()> {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, source, start_ms, snapshot IS NULL, clip IS NULL FROM events
+                 WHERE start_ms > ?1 AND kind != 'track' AND (snapshot IS NULL OR clip IS NULL)",
+            )?;
+            let pending: Vec<(i64, String, i64, bool, bool)> = stmt
+                .query_map([since], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let files = self.storage.files(Some(Class::Event));
+            let tx = conn.unchecked_transaction()?;
+            for (id, source, start, no_snapshot, no_clip) in pending {
+                if no_snapshot && let Some(f) = snapshot_of(&files, &source, start) {
+                    tx.execute(
+                        "UPDATE events SET snapshot = ?1 WHERE id = ?2",
+                        params![f.path.to_string_lossy(), id],
+                    )?;
+                }
+                if no_clip && let Some(f) = clip_of(&files, &source, start) {
+                    tx.execute(
+                        "UPDATE events SET clip = ?1 WHERE id = ?2",
+                        params![f.path.to_string_lossy(), id],
+                    )?;
+                }
+            }
+            tx.commit()
+        })();
+        if let Err(e) = result {
+            self.fail(&format!("cannot name snapshots and clips: {e}"));
+        }
+    }
+
+    /// Deletes rows older than `retain_days`.
+    fn retain(&mut self) {
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        let before = millis(SystemTime::now()) - self.config.retain.as_millis() as i64;
+        let result = conn
+            .execute("DELETE FROM events WHERE end_ms < ?1", [before])
+            .and_then(|_| {
+                conn.execute(
+                    "DELETE FROM counts WHERE minute < ?1",
+                    [before.div_euclid(60_000)],
+                )
+            });
+        if let Err(e) = result {
+            self.fail(&format!("cannot delete old rows: {e}"));
+        }
+    }
+}
+
+/// Writes one frame's facts; returns the rows added.
+fn apply(
+    tx: &Transaction<'_>,
+    facts: &Facts,
+    tracks: &mut HashMap<(Arc<str>, Arc<str>, u64), Open>,
+    motion: &mut HashMap<(Arc<str>, Arc<str>), Open>,
+) -> rusqlite::Result<u64> {
+    let at = millis(facts.at);
+    let source = &facts.source;
+    let mut rows = 0;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO events (start_ms, end_ms, source, kind, label, track_id, score, step, place,
+         direction, box) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    for (step, list) in &facts.tracks {
+        for t in list.iter().filter(|t| !t.predicted) {
+            let score = f64::from(t.detection.confidence);
+            let key = (source.clone(), step.clone(), t.track_id);
+            if let Some(open) = tracks.get_mut(&key) {
+                open.last = at;
+                open.score = open.score.max(score);
+                open.dirty = true;
+                continue;
+            }
+            insert.execute(params![
+                at,
+                &**source,
+                "track",
+                &*t.detection.class,
+                t.track_id as i64,
+                score,
+                &**step,
+                None::<&str>,
+                None::<&str>,
+                box_json(&t.detection.bbox),
+            ])?;
+            rows += 1;
+            let row = tx.last_insert_rowid();
+            tracks.insert(
+                key,
+                Open {
+                    row,
+                    last: at,
+                    score,
+                    dirty: false,
+                },
+            );
+        }
+    }
+    let mut count = tx.prepare_cached(
+        "INSERT INTO counts (source, step, place, name, minute, n) VALUES (?1, ?2, ?3, ?4, ?5, 1)
+         ON CONFLICT (source, step, place, name, minute) DO UPDATE SET n = n + 1",
+    )?;
+    for (step, list) in &facts.events {
+        for e in list.iter() {
+            let (kind, direction) = match e.event {
+                EventKind::Enter => ("enter", None),
+                EventKind::Leave => ("leave", None),
+                EventKind::In => ("crossing", Some("in")),
+                EventKind::Out => ("crossing", Some("out")),
+                EventKind::Ended => continue,
+            };
+            insert.execute(params![
+                at,
+                &**source,
+                kind,
+                &*e.class,
+                e.track_id as i64,
+                None::<f64>,
+                &**step,
+                &*e.place,
+                direction,
+                box_json(&e.bbox),
+            ])?;
+            rows += 1;
+            count.execute(params![
+                &**source,
+                &**step,
+                &*e.place,
+                direction.unwrap_or(kind),
+                at.div_euclid(60_000),
+            ])?;
+        }
+    }
+    for step in &facts.motion {
+        let key = (source.clone(), step.clone());
+        if let Some(open) = motion.get_mut(&key) {
+            open.last = at;
+            open.dirty = true;
+            continue;
+        }
+        insert.execute(params![
+            at,
+            &**source,
+            "motion",
+            "motion",
+            None::<i64>,
+            None::<f64>,
+            &**step,
+            None::<&str>,
+            None::<&str>,
+            None::<String>,
+        ])?;
+        rows += 1;
+        let row = tx.last_insert_rowid();
+        motion.insert(
+            key,
+            Open {
+                row,
+                last: at,
+                score: 0.0,
+                dirty: false,
+            },
+        );
+    }
+    Ok(rows)
+}
+
+/// Writes the end (and best score) of open rows that moved; closes those unseen for `gone`
+/// (every one when `all`).
+fn close_open<K: std::hash::Hash + Eq>(
+    tx: &Transaction<'_>,
+    open: &mut HashMap<K, Open>,
+    now: i64,
+    gone: Duration,
+    all: bool,
+) -> rusqlite::Result<()> {
+    let mut update = tx.prepare_cached(
+        "UPDATE events SET end_ms = ?1, score = CASE WHEN score IS NULL THEN NULL ELSE ?2 END
+         WHERE id = ?3",
+    )?;
+    let limit = now - gone.as_millis() as i64;
+    for o in open.values_mut().filter(|o| o.dirty) {
+        update.execute(params![o.last, o.score, o.row])?;
+        o.dirty = false;
+    }
+    open.retain(|_, o| !all && o.last >= limit);
+    Ok(())
+}
+
+fn box_json(b: &BBox) -> String {
+    format!("[{:.1},{:.1},{:.1},{:.1}]", b.x, b.y, b.width, b.height)
+}
+
+fn has_extension(path: &Path, ext: &str) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case(ext))
+}
+
+/// The JPEG of `source` written nearest to `start`, within [`SNAPSHOT_NEAR`].
+fn snapshot_of<'a>(files: &'a [StoredFile], source: &str, start: i64) -> Option<&'a StoredFile> {
+    files
+        .iter()
+        .filter(|f| &*f.source == source && has_extension(&f.path, "jpg"))
+        .map(|f| (f, (millis(f.created) - start).abs()))
+        .filter(|(_, d)| *d <= SNAPSHOT_NEAR.as_millis() as i64)
+        .min_by_key(|(_, d)| *d)
+        .map(|(f, _)| f)
+}
+
+/// The finished clip of `source` that holds `start`: begun before it (its trigger, give or take
+/// the sink's lag), finished after it.
+fn clip_of<'a>(files: &'a [StoredFile], source: &str, start: i64) -> Option<&'a StoredFile> {
+    let lag = SNAPSHOT_NEAR.as_millis() as i64;
+    files
+        .iter()
+        .filter(|f| &*f.source == source && has_extension(&f.path, "mp4"))
+        .filter(|f| millis(f.created) <= start + lag)
+        .filter(|f| f.closed.is_some_and(|c| millis(c) >= start))
+        .max_by_key(|f| f.created)
+}
+
+/// Renames a damaged database (and its WAL) to `NAME.corrupt-MS`: nothing is destroyed.
+fn set_aside(path: &Path) -> PathBuf {
+    let stamp = millis(SystemTime::now());
+    let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
+    if let Err(e) = std::fs::rename(path, &aside) {
+        tracing::warn!(path = %path.display(), error = %e, "event store: cannot set the damaged database aside");
+    }
+    for suffix in ["-wal", "-shm"] {
+        let side = PathBuf::from(format!("{}{suffix}", path.display()));
+        if side.exists() {
+            let _ = std::fs::rename(&side, format!("{}{suffix}", aside.display()));
+        }
+    }
+    aside
+}

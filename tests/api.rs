@@ -1,0 +1,289 @@
+//! The JSON API on a real `vidflow` (a moving ball followed by `motion` and the tracker,
+//! counted across a line, with snapshots and clips of its crossings and the event store):
+//! bad parameters get 400 with a message naming them, a wrong token 401, a path outside the
+//! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
+//! is served in the byte range asked for, and a thousand live clients at once each get frames.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/http.rs"]
+mod http_client;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Running, spawn, write};
+use http_client::{request, wait_until};
+
+/// Guards against a hang only.
+const DEADLINE: Duration = Duration::from_secs(120);
+const TOKEN: &str = "t0ken-of-the-day";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start(dir: &Path) -> (Running, u16) {
+    let port = free_port();
+    let p = write(
+        dir,
+        "p.toml",
+        &format!(
+            r#"
+[sources.cam]
+uri = "test://ball?width=320&height=240&fps=15"
+
+[steps.moving]
+kind = "motion"
+image = "$frame"
+class = "ball"
+min_area = 50.0
+
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.moving.detections"
+
+[steps.crossing]
+kind = "line_counter"
+tracks = "$steps.tracks.tracks"
+line = [[160, 240], [160, 0]]
+name = "middle"
+
+[http]
+listen = "127.0.0.1:{port}"
+token_file = "http-token"
+
+[events]
+path = "events.db"
+
+[sinks.snapshots]
+kind = "snapshot"
+image = "$frame"
+when = ["$steps.crossing.events"]
+dir = "snapshots"
+cooldown_s = 0.0
+"#
+        ),
+    );
+    let credentials = dir.join("credentials");
+    std::fs::create_dir_all(&credentials).unwrap();
+    std::fs::write(credentials.join("http-token"), format!("{TOKEN}\n")).unwrap();
+    let run = spawn(
+        dir,
+        &["run", p.to_str().unwrap()],
+        &[("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())],
+    );
+    (run, port)
+}
+
+/// `GET path` with the token: status and body.
+fn get(port: u16, path: &str) -> (u16, String) {
+    let (status, _, body) = request(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"),
+    )
+    .unwrap_or_else(|| panic!("no answer to {path}"));
+    (status, body)
+}
+
+/// `GET path` with the token and more header lines: status, headers, body bytes.
+fn get_bytes(port: u16, path: &str, extra: &str) -> (u16, Vec<String>, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n{extra}\r\n"
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&all[..split]).into_owned();
+    let mut lines = head.split("\r\n").map(str::to_owned);
+    let status = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (status, lines.collect(), all[split + 4..].to_vec())
+}
+
+#[test]
+fn bad_parameters_get_400_a_wrong_token_401_and_files_outside_the_media_folders_404() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    // A crossing, with its snapshot named.
+    let event = wait_until("a crossing with its snapshot", DEADLINE, || {
+        let (status, _, body) = request(
+            port,
+            &format!(
+                "GET /api/events?kind=crossing HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+            ),
+        )?;
+        (status == 200).then_some(())?;
+        let list: Vec<serde_json::Value> = serde_json::from_str(&body).ok()?;
+        list.into_iter().find(|e| e["snapshot_url"].is_string())
+    });
+    assert_eq!(event["label"], "ball", "{event}");
+    assert_eq!(event["place"], "middle", "{event}");
+
+    // 401: a wrong token, on every API route.
+    for path in [
+        "/api/events",
+        "/api/sources",
+        "/api/live",
+        "/api/counts",
+        "/",
+    ] {
+        let (status, _, _) = request(
+            port,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer nope\r\n\r\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(status, 401, "{path}");
+    }
+
+    // 400, with a message that names the parameter.
+    for (path, says) in [
+        ("/api/events?limit=0", "limit must be 1 to 1000, not 0"),
+        (
+            "/api/events?after=yesterday",
+            "after \"yesterday\" is not a time",
+        ),
+        ("/api/events?kind=walk", "kind \"walk\" is not one of"),
+        ("/api/events?lable=ball", "unknown parameter \"lable\""),
+        ("/api/events?label=%zz", "bad percent-encoding"),
+        (
+            "/api/counts?bucket=week",
+            "bucket \"week\" is not one of minute, hour, day",
+        ),
+        (
+            "/api/recordings?before=noon",
+            "before \"noon\" is not a time",
+        ),
+        ("/api/events/abc", "event id \"abc\" is not a whole number"),
+    ] {
+        let (status, body) = get(port, path);
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+
+    // 404, and never the bytes: paths out of the folders, a file vidflow did not write.
+    std::fs::write(dir.path().join("snapshots/planted.jpg"), b"not vidflow's").unwrap();
+    for path in [
+        "/api/media/snapshots/..%2Fp.toml",
+        "/api/media/snapshots/../p.toml",
+        "/api/media/snapshots/..%2Fcredentials%2Fhttp-token",
+        "/api/media/snapshots/planted.jpg",
+        "/api/media/nosink/p.toml",
+        "/api/events/999999999/snapshot.jpg",
+        "/api/events/1/clip.mp4x",
+    ] {
+        let (status, body) = get(port, path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(
+            !body.contains(TOKEN) && !body.contains("not vidflow's") && !body.contains("[sources"),
+            "{path}: {body}"
+        );
+    }
+
+    // A snapshot, whole and in the range asked for.
+    let url = format!("/{}", event["snapshot_url"].as_str().unwrap());
+    let (status, _, whole) = get_bytes(port, &url, "");
+    assert_eq!(status, 200);
+    assert_eq!(&whole[..3], b"\xff\xd8\xff", "a JPEG");
+    let file = std::fs::read(dir.path().join(event["snapshot"].as_str().unwrap())).unwrap();
+    assert_eq!(whole, file);
+    let (status, headers, part) = get_bytes(port, &url, "Range: bytes=10-109\r\n");
+    assert_eq!(status, 206, "{headers:?}");
+    assert!(
+        headers.contains(&format!("Content-Range: bytes 10-109/{}", file.len())),
+        "{headers:?}"
+    );
+    assert_eq!(part, file[10..110]);
+    let (status, _, _) = get_bytes(port, &url, &format!("Range: bytes={}-\r\n", file.len()));
+    assert_eq!(status, 416);
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// Opens `/api/live/cam`; the connection, past the response head.
+fn live_client(port: u16) -> BufReader<TcpStream> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        s,
+        "GET /api/live/cam HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    )
+    .unwrap();
+    BufReader::new(s)
+}
+
+/// The next `frame` event's data.
+fn next_frame(reader: &mut BufReader<TcpStream>) -> serde_json::Value {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(data) = line.strip_prefix("data: ") {
+            return serde_json::from_str(data).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_thousand_live_clients_each_get_the_frames_boxes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    wait_until("the endpoint", DEADLINE, || {
+        http_client::get(port, "/healthz").filter(|(s, _)| *s == 200)
+    });
+    // One after the other: the endpoint holds 64 requests still being read at once (the
+    // oldest goes for a new one), and these are taken in as fast as they come.
+    let mut clients: Vec<_> = (0..1000)
+        .map(|_| {
+            let mut reader = live_client(port);
+            let mut status = String::new();
+            reader.read_line(&mut status).unwrap();
+            assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+            reader
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for reader in &mut clients {
+        let frame = next_frame(reader);
+        assert_eq!(frame["source"], "cam");
+        assert_eq!(
+            (frame["width"].as_u64(), frame["height"].as_u64()),
+            (Some(320), Some(240))
+        );
+        seqs.push(frame["seq"].as_u64().unwrap());
+    }
+    // The frames go on for all of them: each gets a later one.
+    for (reader, seq) in clients.iter_mut().zip(&seqs) {
+        let later = loop {
+            let f = next_frame(reader);
+            if f["seq"].as_u64().unwrap() > *seq {
+                break f;
+            }
+        };
+        assert!(later["boxes"].is_array(), "{later}");
+    }
+    drop(clients);
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}

@@ -1,0 +1,310 @@
+//! The page at `/`, in a real browser (Debian's `chromium`, driven over CDP by
+//! `headless_chrome`), on a real `vidflow` running the shipped demo's workflow (pipelines/demo.toml:
+//! yolov12n_coco, the tracker, the line counter, its preview, snapshot and clip sinks and the
+//! event store) on the first seconds of the demo's video, beside a second, live source.
+//!
+//! It asserts what a person sees, step by step: the grid shows every source; boxes appear on
+//! the street's picture and move; the events timeline lists the line crossings and filtering
+//! it by label changes the list; clicking a crossing plays its clip (the video's `currentTime`
+//! advances); the counts chart holds the run's totals (the line counter's own counts, and the
+//! run's final counts in its log). Screenshots of each step are kept in
+//! `target/tmp/page/` (CARGO_TARGET_TMPDIR).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "common/http.rs"]
+mod http_client;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{asset, repo_root, run_to_eos, spawn_run, write};
+use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+use headless_chrome::{Browser, LaunchOptions, Tab};
+use http_client::{get, wait_until};
+
+/// Guards against a hang only.
+const DEADLINE: Duration = Duration::from_secs(180);
+/// Frames of the demo's video the street source plays: its first three line crossings are at
+/// frames 23, 60 and 103.
+const STREET_FRAMES: u32 = 140;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The first [`STREET_FRAMES`] frames of the demo's video, as H.264 in MPEG-TS.
+fn street_video(dir: &Path) -> PathBuf {
+    // MPEG-TS: a stream cut short is whole (an MP4's header would still give the video's
+    // duration, and the run would report the frames after the cut as missing).
+    let path = dir.join("street.ts");
+    run_to_eos(&format!(
+        "filesrc location={} ! decodebin ! identity eos-after={STREET_FRAMES} ! videoconvert ! \
+         video/x-raw,format=I420 ! x264enc speed-preset=ultrafast key-int-max=10 ! h264parse ! \
+         mpegtsmux ! filesink location={}",
+        asset("vtest.avi").display(),
+        path.display()
+    ));
+    path
+}
+
+/// pipelines/demo.toml with the street cut short, a second (live) source `lobby`, its own port,
+/// and without the annotated video (which the page does not show).
+fn pipeline(dir: &Path, port: u16) -> PathBuf {
+    let text = std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap();
+    let mut doc: toml::Table = toml::from_str(&text).unwrap();
+    let street = street_video(dir);
+    doc["sources"]["street"]["uri"] = street.display().to_string().into();
+    let lobby: toml::Table =
+        toml::from_str("uri = \"test://smpte?width=320&height=240&fps=2&live=true\"").unwrap();
+    doc["sources"]
+        .as_table_mut()
+        .unwrap()
+        .insert("lobby".into(), lobby.into());
+    doc["http"]["listen"] = format!("127.0.0.1:{port}").into();
+    let kind = |t: &toml::Value| t["kind"].as_str().unwrap().to_owned();
+    doc["sinks"]
+        .as_table_mut()
+        .unwrap()
+        .retain(|_, s| kind(s) != "video_file");
+    doc["steps"]
+        .as_table_mut()
+        .unwrap()
+        .retain(|_, s| kind(s) != "annotate");
+    let models = repo_root().join("models");
+    std::os::unix::fs::symlink(models, dir.join("models")).unwrap();
+    write(dir, "demo.toml", &toml::to_string(&doc).unwrap())
+}
+
+fn browser() -> Browser {
+    let args: Vec<&OsStr> = vec![OsStr::new("--autoplay-policy=no-user-gesture-required")];
+    Browser::new(
+        LaunchOptions::default_builder()
+            .path(Some(PathBuf::from("/usr/bin/chromium")))
+            .headless(true)
+            .sandbox(false)
+            .window_size(Some((1280, 1400)))
+            .idle_browser_timeout(DEADLINE)
+            .args(args)
+            .build()
+            .unwrap(),
+    )
+    .expect("chromium (Debian package chromium, installed by scripts/install-deps)")
+}
+
+/// The value of `expr` in the page.
+fn js(tab: &Tab, expr: &str) -> serde_json::Value {
+    tab.evaluate(&format!("JSON.stringify({expr})"), true)
+        .unwrap()
+        .value
+        .and_then(|v| v.as_str().and_then(|s| serde_json::from_str(s).ok()))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Waits until `expr` is truthy in the page; its value.
+fn wait_js(tab: &Tab, what: &str, expr: &str) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let v = js(tab, expr);
+        if !(v.is_null() || v == false || v == 0 || v == "") {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "{what}: never ({expr})");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn screenshot(tab: &Tab, name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let png = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap();
+    std::fs::write(&path, png).unwrap();
+    println!("screenshot: {}", path.display());
+    path
+}
+
+/// Sets a filter of the events and waits for the list it gives; the ids listed.
+fn filter(tab: &Tab, id: &str, value: &str) -> Vec<(i64, String)> {
+    let loaded = js(tab, "window.vidflow.eventsLoaded || 0")
+        .as_i64()
+        .unwrap();
+    js(
+        tab,
+        &format!(
+            "(() => {{ const f = document.getElementById('{id}'); f.value = '{value}'; \
+             f.dispatchEvent(new Event('change')); return 1; }})()"
+        ),
+    );
+    wait_js(
+        tab,
+        "the filtered list",
+        &format!("(window.vidflow.eventsLoaded || 0) > {loaded}"),
+    );
+    let items = js(
+        tab,
+        "[...document.querySelectorAll('#timeline li[data-id]')].map(li => [Number(li.dataset.id), li.dataset.label])",
+    );
+    serde_json::from_value(items).unwrap()
+}
+
+/// Boxes moved: some track id drawn in both lists at another place.
+fn moved(first: &serde_json::Value, second: &serde_json::Value) -> bool {
+    let boxes = |v: &serde_json::Value| -> BTreeMap<i64, Vec<f64>> {
+        v["boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|b| {
+                let b = b.as_array().unwrap();
+                let id = b[0].as_i64()?;
+                Some((id, b[1..].iter().map(|x| x.as_f64().unwrap()).collect()))
+            })
+            .collect()
+    };
+    let (a, b) = (boxes(first), boxes(second));
+    a.iter().any(|(id, at)| {
+        b.get(id)
+            .is_some_and(|to| at.iter().zip(to).any(|(x, y)| (x - y).abs() >= 2.0))
+    })
+}
+
+#[test]
+fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let path = pipeline(dir.path(), port);
+    // The browser first: it starts slowly on a machine the detector keeps busy.
+    let browser = browser();
+    let tab = browser.new_tab().unwrap();
+    tab.activate().unwrap();
+    tab.set_default_timeout(DEADLINE);
+    let run = spawn_run(&path, &[], dir.path());
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+    // Not `wait_until_navigated`: the previews' MJPEG streams keep the page loading.
+    tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+
+    // 1. Every source has its picture in the grid.
+    let names = wait_js(
+        &tab,
+        "both sources in the grid",
+        "document.querySelectorAll('#grid .cam').length === 2 && \
+         [...document.querySelectorAll('#grid .cam b')].map(b => b.textContent).sort()",
+    );
+    assert_eq!(names, serde_json::json!(["lobby", "street"]));
+
+    // 2. Boxes appear on the street's picture, and move.
+    let first = wait_js(
+        &tab,
+        "boxes on the street",
+        "(window.vidflow.drawn.street || {boxes: []}).boxes.length > 0 && window.vidflow.drawn.street",
+    );
+    let painted = js(
+        &tab,
+        "(() => { const c = document.querySelector('canvas[data-source=street]'); \
+         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; \
+         let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })()",
+    );
+    assert!(
+        painted.as_i64().unwrap() > 200,
+        "boxes drawn: {painted} pixels"
+    );
+    screenshot(&tab, "1-live.png");
+    let seq = first["seq"].as_i64().unwrap();
+    let second = wait_js(
+        &tab,
+        "more frames of the street",
+        &format!(
+            "window.vidflow.drawn.street.seq >= {} && window.vidflow.drawn.street",
+            seq + 5
+        ),
+    );
+    assert!(
+        moved(&first, &second),
+        "no box moved between frames {seq} and {}: {first} {second}",
+        second["seq"]
+    );
+
+    // 3. The timeline lists line crossings with their clips; the label filter changes the list.
+    wait_js(
+        &tab,
+        "a crossing with its clip in the timeline",
+        "window.vidflow.events.some(e => e.kind === 'crossing' && e.clip_url && e.snapshot_url)",
+    );
+    let people = filter(&tab, "f-label", "person");
+    assert!(!people.is_empty(), "no event labelled person");
+    assert!(people.iter().all(|(_, l)| l == "person"), "{people:?}");
+    let cars = filter(&tab, "f-label", "car");
+    assert!(cars.is_empty(), "the street has no car, yet: {cars:?}");
+    let crossings = filter(&tab, "f-label", "");
+    assert!(crossings.len() >= people.len(), "{crossings:?}");
+    filter(&tab, "f-kind", "crossing");
+    screenshot(&tab, "2-events.png");
+
+    // 4. A click on a crossing plays its clip.
+    tab.find_element("#timeline li[data-kind=crossing][data-clip='1']")
+        .unwrap()
+        .click()
+        .unwrap();
+    let t1 = wait_js(
+        &tab,
+        "the clip playing",
+        "document.getElementById('player-video').currentTime > 0.3 && document.getElementById('player-video').currentTime",
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let t2 = js(&tab, "document.getElementById('player-video').currentTime");
+    assert!(
+        t2.as_f64().unwrap() > t1.as_f64().unwrap(),
+        "the clip stopped at {t1} s"
+    );
+    screenshot(&tab, "3-clip.png");
+
+    // 5. Once the street's last frame is through, the chart's totals are the line counter's.
+    wait_js(
+        &tab,
+        "the street's last frame",
+        &format!("window.vidflow.drawn.street.seq === {}", STREET_FRAMES - 1),
+    );
+    let live = wait_js(
+        &tab,
+        "the street's counts",
+        "window.vidflow.live.street.crossing",
+    );
+    let totals = wait_js(
+        &tab,
+        "the chart's totals",
+        "(loadCounts(), window.vidflow.counts && Object.keys(window.vidflow.counts.totals).length >= 2 \
+         && window.vidflow.counts.totals)",
+    );
+    let expect = serde_json::json!({
+        "street walkway in": live["in"],
+        "street walkway out": live["out"],
+    });
+    assert_eq!(totals, expect, "chart totals against the line counter's");
+    let series = js(&tab, "chart && chart.series.length");
+    assert_eq!(series, 3, "the chart draws in and out over time");
+    screenshot(&tab, "4-counts.png");
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+    let said = format!(
+        "final counts: street: crossing in={} out={}",
+        live["in"], live["out"]
+    );
+    assert!(
+        finished.stderr.contains(&said),
+        "{said}\n{}",
+        finished.stderr
+    );
+}
