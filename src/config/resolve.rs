@@ -80,7 +80,7 @@ pub struct ExecutorConfig {
 /// frames taking as long as the slower. A second place per worker gives a worker that finished
 /// its next frame at once, so its core never waits for the other's (a detector's frames vary
 /// by a few milliseconds; on a loaded machine by much more). It costs one more frame and its
-/// step outputs held per worker (README, Memory).
+/// step outputs held per worker (docs/performance-and-memory.md, Memory).
 pub const IN_FLIGHT_PER_WORKER: usize = 2;
 
 impl ExecutorConfig {
