@@ -14,7 +14,7 @@ use super::raw::{RawComponent, RawDaemon, RawExecutor, RawPipeline};
 use super::written::Written;
 use crate::sinks::{self, Routing, SinkFactory, SinkKind};
 use crate::source::SourceConfig;
-use crate::spec::{Diagnostic, Params, Ref, SinkInput};
+use crate::spec::{Diagnostic, Params, Ref, SinkInput, did_you_mean};
 use crate::steps::{self, Step, StepKind};
 use crate::value::ValueType;
 
@@ -546,22 +546,27 @@ impl Resolver<'_> {
                 ));
             };
             let Some(&i) = self.index.get(step) else {
-                return fail(format!("unknown step \"{step}\" in \"{s}\""));
+                let mut steps: Vec<&str> = self.index.keys().copied().collect();
+                steps.sort_unstable();
+                let nearest = did_you_mean(step, steps);
+                return fail(format!("unknown step \"{step}\"{nearest} in \"{s}\""));
             };
             // An unknown kind is reported once, where it is declared.
             let kind = self.declared[i].kind?;
             let Some((o, p)) = kind.output(output) else {
                 let outputs: Vec<_> = kind.outputs.iter().map(|p| p.name).collect();
                 return fail(format!(
-                    "step \"{step}\" ({}) has no output \"{output}\"; it has: {}",
+                    "step \"{step}\" ({}) has no output \"{output}\"{}; it has: {}",
                     kind.name,
+                    did_you_mean(output, outputs.iter().copied()),
                     outputs.join(", ")
                 ));
             };
             (Ref::Step { step: i, output: o }, p.ty)
         } else {
             return fail(format!(
-                "\"{s}\" is not a reference: use \"$frame\" or \"$steps.NAME.OUTPUT\""
+                "\"{s}\" is not a reference{}: use \"$frame\" or \"$steps.NAME.OUTPUT\"",
+                did_you_mean(s, ["$frame"])
             ));
         };
         match expected {
@@ -627,9 +632,10 @@ fn unknown_kind<'a>(
     Diagnostic::at(
         c.kind.span(),
         format!(
-            "{what} \"{}\": unknown kind \"{}\"; known kinds: {}",
+            "{what} \"{}\": unknown kind \"{}\"{}; known kinds: {}",
             c.name.get_ref(),
             c.kind.get_ref(),
+            did_you_mean(c.kind.get_ref(), known.iter().copied()),
             known.join(", ")
         ),
     )

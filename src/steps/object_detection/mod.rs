@@ -224,8 +224,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
                         return Err(Diagnostic::at(
                             name.span(),
                             format!(
-                                "unknown class \"{}\" for {}; its classes: {}",
+                                "unknown class \"{}\"{} for {}; its classes: {}",
                                 name.get_ref(),
+                                crate::spec::did_you_mean(
+                                    name.get_ref(),
+                                    source.class_names.iter().map(String::as_str)
+                                ),
                                 source.label,
                                 source.class_names.join(", ")
                             ),
