@@ -126,40 +126,24 @@ pub fn main(cli: Cli) -> u8 {
             Err(e) => config_error(&e),
         },
         Command::Steps { markdown } => {
-            print!(
-                "{}",
-                if markdown {
-                    reference::steps_markdown()
-                } else {
-                    describe_kinds()
-                }
-            );
-            exit::OK
+            print_keys(markdown, reference::steps_markdown, describe_kinds)
         }
         Command::Sinks { markdown } => {
-            print!(
-                "{}",
-                if markdown {
-                    reference::sinks_markdown()
-                } else {
-                    reference::sinks_text()
-                }
-            );
-            exit::OK
+            print_keys(markdown, reference::sinks_markdown, reference::sinks_text)
         }
-        Command::Sources { markdown } => {
-            print!(
-                "{}",
-                if markdown {
-                    reference::sources_markdown()
-                } else {
-                    reference::sources_text()
-                }
-            );
-            exit::OK
-        }
+        Command::Sources { markdown } => print_keys(
+            markdown,
+            reference::sources_markdown,
+            reference::sources_text,
+        ),
         Command::HashPassword => password::hash_password(),
     }
+}
+
+/// `vidflow steps|sinks|sources [--markdown]`.
+fn print_keys(markdown: bool, as_markdown: fn() -> String, as_text: fn() -> String) -> u8 {
+    print!("{}", if markdown { as_markdown() } else { as_text() });
+    exit::OK
 }
 
 fn config_error(e: &ConfigError) -> u8 {

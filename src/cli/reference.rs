@@ -76,26 +76,45 @@ fn sink_port_type(p: &sinks::SinkPort) -> String {
 
 /// docs/reference/steps.md.
 pub(super) fn steps_markdown() -> String {
-    let mut out = String::from("# Step kinds\n\n");
-    out.push_str(
-        &GENERATED
-            .replace("{cmd}", "steps")
-            .replace("{file}", "steps.md"),
-    );
-    out.push_str(
+    let mut out = kinds_page(
+        ("Step kinds", "steps"),
         "A step is a `[steps.NAME]` table: its `kind`, its inputs (references: `\"$frame\"`, the \
          decoded frame, or `\"$steps.NAME.OUTPUT\"`, an output of another step) and its kind's \
          keys. A *stateful* step keeps state per source and sees each source's frames in order. \
          Guides: [detection and tracking](../guides/detection-and-tracking.md), \
-         [counting](../guides/counting.md).\n\n## Keys of every step\n\n",
+         [counting](../guides/counting.md).",
+        config::STEP_KEYS,
+        steps::KINDS.iter().map(|k| (k.name, k.summary)),
     );
-    keys_markdown(&mut out, config::STEP_KEYS);
-    out.push_str("\n| kind | what it does |\n| --- | --- |\n");
-    for k in steps::KINDS {
-        let _ = writeln!(out, "| [`{0}`](#{0}) | {1} |", k.name, cell(k.summary));
-    }
     for k in steps::KINDS {
         step_markdown(&mut out, k);
+    }
+    out
+}
+
+/// The head of a page of kinds: its title, what a table of this kind holds, the keys every
+/// kind takes, and an index of the kinds.
+fn kinds_page<'a>(
+    (title, command): (&str, &str),
+    intro: &str,
+    common: &[ParamDoc],
+    kinds: impl Iterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut out = format!("# {title}\n\n");
+    out.push_str(
+        &GENERATED
+            .replace("{cmd}", command)
+            .replace("{file}", &format!("{command}.md")),
+    );
+    let _ = write!(
+        out,
+        "{intro}\n\n## Keys of every {}\n\n",
+        &command[..command.len() - 1]
+    );
+    keys_markdown(&mut out, common);
+    out.push_str("\n| kind | what it does |\n| --- | --- |\n");
+    for (name, summary) in kinds {
+        let _ = writeln!(out, "| [`{name}`](#{name}) | {} |", cell(summary));
     }
     out
 }
@@ -119,23 +138,15 @@ fn step_markdown(out: &mut String, k: &StepKind) {
 
 /// docs/reference/sinks.md.
 pub(super) fn sinks_markdown() -> String {
-    let mut out = String::from("# Sink kinds\n\n");
-    out.push_str(
-        &GENERATED
-            .replace("{cmd}", "sinks")
-            .replace("{file}", "sinks.md"),
-    );
-    out.push_str(
+    let mut out = kinds_page(
+        ("Sink kinds", "sinks"),
         "A sink is a `[sinks.NAME]` table: its `kind`, its inputs (references, as a step's) and \
          its kind's keys. Each sink has its own thread and a queue of 16 results. Guides: \
          [outputs and retention](../guides/outputs-and-retention.md), \
-         [brokers and fleets](../guides/brokers-and-fleets.md).\n\n## Keys of every sink\n\n",
+         [brokers and fleets](../guides/brokers-and-fleets.md).",
+        config::SINK_KEYS,
+        sinks::KINDS.iter().map(|k| (k.name, k.summary)),
     );
-    keys_markdown(&mut out, config::SINK_KEYS);
-    out.push_str("\n| kind | what it does |\n| --- | --- |\n");
-    for k in sinks::KINDS {
-        let _ = writeln!(out, "| [`{0}`](#{0}) | {1} |", k.name, cell(k.summary));
-    }
     for k in sinks::KINDS {
         let _ = writeln!(out, "\n## {}\n\n{}.", k.name, capitalized(k.summary));
         out.push_str("\n| input | type |\n| --- | --- |\n");
