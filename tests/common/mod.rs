@@ -500,7 +500,9 @@ mod kinds;
 mod probes;
 pub mod shapes;
 pub mod vision;
+pub mod wait;
 pub use probes::*;
+pub use wait::{poll, wait_until};
 
 /// A pipeline of `sources` (name, URI) through `motion`, with a `jsonl` sink of its detections
 /// at `out/lines.jsonl` and the `sinks` given: what the network sinks' tests compare against.
