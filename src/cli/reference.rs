@@ -252,6 +252,116 @@ mod tests {
         assert_eq!(type_and_range("path"), ("path", "-"));
     }
 
+    /// Keys a kind cannot be built without, for the range test.
+    const REQUIRED: &[(&str, &str)] = &[
+        ("resize", "width = 8\nheight = 8\n"),
+        ("crop", "width = 8\nheight = 8\n"),
+        ("line_counter", "line = [[0, 0], [10, 10]]\n"),
+        (
+            "zone_count",
+            "zones = { a = [[0, 0], [10, 0], [10, 10]] }\n",
+        ),
+        ("annotate", "lines = [[[0, 0], [10, 10]]]\n"),
+        (
+            "cascade_detection",
+            "path = \"/usr/share/opencv4/haarcascades/haarcascade_frontalface_default.xml\"\n",
+        ),
+    ];
+
+    /// Network kinds load their model when built: seconds each, so their ranges are left to
+    /// their own tests.
+    const LOADS_A_MODEL: &[&str] = &["object_detection", "face_detection"];
+
+    /// Values just outside and at the bounds of a range: `[a, b]`, `(a, b]`, `>= a`, `> a`.
+    fn probes(range: &str, integer: bool) -> Option<(Vec<f64>, Vec<f64>)> {
+        let step = if integer { 1.0 } else { 0.001 };
+        let number = |s: &str| s.trim().parse::<f64>().ok();
+        let (mut outside, mut inside) = (Vec::new(), Vec::new());
+        if let Some(low) = range.strip_prefix(">= ").and_then(number) {
+            outside.push(low - step);
+            inside.push(low);
+        } else if let Some(low) = range.strip_prefix("> ").and_then(number) {
+            outside.push(low);
+            inside.push(low + step);
+        } else {
+            let (low, high) = range.get(1..range.len() - 1)?.split_once(',')?;
+            let (low, high) = (number(low)?, number(high)?);
+            if range.starts_with('[') {
+                outside.push(low - step);
+                inside.push(low);
+            } else {
+                outside.push(low);
+                inside.push(low + step);
+            }
+            if range.ends_with(']') {
+                outside.push(high + step);
+                inside.push(high);
+            } else {
+                outside.push(high);
+                inside.push(high - step);
+            }
+        }
+        Some((outside, inside))
+    }
+
+    #[test]
+    fn every_range_the_step_reference_gives_is_the_one_validation_takes() {
+        let mut checked = 0;
+        for k in steps::KINDS
+            .iter()
+            .filter(|k| !LOADS_A_MODEL.contains(&k.name))
+        {
+            let required = REQUIRED
+                .iter()
+                .find(|(n, _)| *n == k.name)
+                .map_or("", |r| r.1);
+            for p in k.params {
+                let (ty, range) = type_and_range(p.ty);
+                let integer = ty.contains("integer");
+                let Some((outside, inside)) = probes(range, integer) else {
+                    continue;
+                };
+                let build = |v: f64| {
+                    let value = if integer {
+                        format!("{v}")
+                    } else {
+                        format!("{v:?}")
+                    };
+                    let base: String = required
+                        .lines()
+                        .filter(|l| !l.starts_with(&format!("{} =", p.name)))
+                        .map(|l| format!("{l}\n"))
+                        .collect();
+                    let text = format!("{base}{} = {value}\n", p.name);
+                    let inputs = k.inputs.iter().map(|i| i.name).collect();
+                    let params = crate::spec::Params::from_toml(Box::leak(text.into_boxed_str()))
+                        .with_inputs(inputs, 0..0);
+                    (k.build)(params).err().map(|d| d.message)
+                };
+                // The rest of the table is valid: the value alone decides.
+                for v in outside {
+                    assert!(
+                        build(v).is_some(),
+                        "{}.{} = {v} is outside {range} but was taken",
+                        k.name,
+                        p.name
+                    );
+                }
+                for v in inside {
+                    let err = build(v);
+                    assert!(
+                        err.is_none(),
+                        "{}.{} = {v} is inside {range} but was refused: {err:?}",
+                        k.name,
+                        p.name
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "only {checked} ranges checked");
+    }
+
     #[test]
     fn a_cell_keeps_its_bars_inside_the_table() {
         assert_eq!(cell("\"a\" | \"b\""), "\"a\" \\| \"b\"");

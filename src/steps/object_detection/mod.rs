@@ -95,13 +95,13 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "confidence",
-            ty: "float",
+            ty: "float in [0, 1]",
             default: "0.4",
             doc: "lowest class score kept",
         },
         ParamDoc {
             name: "nms_iou",
-            ty: "float",
+            ty: "float in [0, 1]",
             default: "0.45",
             doc: "boxes of one class overlapping more than this (IoU) are merged",
         },
