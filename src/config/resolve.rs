@@ -206,11 +206,56 @@ pub(super) fn resolve(
         index: &index,
     };
 
+    let (built, name_spans, deps) = build_steps(raw.steps, &declared, &resolver, diags);
+
+    let order = topological_order(&deps, &declared, &name_spans, diags);
+    // The size of each step's `image` output, where its parameters fix it.
+    let image_sizes: Vec<Option<(u32, u32)>> = built
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| s.step.image_size()))
+        .collect();
+    let sinks = Sinks {
+        resolver: &resolver,
+        source_names: &source_names,
+        image_sizes: &image_sizes,
+    };
+    let sinks = sinks.resolve(raw.sinks, diags, notes);
+
+    let (steps, sinks) = in_order(&order, built, sinks);
+
+    Pipeline {
+        path: PathBuf::new(),
+        sources,
+        executor,
+        daemon,
+        http,
+        storage,
+        steps,
+        sinks,
+        written: Written::default(),
+        notes: Vec::new(),
+    }
+}
+
+/// Each step's kind built from its keys and its inputs resolved (`None` where either failed,
+/// reported), with the span of its name and the steps it reads (as far as they resolved).
+type BuiltSteps = (
+    Vec<Option<StepConfig>>,
+    Vec<std::ops::Range<usize>>,
+    Vec<Vec<usize>>,
+);
+
+fn build_steps(
+    raw_steps: Vec<RawComponent<'_>>,
+    declared: &[Declared],
+    resolver: &Resolver<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> BuiltSteps {
     let mut built: Vec<Option<StepConfig>> = Vec::new();
     let mut name_spans = Vec::new();
     // Steps each step reads from, as far as its references resolved (built or not).
     let mut deps: Vec<Vec<usize>> = Vec::new();
-    for (mut c, d) in raw.steps.into_iter().zip(&declared) {
+    for (mut c, d) in raw_steps.into_iter().zip(declared) {
         let name_span = c.name.span();
         name_spans.push(name_span.clone());
         let Some(kind) = d.kind else {
@@ -282,20 +327,16 @@ pub(super) fn resolve(
         );
     }
 
-    let order = topological_order(&deps, &declared, &name_spans, diags);
-    // The size of each step's `image` output, where its parameters fix it.
-    let image_sizes: Vec<Option<(u32, u32)>> = built
-        .iter()
-        .map(|s| s.as_ref().and_then(|s| s.step.image_size()))
-        .collect();
-    let sinks = Sinks {
-        resolver: &resolver,
-        source_names: &source_names,
-        image_sizes: &image_sizes,
-    };
-    let sinks = sinks.resolve(raw.sinks, diags, notes);
+    (built, name_spans, deps)
+}
 
-    // Renumber step references into the new order.
+/// The steps in the order they run, and every step reference (of steps and sinks) renumbered
+/// into that order.
+fn in_order(
+    order: &[usize],
+    built: Vec<Option<StepConfig>>,
+    sinks: Vec<SinkConfig>,
+) -> (Vec<StepConfig>, Vec<SinkConfig>) {
     let mut position = vec![0; built.len()];
     for (new, &old) in order.iter().enumerate() {
         position[old] = new;
@@ -326,18 +367,7 @@ pub(super) fn resolve(
         })
         .collect();
 
-    Pipeline {
-        path: PathBuf::new(),
-        sources,
-        executor,
-        daemon,
-        http,
-        storage,
-        steps,
-        sinks,
-        written: Written::default(),
-        notes: Vec::new(),
-    }
+    (steps, sinks)
 }
 
 fn resolve_daemon(raw: &RawDaemon, diags: &mut Vec<Diagnostic>) -> DaemonConfig {
