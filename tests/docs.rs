@@ -438,3 +438,66 @@ fn the_readme_stays_short_and_answers_the_first_questions() {
         );
     }
 }
+
+/// The lines that put `key = value` in the table `header` of a pipeline with one source.
+fn table_with(header: &str, key: &str, value: &str) -> String {
+    let source = "[sources.a]\nuri = \"rtsp://127.0.0.1:1/x\"\n";
+    match header {
+        "[sources.NAME]" => format!("{source}{key} = {value}\n"),
+        "[sources.NAME.reconnect]" => format!("{source}[sources.a.reconnect]\n{key} = {value}\n"),
+        other => format!("{source}{other}\n{key} = {value}\n"),
+    }
+}
+
+#[test]
+fn every_range_the_sources_reference_gives_is_the_one_validation_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for t in vidflow::config::SOURCE_TABLES
+        .iter()
+        .chain(vidflow::config::OTHER_TABLES)
+    {
+        for p in t.keys {
+            let Some(bounds) = p.bounds() else { continue };
+            let integer = p.type_and_range().0.contains("integer");
+            let (outside, inside) = bounds.probes(if integer { 1.0 } else { 0.001 });
+            let value = |v: f64| {
+                if integer {
+                    format!("{v}")
+                } else {
+                    format!("{v:?}")
+                }
+            };
+            for (v, valid) in outside
+                .iter()
+                .map(|v| (*v, false))
+                .chain(inside.iter().map(|v| (*v, true)))
+            {
+                let path = dir.path().join(format!("{}-{}.toml", files.len(), p.name));
+                std::fs::write(&path, table_with(t.header, p.name, &value(v))).unwrap();
+                files.push((
+                    path,
+                    format!("{} {} = {}", t.header, p.name, value(v)),
+                    valid,
+                ));
+            }
+        }
+    }
+    assert!(files.len() >= 30, "only {} probes", files.len());
+    let out = vidflow()
+        .arg("validate")
+        .args(files.iter().map(|f| &f.0))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (path, what, valid) in &files {
+        let ok = stdout.contains(&format!("{}: ok", path.display()));
+        assert_eq!(
+            ok,
+            *valid,
+            "{what}: the reference says it is {} its range, validate says otherwise:\n{stderr}",
+            if *valid { "inside" } else { "outside" }
+        );
+    }
+}

@@ -190,7 +190,7 @@ fn keys_markdown(out: &mut String, keys: &[ParamDoc]) {
     }
     out.push_str("| key | type | default | range | meaning |\n| --- | --- | --- | --- | --- |\n");
     for p in keys {
-        let (ty, range) = type_and_range(p.ty);
+        let (ty, range) = p.type_and_range();
         let _ = writeln!(
             out,
             "| `{}` | {} | {} | {} | {} |",
@@ -201,27 +201,6 @@ fn keys_markdown(out: &mut String, keys: &[ParamDoc]) {
             cell(p.doc)
         );
     }
-}
-
-/// A `ParamDoc`'s type split into the type and the range of values it takes: `float in (0, 1]`,
-/// `integer >= 100`, or a choice of strings (`"tcp" | "udp"`); `-` where any value of the type
-/// is taken.
-fn type_and_range(ty: &str) -> (&str, &str) {
-    if let Some((t, range)) = ty.split_once(" in ") {
-        return (t, range);
-    }
-    for op in [" >= ", " > ", " <= "] {
-        if let Some(at) = ty.find(op) {
-            return (&ty[..at], ty[at..].trim_start());
-        }
-    }
-    if ty.starts_with('"') {
-        return ("string", ty);
-    }
-    if ty.contains(" | ") {
-        return ("integer", ty);
-    }
-    (ty, "-")
 }
 
 /// Text made safe for one cell of a Markdown table.
@@ -239,18 +218,6 @@ fn capitalized(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_type_gives_its_range() {
-        assert_eq!(type_and_range("float in (0, 1]"), ("float", "(0, 1]"));
-        assert_eq!(type_and_range("integer >= 100"), ("integer", ">= 100"));
-        assert_eq!(
-            type_and_range("\"tcp\" | \"udp\""),
-            ("string", "\"tcp\" | \"udp\"")
-        );
-        assert_eq!(type_and_range("0 | 1"), ("integer", "0 | 1"));
-        assert_eq!(type_and_range("path"), ("path", "-"));
-    }
 
     /// Keys a kind cannot be built without, for the range test.
     const REQUIRED: &[(&str, &str)] = &[
@@ -272,38 +239,6 @@ mod tests {
     /// their own tests.
     const LOADS_A_MODEL: &[&str] = &["object_detection", "face_detection"];
 
-    /// Values just outside and at the bounds of a range: `[a, b]`, `(a, b]`, `>= a`, `> a`.
-    fn probes(range: &str, integer: bool) -> Option<(Vec<f64>, Vec<f64>)> {
-        let step = if integer { 1.0 } else { 0.001 };
-        let number = |s: &str| s.trim().parse::<f64>().ok();
-        let (mut outside, mut inside) = (Vec::new(), Vec::new());
-        if let Some(low) = range.strip_prefix(">= ").and_then(number) {
-            outside.push(low - step);
-            inside.push(low);
-        } else if let Some(low) = range.strip_prefix("> ").and_then(number) {
-            outside.push(low);
-            inside.push(low + step);
-        } else {
-            let (low, high) = range.get(1..range.len() - 1)?.split_once(',')?;
-            let (low, high) = (number(low)?, number(high)?);
-            if range.starts_with('[') {
-                outside.push(low - step);
-                inside.push(low);
-            } else {
-                outside.push(low);
-                inside.push(low + step);
-            }
-            if range.ends_with(']') {
-                outside.push(high + step);
-                inside.push(high);
-            } else {
-                outside.push(high);
-                inside.push(high - step);
-            }
-        }
-        Some((outside, inside))
-    }
-
     #[test]
     fn every_range_the_step_reference_gives_is_the_one_validation_takes() {
         let mut checked = 0;
@@ -316,11 +251,12 @@ mod tests {
                 .find(|(n, _)| *n == k.name)
                 .map_or("", |r| r.1);
             for p in k.params {
-                let (ty, range) = type_and_range(p.ty);
+                let (ty, range) = p.type_and_range();
                 let integer = ty.contains("integer");
-                let Some((outside, inside)) = probes(range, integer) else {
+                let Some(bounds) = p.bounds() else {
                     continue;
                 };
+                let (outside, inside) = bounds.probes(if integer { 1.0 } else { 0.001 });
                 let build = |v: f64| {
                     let value = if integer {
                         format!("{v}")
