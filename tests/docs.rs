@@ -501,3 +501,108 @@ fn every_range_the_sources_reference_gives_is_the_one_validation_takes() {
         );
     }
 }
+
+/// The keys `validate` names when it refuses the unknown key `zz_unknown` in `text`'s last
+/// table (the keys that table takes), or `None` if it named none.
+fn keys_taken(stderr: &str, file: &Path) -> Option<BTreeSet<String>> {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&file.display().to_string()) && l.contains("zz_unknown"))?;
+    if line.contains("takes no keys") {
+        return Some(BTreeSet::new());
+    }
+    let (_, list) = line.split_once("expected")?;
+    Some(
+        list.split('"')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+#[test]
+fn every_key_a_table_or_kind_takes_is_in_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = "[sources.a]\nuri = \"rtsp://127.0.0.1:1/x\"\n";
+    // (what, the file's text, the keys documented, whether they must be all it takes)
+    let mut cases: Vec<(String, String, BTreeSet<String>, bool)> = Vec::new();
+    for t in vidflow::config::SOURCE_TABLES
+        .iter()
+        .chain(vidflow::config::OTHER_TABLES)
+    {
+        let table = match t.header {
+            "[sources.NAME]" => String::new(),
+            "[sources.NAME.reconnect]" => "[sources.a.reconnect]\n".to_owned(),
+            "[http]" => "[http]\nlisten = \"127.0.0.1:9464\"\n".to_owned(),
+            other => format!("{other}\n"),
+        };
+        let text = format!("{source}{table}zz_unknown = 1\n");
+        let mut keys: BTreeSet<String> = t.keys.iter().map(|k| k.name.to_owned()).collect();
+        if t.header == "[sources.NAME]" {
+            // A table of its own, documented as such.
+            keys.insert("reconnect".to_owned());
+        }
+        cases.push((t.header.to_owned(), text, keys, true));
+    }
+    for k in vidflow::steps::KINDS {
+        // Every input given (of the wrong type, maybe: another problem), so the kind parses.
+        let inputs: String = k
+            .inputs
+            .iter()
+            .map(|i| format!("{} = \"$frame\"\n", i.name))
+            .collect();
+        let text = format!(
+            "{source}[steps.s]\nkind = \"{}\"\n{inputs}zz_unknown = 1\n",
+            k.name
+        );
+        let keys = k.params.iter().map(|p| p.name.to_owned()).collect();
+        cases.push((format!("step {}", k.name), text, keys, true));
+    }
+    for k in vidflow::sinks::KINDS {
+        let inputs: String = k
+            .inputs
+            .iter()
+            .map(|i| match i.list {
+                true => format!("{} = [\"$frame\"]\n", i.name),
+                false => format!("{} = \"$frame\"\n", i.name),
+            })
+            .collect();
+        let text = format!(
+            "{source}[sinks.s]\nkind = \"{}\"\n{inputs}zz_unknown = 1\n",
+            k.name
+        );
+        let keys = k.params.iter().map(|p| p.name.to_owned()).collect();
+        // A sink parses its shared settings (delivery, retention) apart: it names its own keys.
+        cases.push((format!("sink {}", k.name), text, keys, false));
+    }
+    let mut command = vidflow();
+    command.arg("validate");
+    let files: Vec<PathBuf> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let path = dir.path().join(format!("{i}.toml"));
+            std::fs::write(&path, &c.1).unwrap();
+            path
+        })
+        .collect();
+    let out = command.args(&files).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for ((what, _, documented, all), file) in cases.iter().zip(&files) {
+        let taken = keys_taken(&stderr, file)
+            .unwrap_or_else(|| panic!("{what}: zz_unknown was not refused:\n{stderr}"));
+        let undocumented: Vec<_> = taken.difference(documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "{what} takes {undocumented:?}, which the reference does not document"
+        );
+        if *all {
+            let stale: Vec<_> = documented.difference(&taken).collect();
+            assert!(
+                stale.is_empty(),
+                "{what}: the reference documents {stale:?}, not taken"
+            );
+        }
+    }
+}
