@@ -545,36 +545,44 @@ fn every_key_a_table_or_kind_takes_is_in_the_reference() {
         }
         cases.push((t.header.to_owned(), text, keys, true));
     }
-    for k in vidflow::steps::KINDS {
-        // Every input given (of the wrong type, maybe: another problem), so the kind parses.
-        let inputs: String = k
-            .inputs
+    // Every input given (of the wrong type, maybe: another problem), so the kind parses.
+    let component = |section: &str, kind: &str, inputs: Vec<(&str, bool)>| {
+        let inputs: String = inputs
             .iter()
-            .map(|i| format!("{} = \"$frame\"\n", i.name))
-            .collect();
-        let text = format!(
-            "{source}[steps.s]\nkind = \"{}\"\n{inputs}zz_unknown = 1\n",
-            k.name
-        );
-        let keys = k.params.iter().map(|p| p.name.to_owned()).collect();
-        cases.push((format!("step {}", k.name), text, keys, true));
-    }
-    for k in vidflow::sinks::KINDS {
-        let inputs: String = k
-            .inputs
-            .iter()
-            .map(|i| match i.list {
-                true => format!("{} = [\"$frame\"]\n", i.name),
-                false => format!("{} = \"$frame\"\n", i.name),
+            .map(|(name, list)| match list {
+                true => format!("{name} = [\"$frame\"]\n"),
+                false => format!("{name} = \"$frame\"\n"),
             })
             .collect();
-        let text = format!(
-            "{source}[sinks.s]\nkind = \"{}\"\n{inputs}zz_unknown = 1\n",
-            k.name
+        format!("{source}[{section}.s]\nkind = \"{kind}\"\n{inputs}zz_unknown = 1\n")
+    };
+    let documented = |params: &[vidflow::spec::ParamDoc]| {
+        params
+            .iter()
+            .map(|p| p.name.to_owned())
+            .collect::<BTreeSet<_>>()
+    };
+    for k in vidflow::steps::KINDS {
+        let text = component(
+            "steps",
+            k.name,
+            k.inputs.iter().map(|i| (i.name, false)).collect(),
         );
-        let keys = k.params.iter().map(|p| p.name.to_owned()).collect();
+        cases.push((format!("step {}", k.name), text, documented(k.params), true));
+    }
+    for k in vidflow::sinks::KINDS {
+        let text = component(
+            "sinks",
+            k.name,
+            k.inputs.iter().map(|i| (i.name, i.list)).collect(),
+        );
         // A sink parses its shared settings (delivery, retention) apart: it names its own keys.
-        cases.push((format!("sink {}", k.name), text, keys, false));
+        cases.push((
+            format!("sink {}", k.name),
+            text,
+            documented(k.params),
+            false,
+        ));
     }
     let mut command = vidflow();
     command.arg("validate");
