@@ -1,4 +1,4 @@
-//! Subcommands: `run`, `validate`, `graph`, `steps`, `hash-password`.
+//! Subcommands: `run`, `validate`, `graph`, `steps`, `sinks`, `sources`, `hash-password`.
 
 use std::path::{Path, PathBuf};
 
@@ -6,12 +6,12 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{self, ConfigError};
 use crate::daemon::{self, RunOptions, Shutdown};
-use crate::{sinks, steps};
 
 mod logging;
 mod panic;
 mod password;
 mod progress;
+mod reference;
 
 /// sysexits codes used by the command line.
 pub mod exit {
@@ -75,7 +75,26 @@ pub enum Command {
     /// Print the workflow of a pipeline as Graphviz DOT (pipe it into `dot -Tsvg`).
     Graph { pipeline: PathBuf },
     /// List every step and sink kind with its inputs, outputs and parameters.
-    Steps,
+    ///
+    /// With --markdown: the step kinds only, as the tables of docs/reference/steps.md.
+    Steps {
+        /// Print Markdown tables (docs/reference/steps.md) instead of text.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// List every sink kind with its inputs and parameters.
+    Sinks {
+        /// Print Markdown tables (docs/reference/sinks.md) instead of text.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// List the keys of a source and of the other tables of a pipeline file ([executor],
+    /// [daemon], [storage], [http]).
+    Sources {
+        /// Print Markdown tables (docs/reference/sources.md) instead of text.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Print the Argon2 hash of a password read from standard input, for [http]
     /// basic_password_hash (e.g. `vidflow hash-password < file`; on a terminal it asks, twice,
     /// without echo). A fresh random salt each time: two hashes of one password differ.
@@ -106,12 +125,25 @@ pub fn main(cli: Cli) -> u8 {
             }
             Err(e) => config_error(&e),
         },
-        Command::Steps => {
-            print!("{}", describe_kinds());
-            exit::OK
+        Command::Steps { markdown } => {
+            print_keys(markdown, reference::steps_markdown, describe_kinds)
         }
+        Command::Sinks { markdown } => {
+            print_keys(markdown, reference::sinks_markdown, reference::sinks_text)
+        }
+        Command::Sources { markdown } => print_keys(
+            markdown,
+            reference::sources_markdown,
+            reference::sources_text,
+        ),
         Command::HashPassword => password::hash_password(),
     }
+}
+
+/// `vidflow steps|sinks|sources [--markdown]`.
+fn print_keys(markdown: bool, as_markdown: fn() -> String, as_text: fn() -> String) -> u8 {
+    print!("{}", if markdown { as_markdown() } else { as_text() });
+    exit::OK
 }
 
 fn config_error(e: &ConfigError) -> u8 {
@@ -288,51 +320,13 @@ fn validate(paths: &[PathBuf]) -> u8 {
     }
 }
 
-/// The text of `vidflow steps`.
+/// The text of `vidflow steps`: every step kind, then every sink kind.
 pub fn describe_kinds() -> String {
-    use std::fmt::Write as _;
-    let mut out = String::from("STEPS\n");
-    for k in steps::KINDS {
-        let _ = writeln!(
-            out,
-            "\n  {}{}: {}",
-            k.name,
-            if k.stateful { " (stateful)" } else { "" },
-            k.summary
-        );
-        for p in k.inputs {
-            let optional = if p.optional { " (optional)" } else { "" };
-            let _ = writeln!(out, "    input  {:<14} {}{optional}", p.name, p.ty);
-        }
-        for p in k.outputs {
-            let _ = writeln!(out, "    output {:<14} {}", p.name, p.ty);
-        }
-        params(&mut out, k.params);
-    }
-    out.push_str("\nSINKS\n");
-    for k in sinks::KINDS {
-        let _ = writeln!(out, "\n  {}: {}", k.name, k.summary);
-        for p in k.inputs {
-            let ty = p.ty.map_or_else(|| "any".to_owned(), |t| t.to_string());
-            let ty = if p.list { format!("list of {ty}") } else { ty };
-            let _ = writeln!(out, "    input  {:<14} {ty}", p.name);
-        }
-        params(&mut out, k.params);
-    }
+    let mut out = reference::steps_text();
+    out.push_str(&reference::sinks_text());
     out.push_str(
         "\nREFERENCES\n\n  $frame                 the decoded frame (image)\n  \
          $steps.NAME.OUTPUT     an output of step NAME\n",
     );
     out
-}
-
-fn params(out: &mut String, params: &[crate::spec::ParamDoc]) {
-    use std::fmt::Write as _;
-    for p in params {
-        let _ = writeln!(
-            out,
-            "    param  {:<14} {} (default {}): {}",
-            p.name, p.ty, p.default, p.doc
-        );
-    }
 }

@@ -74,19 +74,21 @@ fn crossings(line: &serde_json::Value) -> u64 {
 
 /// Waits until a JSONL line satisfies `done`.
 fn wait_for_line(dir: &Path, done: impl Fn(&serde_json::Value) -> bool) {
-    let start = std::time::Instant::now();
-    while start.elapsed() < DEADLINE {
-        let path = dir.join("out/events.jsonl");
-        if std::fs::read_to_string(&path).is_ok_and(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .any(|l| done(&l))
-        }) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("no line as expected within {DEADLINE:?}");
+    let path = dir.join("out/events.jsonl");
+    common::poll(
+        "a line as expected",
+        DEADLINE,
+        Duration::from_millis(50),
+        || {
+            std::fs::read_to_string(&path)
+                .is_ok_and(|t| {
+                    t.lines()
+                        .filter_map(|l| serde_json::from_str(l).ok())
+                        .any(|l| done(&l))
+                })
+                .then_some(())
+        },
+    );
 }
 
 /// Frame numbers of `source` in the JSONL, checked to be 0, 1, 2, ... with no gap.

@@ -115,14 +115,6 @@ fn run(dir: &Path, p: &Path) -> Running {
     )
 }
 
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < DEADLINE, "never saw {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_flooding_server_is_given_up_on_after_its_attempts_with_exit_69() {
     let _turn = serial();
@@ -183,7 +175,7 @@ fn a_stop_under_a_flood_ends_the_run_at_once_and_cleanly() {
     );
     let running = run(dir.path(), &p);
     // The state meant: rtspsrc is reading the endless header (a megabyte of it so far).
-    wait_until("the flood under way", || {
+    common::wait_until("the flood under way", DEADLINE, || {
         server.sent.load(Ordering::SeqCst) > 1 << 20
     });
     let signalled = Instant::now();

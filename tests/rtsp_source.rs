@@ -45,14 +45,10 @@ fn complete_lines(path: &Path) -> Vec<String> {
 
 /// Waits until `done` holds for the lines of `path`.
 fn wait_for(path: &Path, what: &str, done: impl Fn(&[String]) -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < DEADLINE {
-        if done(&complete_lines(path)) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{}: never saw {what}", path.display());
+    let what = format!("{}: {what}", path.display());
+    common::poll(&what, DEADLINE, Duration::from_millis(50), || {
+        done(&complete_lines(path)).then_some(())
+    });
 }
 
 fn entries(dir: &str) -> usize {

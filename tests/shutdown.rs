@@ -42,14 +42,6 @@ fn alive(prefix: &str) -> usize {
         .count()
 }
 
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < DEADLINE, "never saw {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// What the witness saw.
 #[derive(Debug)]
 struct Seen {
@@ -250,7 +242,9 @@ fn a_hung_drain_is_abandoned(request_stop: bool) {
     let stopper = request_stop.then(|| {
         let shutdown = shutdown.clone();
         std::thread::spawn(move || {
-            wait_until("frame 5 hanging", || HANGING.load(Ordering::SeqCst));
+            common::wait_until("frame 5 hanging", DEADLINE, || {
+                HANGING.load(Ordering::SeqCst)
+            });
             shutdown.request();
         })
     });
@@ -262,7 +256,7 @@ fn a_hung_drain_is_abandoned(request_stop: bool) {
     release();
     // The state meant: frame 5 was hanging in its step when the deadline came.
     assert!(hung, "frame 5 never hung");
-    wait_until("abandoned threads to end", || {
+    common::wait_until("abandoned threads to end", DEADLINE, || {
         alive("vidflow-worker") == 0 && alive("vidflow-executo") == 0
     });
 
@@ -324,7 +318,7 @@ fn a_sink_that_will_not_close_is_abandoned_at_the_stop_deadline() {
     let failure = run_guarded(p, &Shutdown::new()).unwrap_err();
     let sink_was_closing = w.seen.workers_at_close.load(Ordering::SeqCst) != usize::MAX;
     release();
-    wait_until("the abandoned sink to end", || {
+    common::wait_until("the abandoned sink to end", DEADLINE, || {
         w.seen.closed.load(Ordering::SeqCst) && alive("vidflow-sink") == 0
     });
     assert!(sink_was_closing);
@@ -472,7 +466,7 @@ image = "$steps.overlay.image"
             "run {i}: only {most} vidflow threads seen running"
         );
         // Every thread the run started has ended (joined: gone within a moment of the join).
-        wait_until(&format!("run {i}'s threads to end"), || {
+        common::wait_until(&format!("run {i}'s threads to end"), DEADLINE, || {
             alive("vidflow-") == 0 && streaming() == 0
         });
         let extra = added(&before, &ours());

@@ -18,7 +18,7 @@ mod rtsp;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use http_client::{open, read_part, scrape, value};
@@ -103,8 +103,8 @@ fn options(width: u32, height: u32) -> RtspServerOptions {
 
 /// Waits until `events.jsonl` holds `n` lines after the `k`-th reconnection (0: from the start).
 fn wait_for_frames_after(events: &Path, k: usize, n: usize) {
-    let start = Instant::now();
-    while start.elapsed() < DEADLINE {
+    let what = format!("{n} frames after reconnection {k}");
+    common::poll(&what, DEADLINE, Duration::from_millis(50), || {
         let text = std::fs::read_to_string(events).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let back: Vec<usize> = (0..lines.len())
@@ -115,12 +115,8 @@ fn wait_for_frames_after(events: &Path, k: usize, n: usize) {
         } else {
             back.get(k - 1).copied()
         };
-        if back.len() == k && from.is_some_and(|at| lines.len() > at + n) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("never saw {n} frames after reconnection {k}");
+        (back.len() == k && from.is_some_and(|at| lines.len() > at + n)).then_some(())
+    });
 }
 
 /// The size of a JPEG of `/preview/cam` encoded while it is watched (its first part may be the

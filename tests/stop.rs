@@ -208,7 +208,7 @@ fn sigterm_during_start_up_and_connection_set_up() {
         run.wait_for_stderr("source started", DEADLINE);
         // The state of the trial: the connection is being set up. The mute server has taken
         // it; to the black hole, this process's connect is stuck in SYN-SENT.
-        wait_until(what, || {
+        common::wait_until(what, DEADLINE, || {
             if port == mute {
                 accepted.load(Ordering::SeqCst) > accepted_before
             } else {
@@ -251,17 +251,6 @@ fn connecting_to(port: u16) -> bool {
         .skip(1)
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
         .any(|f| f.len() > 3 && f[2] == remote && f[3] == "02")
-}
-
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{what}: never reached the state"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// A port where a TCP connect hangs (SYN-SENT), as to a black-holed host: a listener that

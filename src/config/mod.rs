@@ -18,6 +18,7 @@ use crate::spec::Diagnostic;
 
 mod events;
 mod http;
+mod keys;
 mod prune;
 mod raw;
 mod resolve;
@@ -28,6 +29,7 @@ mod storage;
 mod written;
 
 pub use http::{BasicAuth, HttpConfig, PasswordCheck};
+pub use keys::{OTHER_TABLES, SINK_KEYS, SOURCE_TABLES, STEP_KEYS, Table};
 pub use prune::pruned_message;
 pub use resolve::{
     DEFAULT_STOP_TIMEOUT, DaemonConfig, ExecutorConfig, IN_FLIGHT_PER_WORKER, OnStepError,

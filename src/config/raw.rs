@@ -184,7 +184,10 @@ pub(super) fn parse<'i>(text: &'i str, diags: &mut Vec<Diagnostic>) -> Option<Ra
             "sinks" => raw.sinks = components("sinks", key, value, diags),
             other => diags.push(Diagnostic::at(
                 key.span(),
-                format!("unknown section \"{other}\", expected one of {SECTIONS}"),
+                format!(
+                    "unknown section \"{other}\"{}, expected one of {SECTIONS}",
+                    crate::spec::did_you_mean(other, SECTIONS.split(", "))
+                ),
             )),
         }
     }

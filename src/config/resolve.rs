@@ -14,7 +14,7 @@ use super::raw::{RawComponent, RawDaemon, RawExecutor, RawPipeline};
 use super::written::Written;
 use crate::sinks::{self, Routing, SinkFactory, SinkKind};
 use crate::source::SourceConfig;
-use crate::spec::{Diagnostic, Params, Ref, SinkInput};
+use crate::spec::{Diagnostic, Params, Ref, SinkInput, did_you_mean};
 use crate::steps::{self, Step, StepKind};
 use crate::value::ValueType;
 
@@ -82,7 +82,7 @@ pub struct ExecutorConfig {
 /// frames taking as long as the slower. A second place per worker gives a worker that finished
 /// its next frame at once, so its core never waits for the other's (a detector's frames vary
 /// by a few milliseconds; on a loaded machine by much more). It costs one more frame and its
-/// step outputs held per worker (README, Memory).
+/// step outputs held per worker (docs/performance-and-memory.md, Memory).
 pub const IN_FLIGHT_PER_WORKER: usize = 2;
 
 impl ExecutorConfig {
@@ -212,11 +212,59 @@ pub(super) fn resolve(
         index: &index,
     };
 
+    let (built, name_spans, deps) = build_steps(raw.steps, &declared, &resolver, diags);
+
+    let order = topological_order(&deps, &declared, &name_spans, diags);
+    // The size of each step's `image` output, where its parameters fix it.
+    let image_sizes: Vec<Option<(u32, u32)>> = built
+        .iter()
+        .map(|s| s.as_ref().and_then(|s| s.step.image_size()))
+        .collect();
+    let sinks = Sinks {
+        resolver: &resolver,
+        source_names: &source_names,
+        image_sizes: &image_sizes,
+    };
+    let mut recorded = Vec::new();
+    let sinks = sinks.resolve(raw.sinks, diags, notes, &mut recorded);
+    super::source::settle_records(&mut sources, &recorded, diags);
+
+    let (steps, sinks) = in_order(&order, built, sinks);
+
+    Pipeline {
+        path: PathBuf::new(),
+        sources,
+        executor,
+        daemon,
+        http,
+        storage,
+        events,
+        steps,
+        sinks,
+        written: Written::default(),
+        notes: Vec::new(),
+    }
+}
+
+/// Each step's kind built from its keys and its inputs resolved (`None` where either failed,
+/// reported), with the span of its name and the steps it reads (as far as they resolved).
+type BuiltSteps = (
+    Vec<Option<StepConfig>>,
+    Vec<std::ops::Range<usize>>,
+    Vec<Vec<usize>>,
+);
+
+fn build_steps(
+    raw_steps: Vec<RawComponent<'_>>,
+    declared: &[Declared],
+    resolver: &Resolver<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> BuiltSteps {
     let mut built: Vec<Option<StepConfig>> = Vec::new();
     let mut name_spans = Vec::new();
     // Steps each step reads from, as far as its references resolved (built or not).
     let mut deps: Vec<Vec<usize>> = Vec::new();
-    for (mut c, d) in raw.steps.into_iter().zip(&declared) {
+    for (mut c, d) in raw_steps.into_iter().zip(declared) {
         let name_span = c.name.span();
         name_spans.push(name_span.clone());
         let Some(kind) = d.kind else {
@@ -288,22 +336,16 @@ pub(super) fn resolve(
         );
     }
 
-    let order = topological_order(&deps, &declared, &name_spans, diags);
-    // The size of each step's `image` output, where its parameters fix it.
-    let image_sizes: Vec<Option<(u32, u32)>> = built
-        .iter()
-        .map(|s| s.as_ref().and_then(|s| s.step.image_size()))
-        .collect();
-    let sinks = Sinks {
-        resolver: &resolver,
-        source_names: &source_names,
-        image_sizes: &image_sizes,
-    };
-    let mut recorded = Vec::new();
-    let sinks = sinks.resolve(raw.sinks, diags, notes, &mut recorded);
-    super::source::settle_records(&mut sources, &recorded, diags);
+    (built, name_spans, deps)
+}
 
-    // Renumber step references into the new order.
+/// The steps in the order they run, and every step reference (of steps and sinks) renumbered
+/// into that order.
+fn in_order(
+    order: &[usize],
+    built: Vec<Option<StepConfig>>,
+    sinks: Vec<SinkConfig>,
+) -> (Vec<StepConfig>, Vec<SinkConfig>) {
     let mut position = vec![0; built.len()];
     for (new, &old) in order.iter().enumerate() {
         position[old] = new;
@@ -334,19 +376,7 @@ pub(super) fn resolve(
         })
         .collect();
 
-    Pipeline {
-        path: PathBuf::new(),
-        sources,
-        executor,
-        daemon,
-        http,
-        storage,
-        events,
-        steps,
-        sinks,
-        written: Written::default(),
-        notes: Vec::new(),
-    }
+    (steps, sinks)
 }
 
 fn resolve_daemon(raw: &RawDaemon, diags: &mut Vec<Diagnostic>) -> DaemonConfig {
@@ -565,22 +595,27 @@ impl Resolver<'_> {
                 ));
             };
             let Some(&i) = self.index.get(step) else {
-                return fail(format!("unknown step \"{step}\" in \"{s}\""));
+                let mut steps: Vec<&str> = self.index.keys().copied().collect();
+                steps.sort_unstable();
+                let nearest = did_you_mean(step, steps);
+                return fail(format!("unknown step \"{step}\"{nearest} in \"{s}\""));
             };
             // An unknown kind is reported once, where it is declared.
             let kind = self.declared[i].kind?;
             let Some((o, p)) = kind.output(output) else {
                 let outputs: Vec<_> = kind.outputs.iter().map(|p| p.name).collect();
                 return fail(format!(
-                    "step \"{step}\" ({}) has no output \"{output}\"; it has: {}",
+                    "step \"{step}\" ({}) has no output \"{output}\"{}; it has: {}",
                     kind.name,
+                    did_you_mean(output, outputs.iter().copied()),
                     outputs.join(", ")
                 ));
             };
             (Ref::Step { step: i, output: o }, p.ty)
         } else {
             return fail(format!(
-                "\"{s}\" is not a reference: use \"$frame\" or \"$steps.NAME.OUTPUT\""
+                "\"{s}\" is not a reference{}: use \"$frame\" or \"$steps.NAME.OUTPUT\"",
+                did_you_mean(s, ["$frame"])
             ));
         };
         match expected {
@@ -646,9 +681,10 @@ fn unknown_kind<'a>(
     Diagnostic::at(
         c.kind.span(),
         format!(
-            "{what} \"{}\": unknown kind \"{}\"; known kinds: {}",
+            "{what} \"{}\": unknown kind \"{}\"{}; known kinds: {}",
             c.name.get_ref(),
             c.kind.get_ref(),
+            did_you_mean(c.kind.get_ref(), known.iter().copied()),
             known.join(", ")
         ),
     )

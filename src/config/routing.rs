@@ -36,7 +36,8 @@ pub(super) fn sources(
                 diags.push(Diagnostic::at(
                     item.span(),
                     format!(
-                        "{what}: unknown source \"{s}\"; sources: {}",
+                        "{what}: unknown source \"{s}\"{}; sources: {}",
+                        crate::spec::did_you_mean(s, source_names.iter().map(String::as_str)),
                         source_names.join(", ")
                     ),
                 ));

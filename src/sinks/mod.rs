@@ -149,7 +149,7 @@ pub enum SinkError {
 /// `retain_days` of a sink that writes files.
 const RETAIN_DAYS_DOC: ParamDoc = ParamDoc {
     name: "retain_days",
-    ty: "float",
+    ty: "float in (0, 36525]",
     default: "forever",
     doc: "files older than this are deleted (only files this sink wrote, never one being written)",
 };
@@ -157,7 +157,7 @@ const RETAIN_DAYS_DOC: ParamDoc = ParamDoc {
 /// `max_gb` of a sink that writes files.
 const MAX_GB_DOC: ParamDoc = ParamDoc {
     name: "max_gb",
-    ty: "float",
+    ty: "float > 0",
     default: "no cap",
     doc: "the sink's files are kept under this many GB, the oldest deleted first",
 };

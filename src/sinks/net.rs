@@ -353,7 +353,7 @@ pub(super) fn every_n_frames(
 /// The `every_n_frames` parameter of the network sinks.
 pub(super) const EVERY_N_FRAMES_DOC: ParamDoc = ParamDoc {
     name: "every_n_frames",
-    ty: "integer",
+    ty: "integer >= 1",
     default: "1",
     doc: "send only frames whose number is a multiple of this",
 };

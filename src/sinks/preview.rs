@@ -40,13 +40,13 @@ pub(super) static KIND: SinkKind = SinkKind {
     params: &[
         ParamDoc {
             name: "max_fps",
-            ty: "float",
+            ty: "float in (0, 120]",
             default: "5.0",
             doc: "most JPEGs encoded per second and source, while someone watches",
         },
         ParamDoc {
             name: "quality",
-            ty: "integer",
+            ty: "integer in [1, 100]",
             default: "80",
             doc: "JPEG quality, 1..100",
         },

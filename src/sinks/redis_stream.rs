@@ -51,7 +51,7 @@ const OWN_DOCS: [ParamDoc; 7] = [
     PASSWORD_FILE_DOC,
     ParamDoc {
         name: "timeout_ms",
-        ty: "integer",
+        ty: "integer >= 1",
         default: "5000",
         doc: "limit of a connect and of each reply",
     },

@@ -45,19 +45,19 @@ pub(super) static KIND: SinkKind = SinkKind {
         },
         ParamDoc {
             name: "cooldown_s",
-            ty: "float",
+            ty: "float >= 0",
             default: "10.0",
             doc: "least time between two snapshots of one source, in the source's time",
         },
         ParamDoc {
             name: "quality",
-            ty: "integer",
+            ty: "integer in [1, 100]",
             default: "90",
             doc: "JPEG quality, 1..100",
         },
         ParamDoc {
             name: "padding",
-            ty: "float",
+            ty: "float in [0, 10]",
             default: "0.1",
             doc: "with crops: share of a box's size added on each side",
         },

@@ -45,7 +45,7 @@ pub(super) static KIND: SinkKind = SinkKind {
         net::MODE_DOC,
         ParamDoc {
             name: "timeout_ms",
-            ty: "integer",
+            ty: "integer >= 1",
             default: "5000",
             doc: "limit of one request, connect to response",
         },

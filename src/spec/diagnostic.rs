@@ -76,9 +76,24 @@ fn humanize(message: &str) -> String {
         // "unknown key "x", expected one of ..." reads better with a semicolon.
         if out.starts_with("unknown key") {
             out.replace_range(at..at + 1, ";");
+            out = with_nearest_key(&out, at);
         }
     }
     out
+}
+
+/// `unknown key "confidnce" (did you mean "confidence"?); expected one of ...`: the key the
+/// message names and the keys it lists are quoted; `at` is where the list starts.
+fn with_nearest_key(message: &str, at: usize) -> String {
+    let quoted =
+        |s: &str| -> Vec<String> { s.split('"').skip(1).step_by(2).map(str::to_owned).collect() };
+    let (head, list) = message.split_at(at);
+    let Some(given) = quoted(head).into_iter().next() else {
+        return message.to_owned();
+    };
+    let known = quoted(list);
+    let nearest = super::did_you_mean(&given, known.iter().map(String::as_str));
+    format!("{head}{nearest}{list}")
 }
 
 /// "an integer", "a string", "an array": a TOML type name with its article.

@@ -13,12 +13,14 @@ mod params;
 mod password;
 mod reference;
 mod secret;
+mod suggest;
 
 pub use address::{Address, AddressError, redact, redact_all};
 pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
 pub use panic::panic_text;
-pub use params::{ParamDoc, Params};
+pub use params::{Bounds, ParamDoc, Params};
 pub use password::PasswordHash;
 pub use reference::{Ref, SinkInput};
 pub use secret::{Secret, USERINFO, percent_decode, read_password_file};
+pub use suggest::{did_you_mean, nearest};

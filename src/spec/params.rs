@@ -103,9 +103,109 @@ pub struct ParamDoc {
     pub doc: &'static str,
 }
 
+impl ParamDoc {
+    /// The type and the range of values it takes, from `ty`: `float in (0, 1]`, `integer >= 100`,
+    /// or a choice of strings (`"tcp" | "udp"`); `-` where any value of the type is taken.
+    pub fn type_and_range(&self) -> (&'static str, &'static str) {
+        let ty = self.ty;
+        if let Some((t, range)) = ty.split_once(" in ") {
+            return (t, range);
+        }
+        for op in [" >= ", " > ", " <= "] {
+            if let Some(at) = ty.find(op) {
+                return (&ty[..at], ty[at..].trim_start());
+            }
+        }
+        if ty.starts_with('"') {
+            return ("string", ty);
+        }
+        if ty.contains(" | ") {
+            return ("integer", ty);
+        }
+        (ty, "-")
+    }
+
+    /// The numeric bounds of the range (`[a, b]`, `(a, b]`, `>= a`, `> a`), if it has any.
+    pub fn bounds(&self) -> Option<Bounds> {
+        let range = self.type_and_range().1;
+        let number = |s: &str| s.trim().parse::<f64>().ok();
+        if let Some(low) = range.strip_prefix(">= ").and_then(number) {
+            return Some(Bounds {
+                low: Some((low, true)),
+                high: None,
+            });
+        }
+        if let Some(low) = range.strip_prefix("> ").and_then(number) {
+            return Some(Bounds {
+                low: Some((low, false)),
+                high: None,
+            });
+        }
+        let (low, high) = range.get(1..range.len().checked_sub(1)?)?.split_once(',')?;
+        Some(Bounds {
+            low: Some((number(low)?, range.starts_with('['))),
+            high: Some((number(high)?, range.ends_with(']'))),
+        })
+    }
+}
+
+/// The numeric range of a key: each bound and whether it is included.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    pub low: Option<(f64, bool)>,
+    pub high: Option<(f64, bool)>,
+}
+
+impl Bounds {
+    /// Values just outside the range and at its edges (`step` apart: 1 for integers), to
+    /// check that validation takes exactly the documented range.
+    pub fn probes(&self, step: f64) -> (Vec<f64>, Vec<f64>) {
+        let (mut outside, mut inside) = (Vec::new(), Vec::new());
+        if let Some((low, included)) = self.low {
+            outside.push(if included { low - step } else { low });
+            inside.push(if included { low } else { low + step });
+        }
+        if let Some((high, included)) = self.high {
+            outside.push(if included { high + step } else { high });
+            inside.push(if included { high } else { high - step });
+        }
+        (outside, inside)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn doc(ty: &'static str) -> ParamDoc {
+        ParamDoc {
+            name: "k",
+            ty,
+            default: "",
+            doc: "",
+        }
+    }
+
+    #[test]
+    fn a_type_gives_its_range_and_bounds() {
+        assert_eq!(doc("float in (0, 1]").type_and_range(), ("float", "(0, 1]"));
+        assert_eq!(
+            doc("integer >= 100").type_and_range(),
+            ("integer", ">= 100")
+        );
+        assert_eq!(
+            doc("\"tcp\" | \"udp\"").type_and_range(),
+            ("string", "\"tcp\" | \"udp\"")
+        );
+        assert_eq!(doc("0 | 1").type_and_range(), ("integer", "0 | 1"));
+        assert_eq!(doc("path").type_and_range(), ("path", "-"));
+        let b = doc("float in (0, 1]").bounds().unwrap();
+        assert_eq!(b.probes(0.5), (vec![0.0, 1.5], vec![0.5, 1.0]));
+        let b = doc("integer >= 100").bounds().unwrap();
+        assert_eq!(b.probes(1.0), (vec![99.0], vec![100.0]));
+        assert_eq!(doc("integer >= initial_delay_ms").bounds(), None);
+        assert_eq!(doc("0 | 1").bounds(), None);
+    }
 
     #[test]
     fn split_parts_keep_their_keys_and_spans() {

@@ -52,7 +52,7 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "thickness",
-            ty: "integer",
+            ty: "integer in [1, 50]",
             default: "2",
             doc: "line width in pixels (predicted tracks are drawn dashed)",
         },

@@ -15,7 +15,7 @@ pub(super) static KIND: StepKind = StepKind {
     outputs: IMAGE_OUT,
     params: &[ParamDoc {
         name: "kernel",
-        ty: "odd integer",
+        ty: "odd integer in [1, 255]",
         default: "5",
         doc: "kernel side in pixels",
     }],

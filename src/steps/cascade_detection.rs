@@ -39,7 +39,7 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "scale_factor",
-            ty: "float",
+            ty: "float in (1, 2]",
             default: "1.1",
             doc: "step between the image scales searched (more than 1)",
         },

@@ -30,13 +30,13 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "width",
-            ty: "integer",
+            ty: "integer >= 1",
             default: "required",
             doc: "width in pixels",
         },
         ParamDoc {
             name: "height",
-            ty: "integer",
+            ty: "integer >= 1",
             default: "required",
             doc: "height in pixels",
         },

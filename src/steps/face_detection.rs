@@ -39,13 +39,13 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "confidence",
-            ty: "float",
+            ty: "float in [0, 1]",
             default: "0.6",
             doc: "lowest face score kept",
         },
         ParamDoc {
             name: "nms_iou",
-            ty: "float",
+            ty: "float in [0, 1]",
             default: "0.3",
             doc: "faces overlapping more than this (IoU) are merged",
         },

@@ -63,19 +63,19 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "dead_band",
-            ty: "float",
+            ty: "float >= 0",
             default: "3.0",
             doc: "positions closer to the line than this (pixels) have no side, against jitter",
         },
         ParamDoc {
             name: "reid_distance",
-            ty: "float",
+            ty: "float >= 0",
             default: "40.0",
             doc: "a new track ID first seen this close (pixels) to where a lost one was last seen takes its place, so it is not counted again: more catches longer jumps, and may merge two people (0: off)",
         },
         ParamDoc {
             name: "reid_frames",
-            ty: "integer",
+            ty: "integer in [0, 100000]",
             default: "30",
             doc: "frames a lost track is remembered, for its ID coming back or a new ID taking its place",
         },

@@ -99,8 +99,8 @@ pub(super) struct ClipFile {
 /// Why a model cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ModelError {
-    #[error("unknown model \"{0}\"; known models: {1}")]
-    Unknown(String, String),
+    #[error("unknown model \"{0}\"{1}; known models: {2}")]
+    Unknown(String, String, String),
     #[error("model \"{model}\": {} is missing; fetch it with {FETCH_COMMAND}", .path.display())]
     Missing { model: String, path: PathBuf },
     #[error(
@@ -194,7 +194,8 @@ impl Checked {
 pub(super) fn checked(name: &str) -> Result<Checked, ModelError> {
     let model = registry().get(name).ok_or_else(|| {
         let known: Vec<_> = registry().keys().map(|k| format!("\"{k}\"")).collect();
-        ModelError::Unknown(name.to_owned(), known.join(", "))
+        let nearest = crate::spec::did_you_mean(name, registry().keys().map(String::as_str));
+        ModelError::Unknown(name.to_owned(), nearest, known.join(", "))
     })?;
     let dir = models_dir();
     for (file, expected) in &model.sha256 {

@@ -28,7 +28,7 @@ pub(super) static KIND: StepKind = StepKind {
     params: &[
         ParamDoc {
             name: "history",
-            ty: "integer",
+            ty: "integer >= 1",
             default: "500",
             doc: "frames that shape the background model",
         },

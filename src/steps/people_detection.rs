@@ -24,7 +24,7 @@ pub(super) static KIND: StepKind = StepKind {
     params: &[
         ParamDoc {
             name: "scale",
-            ty: "float",
+            ty: "float in (1, 2]",
             default: "1.05",
             doc: "step between the image scales searched (more than 1; larger is faster)",
         },

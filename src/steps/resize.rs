@@ -19,13 +19,13 @@ pub(super) static KIND: StepKind = StepKind {
     params: &[
         ParamDoc {
             name: "width",
-            ty: "integer",
+            ty: "integer in [1, 16384]",
             default: "required",
             doc: "output width in pixels",
         },
         ParamDoc {
             name: "height",
-            ty: "integer",
+            ty: "integer in [1, 16384]",
             default: "required",
             doc: "output height in pixels",
         },

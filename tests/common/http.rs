@@ -67,15 +67,9 @@ pub fn open(port: u16, path: &str) -> Option<(u16, Vec<String>, BufReader<TcpStr
 }
 
 /// Polls `f` until it gives `Some`; past `deadline` the test fails naming `what`.
-pub fn wait_until<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(t) = f() {
-            return t;
-        }
-        assert!(start.elapsed() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Every 100 ms: each try is a request to the endpoint under test.
+pub fn wait_until<T>(what: &str, deadline: Duration, f: impl FnMut() -> Option<T>) -> T {
+    crate::common::poll(what, deadline, Duration::from_millis(100), f)
 }
 
 /// Samples of a scrape: metric name and labels (sorted) -> value.

@@ -321,14 +321,12 @@ impl Drop for Running {
 
 /// Waits until `path` holds at least `n` lines.
 pub fn wait_for_lines(path: &Path, n: usize, deadline: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < deadline {
-        if std::fs::read_to_string(path).is_ok_and(|s| s.lines().count() >= n) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{} never reached {n} lines", path.display());
+    let what = format!("{} to reach {n} lines", path.display());
+    poll(&what, deadline, Duration::from_millis(50), || {
+        std::fs::read_to_string(path)
+            .is_ok_and(|s| s.lines().count() >= n)
+            .then_some(())
+    });
 }
 
 /// A server or broker away mid-run and back: `away` takes `server` down; once the sink has
@@ -500,7 +498,9 @@ mod kinds;
 mod probes;
 pub mod shapes;
 pub mod vision;
+pub mod wait;
 pub use probes::*;
+pub use wait::{poll, wait_until};
 
 /// A pipeline of `sources` (name, URI) through `motion`, with a `jsonl` sink of its detections
 /// at `out/lines.jsonl` and the `sinks` given: what the network sinks' tests compare against.

@@ -39,13 +39,13 @@ pub(super) static KIND: SinkKind = SinkKind {
         },
         ParamDoc {
             name: "rotate_mb",
-            ty: "integer",
+            ty: "integer in [1, 1048576]",
             default: "none",
             doc: "start a new file (name.1.jsonl, name.2.jsonl, ...) once a file reaches this size",
         },
         ParamDoc {
             name: "rotate_hours",
-            ty: "number",
+            ty: "float > 0",
             default: "none",
             doc: "start a new file once a file has been written to for this long",
         },

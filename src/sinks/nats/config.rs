@@ -84,69 +84,9 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn super::super::SinkFact
     let (delivery, own) = Delivery::split(params)?;
     let c: Config = own.parse()?;
     let at = |s: std::ops::Range<usize>| move |m: String| Diagnostic::at(s.clone(), m);
-    let (servers, shown, mut auth) = parse_urls(c.url.get_ref()).map_err(at(c.url.span()))?;
-    let read = |f: &Spanned<PathBuf>| read_password_file(f.get_ref()).map_err(at(f.span()));
-    let given_elsewhere = !matches!(auth, Auth::None);
-    let one_login = |span| {
-        Diagnostic::at(
-            span,
-            "give one login: url credentials, username + password_file, token_file or creds_file",
-        )
-    };
-    let mut logins = 0;
-    if let Some(u) = &c.username {
-        logins += 1;
-        let Some(f) = &c.password_file else {
-            return Err(Diagnostic::at(u.span(), "username needs password_file"));
-        };
-        auth = Auth::Password(u.get_ref().clone(), Secret::new(read(f)?));
-    } else if let Some(f) = &c.password_file {
-        return Err(Diagnostic::at(f.span(), "a password needs \"username\""));
-    }
-    if let Some(f) = &c.token_file {
-        logins += 1;
-        auth = Auth::Token(Secret::new(read(f)?));
-    }
-    if let Some(f) = &c.creds_file {
-        logins += 1;
-        let text = read(f)?;
-        if !text.contains("BEGIN NATS USER JWT") {
-            return Err(Diagnostic::at(
-                f.span(),
-                "creds_file is not a NATS credentials file (no user JWT)",
-            ));
-        }
-        auth = Auth::Creds(Secret::new(text));
-    }
-    if logins + usize::from(given_elsewhere) > 1 {
-        return Err(one_login(c.url.span()));
-    }
-    let exists = |f: &Spanned<PathBuf>| {
-        if f.get_ref().is_file() {
-            Ok(f.get_ref().clone())
-        } else {
-            Err(Diagnostic::at(
-                f.span(),
-                format!("no such file \"{}\"", f.get_ref().display()),
-            ))
-        }
-    };
-    let cert = match (&c.tls_cert_file, &c.tls_key_file) {
-        (Some(cert), Some(key)) => Some((exists(cert)?, exists(key)?)),
-        (Some(f), None) | (None, Some(f)) => {
-            return Err(Diagnostic::at(
-                f.span(),
-                "a client certificate needs both tls_cert_file and tls_key_file",
-            ));
-        }
-        (None, None) => None,
-    };
-    let ca = c.tls_ca_file.as_ref().map(exists).transpose()?;
-    let tls = Tls {
-        required: servers.iter().any(|s| s.starts_with("tls://")) || ca.is_some() || cert.is_some(),
-        ca,
-        cert,
-    };
+    let (servers, shown, auth) = parse_urls(c.url.get_ref()).map_err(at(c.url.span()))?;
+    let auth = login(&c, auth)?;
+    let tls = tls(&c, &servers)?;
     let subject = match c.subject {
         Some(s) => {
             check_subject(s.get_ref()).map_err(at(s.span()))?;
@@ -202,6 +142,79 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn super::super::SinkFact
         batch,
         delivery,
     }))
+}
+
+/// The one login the sink may be given: `auth` from the URL, or username + password_file,
+/// token_file or creds_file (files read now, so a missing one is a validate error).
+fn login(c: &Config, mut auth: Auth) -> Result<Auth, Diagnostic> {
+    let at = |s: std::ops::Range<usize>| move |m: String| Diagnostic::at(s.clone(), m);
+    let read = |f: &Spanned<PathBuf>| read_password_file(f.get_ref()).map_err(at(f.span()));
+    let given_elsewhere = !matches!(auth, Auth::None);
+    let one_login = |span| {
+        Diagnostic::at(
+            span,
+            "give one login: url credentials, username + password_file, token_file or creds_file",
+        )
+    };
+    let mut logins = 0;
+    if let Some(u) = &c.username {
+        logins += 1;
+        let Some(f) = &c.password_file else {
+            return Err(Diagnostic::at(u.span(), "username needs password_file"));
+        };
+        auth = Auth::Password(u.get_ref().clone(), Secret::new(read(f)?));
+    } else if let Some(f) = &c.password_file {
+        return Err(Diagnostic::at(f.span(), "a password needs \"username\""));
+    }
+    if let Some(f) = &c.token_file {
+        logins += 1;
+        auth = Auth::Token(Secret::new(read(f)?));
+    }
+    if let Some(f) = &c.creds_file {
+        logins += 1;
+        let text = read(f)?;
+        if !text.contains("BEGIN NATS USER JWT") {
+            return Err(Diagnostic::at(
+                f.span(),
+                "creds_file is not a NATS credentials file (no user JWT)",
+            ));
+        }
+        auth = Auth::Creds(Secret::new(text));
+    }
+    if logins + usize::from(given_elsewhere) > 1 {
+        return Err(one_login(c.url.span()));
+    }
+    Ok(auth)
+}
+
+/// TLS: required by a `tls://` server, a CA or a client certificate; the files must exist.
+fn tls(c: &Config, servers: &[String]) -> Result<Tls, Diagnostic> {
+    let exists = |f: &Spanned<PathBuf>| {
+        if f.get_ref().is_file() {
+            Ok(f.get_ref().clone())
+        } else {
+            Err(Diagnostic::at(
+                f.span(),
+                format!("no such file \"{}\"", f.get_ref().display()),
+            ))
+        }
+    };
+    let cert = match (&c.tls_cert_file, &c.tls_key_file) {
+        (Some(cert), Some(key)) => Some((exists(cert)?, exists(key)?)),
+        (Some(f), None) | (None, Some(f)) => {
+            return Err(Diagnostic::at(
+                f.span(),
+                "a client certificate needs both tls_cert_file and tls_key_file",
+            ));
+        }
+        (None, None) => None,
+    };
+    let ca = c.tls_ca_file.as_ref().map(exists).transpose()?;
+    Ok(Tls {
+        required: servers.iter().any(|s| s.starts_with("tls://")) || ca.is_some() || cert.is_some(),
+        ca,
+        cert,
+    })
 }
 
 /// `nats://[user:password@]host[:4222]` or `tls://...`, several separated by commas (one

@@ -53,7 +53,7 @@ const OWN_DOCS: [ParamDoc; 13] = [
     },
     ParamDoc {
         name: "replicas",
-        ty: "integer",
+        ty: "integer in [1, 5]",
         default: "1",
         doc: "replicas of the stream it creates (a cluster: 3 keeps a quorum with one node down)",
     },

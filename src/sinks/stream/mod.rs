@@ -68,13 +68,13 @@ pub(super) const DELIVERY_DOCS: [ParamDoc; 6] = [
     net::EVERY_N_FRAMES_DOC,
     ParamDoc {
         name: "backlog",
-        ty: "integer",
+        ty: "integer >= 1",
         default: "1000",
         doc: "messages kept in memory while the server is away; then they go to the spool",
     },
     ParamDoc {
         name: "spool_mb",
-        ty: "integer",
+        ty: "integer in [0, 1048576]",
         default: "256",
         doc: "disk spool for a longer outage and for what is left at a stop, replayed in order; \
               when full its oldest are dropped (counted); 0: none",
@@ -178,7 +178,7 @@ impl Delivery {
 /// The `batch` parameter of every stream sink.
 pub(super) const BATCH_DOC: ParamDoc = ParamDoc {
     name: "batch",
-    ty: "integer",
+    ty: "integer in [1, 4096]",
     default: "256",
     doc: "messages sent at once before their acknowledgement is awaited (1: one at a time)",
 };

@@ -105,6 +105,53 @@ fn candidates(files: Files<'_>, request: Request) -> Vec<(Backend, Precision)> {
     all
 }
 
+/// Every engine and precision `auto` may take for `request`, loaded and timed on the check
+/// `input`: the trials that ran, and why the others failed. Engines not installed are said once
+/// per process. An error: the model's outputs do not fit what the step decodes.
+fn run_candidates(
+    files: Files<'_>,
+    request: Request,
+    check: &Check<'_>,
+    input: &Mat,
+) -> Result<(Vec<Trial>, Vec<String>), Diagnostic> {
+    let label = &files.others.label;
+    let mut failed: Vec<String> = Vec::new();
+    let mut missing: Vec<String> = Vec::new();
+    let mut trials: Vec<Trial> = Vec::new();
+    for (backend, precision) in candidates(files, request) {
+        let candidate = format!("{} {}", backend.name(), precision.name());
+        if let Err(why) = availability(backend) {
+            if !missing.iter().any(|m| m.starts_with(backend.name())) {
+                missing.push(format!("{}: {why}", backend.name()));
+            }
+            continue;
+        }
+        let t = load_engine(backend, precision, files, request.threads)
+            .and_then(|engine| measure(backend, precision, engine, input));
+        match t {
+            Ok(t) => {
+                // The model's outputs do not fit what the step decodes: no engine will do.
+                if trials.is_empty() {
+                    (check.fits)(&t.outputs)
+                        .map_err(|why| Diagnostic::new(format!("{label}: {why}")))?;
+                }
+                trials.push(t);
+            }
+            Err(e) => failed.push(format!("{candidate} failed: {e}")),
+        }
+    }
+    if !missing.is_empty() {
+        static WARNED: Once = Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "backend auto: {}; networks run on what is installed",
+                missing.join("; ")
+            );
+        });
+    }
+    Ok((trials, failed))
+}
+
 /// `auto`: the fastest engine that loads and agrees with full precision on the check input.
 pub(super) fn choose(
     files: Files<'_>,
@@ -135,40 +182,7 @@ pub(super) fn choose(
             precision,
         });
     }
-    let mut failed: Vec<String> = Vec::new();
-    let mut missing: Vec<String> = Vec::new();
-    let mut trials: Vec<Trial> = Vec::new();
-    for (backend, precision) in candidates(files, request) {
-        let candidate = format!("{} {}", backend.name(), precision.name());
-        if let Err(why) = availability(backend) {
-            if !missing.iter().any(|m| m.starts_with(backend.name())) {
-                missing.push(format!("{}: {why}", backend.name()));
-            }
-            continue;
-        }
-        let t = load_engine(backend, precision, files, request.threads)
-            .and_then(|engine| measure(backend, precision, engine, &input));
-        match t {
-            Ok(t) => {
-                // The model's outputs do not fit what the step decodes: no engine will do.
-                if trials.is_empty() {
-                    (check.fits)(&t.outputs)
-                        .map_err(|why| Diagnostic::new(format!("{label}: {why}")))?;
-                }
-                trials.push(t);
-            }
-            Err(e) => failed.push(format!("{candidate} failed: {e}")),
-        }
-    }
-    if !missing.is_empty() {
-        static WARNED: Once = Once::new();
-        WARNED.call_once(|| {
-            tracing::warn!(
-                "backend auto: {}; networks run on what is installed",
-                missing.join("; ")
-            );
-        });
-    }
+    let (trials, failed) = run_candidates(files, request, check, &input)?;
     let start = Instant::now();
     let mut clip: Option<Vec<Mat>> = None;
     let verdicts = judge(&trials, request.precision, check, &mut |i| {

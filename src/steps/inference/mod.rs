@@ -92,7 +92,7 @@ pub(super) const PRECISION_DOC: ParamDoc = ParamDoc {
 };
 pub(super) const THREADS_DOC: ParamDoc = ParamDoc {
     name: "threads",
-    ty: "integer",
+    ty: "integer in [1, 256]",
     default: "1",
     doc: "threads of one forward pass (onnxruntime, openvino); the pool's workers run frames side by side",
 };

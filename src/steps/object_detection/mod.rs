@@ -95,13 +95,13 @@ pub(super) static KIND: StepKind = StepKind {
         },
         ParamDoc {
             name: "confidence",
-            ty: "float",
+            ty: "float in [0, 1]",
             default: "0.4",
             doc: "lowest class score kept",
         },
         ParamDoc {
             name: "nms_iou",
-            ty: "float",
+            ty: "float in [0, 1]",
             default: "0.45",
             doc: "boxes of one class overlapping more than this (IoU) are merged",
         },
@@ -224,8 +224,12 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
                         return Err(Diagnostic::at(
                             name.span(),
                             format!(
-                                "unknown class \"{}\" for {}; its classes: {}",
+                                "unknown class \"{}\"{} for {}; its classes: {}",
                                 name.get_ref(),
+                                crate::spec::did_you_mean(
+                                    name.get_ref(),
+                                    source.class_names.iter().map(String::as_str)
+                                ),
                                 source.label,
                                 source.class_names.join(", ")
                             ),
