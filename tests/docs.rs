@@ -19,10 +19,6 @@ const FRAGMENT_MARK: &str = "<!-- fragment:";
 /// The most fragments the docs may hold: an example a user cannot check is the exception.
 const MOST_FRAGMENTS: usize = 3;
 
-/// Written by other helpers' branches; linked from the README before they exist here.
-const LINKED_BEFORE_WRITTEN: &[&str] =
-    &["docs/guides/recording.md", "docs/guides/events-and-page.md"];
-
 fn vidflow() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vidflow"));
     c.env_remove("JOURNAL_STREAM").env("VIDFLOW_LOG", "warn");
@@ -375,9 +371,6 @@ fn every_relative_link_leads_somewhere() {
                 normalize(&file.parent().unwrap().join(path))
             };
             let shown = linked.display().to_string();
-            if LINKED_BEFORE_WRITTEN.contains(&shown.as_str()) && !root.join(&linked).exists() {
-                continue;
-            }
             if !root.join(&linked).exists() {
                 broken.push(format!("{}: {target} (no {shown})", file.display()));
             } else if !fragment.is_empty() {
