@@ -17,7 +17,7 @@
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use proptest::prelude::*;
 use url::Url;
-use vidflow::spec::{Address, USERINFO, percent_decode, redact, redact_all};
+use vidflow::spec::{Address, URL_ADVICE, USERINFO, percent_decode, redact, redact_all};
 
 /// Characters that matter to a URL or to the redactor, many of them multi-byte.
 const SPECIAL: &[char] = &[
@@ -203,6 +203,8 @@ proptest! {
             &redact(&plain),
             &format!("{scheme}{sep}***@{host}{tail}"),
             &format!("{scheme}{sep}{user}:***@{host}{tail}"),
+            // An error's fixed advice ("write '#', '?', '/' ..."): " '/" is a password, and in it.
+            URL_ADVICE,
         ]));
         let redacted = redact(&uri);
         prop_assert_eq!(shown(&password, &redacted), None, "{:?} -> {:?}", uri, redacted);

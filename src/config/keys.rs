@@ -30,6 +30,13 @@ pub static SOURCE_TABLES: &[Table] = &[
                       or test://PATTERN?width=W&height=H&fps=F&frames=N&live=BOOL&pool=N",
             },
             ParamDoc {
+                name: "record_uri",
+                ty: "string",
+                default: "uri's stream",
+                doc: "the stream a `record` sink writes as sent (never decoded): an rtsp:// \
+                      URL or a file, e.g. the camera's main stream while uri is its sub-stream",
+            },
+            ParamDoc {
                 name: "user",
                 ty: "string",
                 default: "none",

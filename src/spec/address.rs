@@ -28,8 +28,9 @@ use url::Url;
 
 use super::secret::{Secret, USERINFO};
 
-/// How to write a password in a URL, for the messages that refuse one.
-const HOW: &str = "write '#', '?', '/', '@' and '%' in a user or password as %23, %3F, %2F, %40 \
+/// How to write a password in a URL, for the messages that refuse one (public so that a test
+/// can tell this fixed advice from a password that happens to spell part of it).
+pub const HOW: &str = "write '#', '?', '/', '@' and '%' in a user or password as %23, %3F, %2F, %40 \
                    and %25, or give the password apart from the url";
 
 /// Why a URL was refused. Messages quote the URL only through [`redact`].

@@ -15,7 +15,7 @@ mod reference;
 mod secret;
 mod suggest;
 
-pub use address::{Address, AddressError, redact, redact_all};
+pub use address::{Address, AddressError, HOW as URL_ADVICE, redact, redact_all};
 pub use diagnostic::Diagnostic;
 pub(crate) use diagnostic::with_article;
 pub use panic::panic_text;
