@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Running, gst_init, jsonl, make_h264_mp4, read_json, segments, spawn, write};
+use common::{Running, file_decoder, jsonl, make_h264_mp4, read_json, segments, spawn, write};
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
@@ -31,19 +31,7 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// than at its end. Unlike `common::count_video_frames`, a file that cannot start (a segment
 /// killed before its first fragment) returns instead of waiting for samples forever.
 fn decode(path: &Path) -> (u64, Option<String>) {
-    gst_init();
-    let pipeline = gst::parse::launch(&format!(
-        "filesrc location=\"{}\" ! decodebin ! videoconvert ! appsink name=out sync=false",
-        path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("out")
-        .unwrap()
-        .downcast::<gstreamer_app::AppSink>()
-        .unwrap();
+    let (pipeline, sink) = file_decoder(path, "");
     let frames = Arc::new(AtomicU64::new(0));
     let counter = frames.clone();
     sink.set_callbacks(

@@ -21,7 +21,7 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use sha2::{Digest, Sha256};
 
-use common::{gst_init, jsonl, run_to_eos, segments, spawn_run, write};
+use common::{file_decoder, jsonl, run_to_eos, segments, spawn_run, write};
 use rtsp_files::FileServer;
 
 /// Encodes `frames` frames of a moving test pattern at 30 fps as H.264 in MP4, with a keyframe
@@ -38,20 +38,7 @@ fn encode(path: &Path, frames: u32, width: u32, height: u32) {
 
 /// The SHA-256 of each decoded frame of a video file, in order (panics if it does not play).
 fn frame_hashes(path: &Path) -> Vec<[u8; 32]> {
-    gst_init();
-    let pipeline = gst::parse::launch(&format!(
-        "filesrc location={} ! decodebin ! videoconvert ! video/x-raw,format=I420 ! \
-         appsink name=out sync=false",
-        path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("out")
-        .unwrap()
-        .downcast::<gstreamer_app::AppSink>()
-        .unwrap();
+    let (pipeline, sink) = file_decoder(path, "video/x-raw,format=I420");
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut hashes = Vec::new();
     // A file that does not play may give neither a frame nor an error: bounded.

@@ -30,20 +30,7 @@ const WRONG_LEVELS: u8 = 40;
 
 /// Every frame of `path` decoded to BGR.
 fn decode_bgr(path: &std::path::Path) -> Vec<Vec<u8>> {
-    gst_init();
-    let pipeline = gst::parse::launch(&format!(
-        "filesrc location={} ! decodebin ! videoconvert ! video/x-raw,format=BGR ! \
-         appsink name=out sync=false",
-        path.display()
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("out")
-        .unwrap()
-        .downcast::<gstreamer_app::AppSink>()
-        .unwrap();
+    let (pipeline, sink) = file_decoder(path, "video/x-raw,format=BGR");
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut frames = Vec::new();
     while let Ok(sample) = sink.pull_sample() {

@@ -56,12 +56,17 @@ pub fn count_video_frames(path: &Path) -> u64 {
     frames_and_sizes(path).0
 }
 
-/// Decodes a video file completely: its frame count, and the sizes (width, height) its frames
-/// came in, in order of appearance (fails if it does not play).
-pub fn frames_and_sizes(path: &Path) -> (u64, Vec<(i32, i32)>) {
+/// A pipeline decoding the video file at `path` into an appsink through `convert` (e.g.
+/// `"video/x-raw,format=I420"`; empty for what videoconvert gives), not yet playing.
+pub fn file_decoder(path: &Path, convert: &str) -> (gst::Pipeline, gstreamer_app::AppSink) {
     gst_init();
+    let caps = if convert.is_empty() {
+        String::new()
+    } else {
+        format!("{convert} ! ")
+    };
     let pipeline = gst::parse::launch(&format!(
-        "filesrc location={} ! decodebin ! videoconvert ! appsink name=out sync=false",
+        "filesrc location=\"{}\" ! decodebin ! videoconvert ! {caps}appsink name=out sync=false",
         path.display()
     ))
     .unwrap()
@@ -72,6 +77,13 @@ pub fn frames_and_sizes(path: &Path) -> (u64, Vec<(i32, i32)>) {
         .unwrap()
         .downcast::<gstreamer_app::AppSink>()
         .unwrap();
+    (pipeline, sink)
+}
+
+/// Decodes a video file completely: its frame count, and the sizes (width, height) its frames
+/// came in, in order of appearance (fails if it does not play).
+pub fn frames_and_sizes(path: &Path) -> (u64, Vec<(i32, i32)>) {
+    let (pipeline, sink) = file_decoder(path, "");
     pipeline.set_state(gst::State::Playing).unwrap();
     let (mut n, mut sizes) = (0, Vec::<(i32, i32)>::new());
     while let Ok(sample) = sink.pull_sample() {
