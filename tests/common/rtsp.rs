@@ -273,20 +273,31 @@ impl Running {
             thread,
             valves: _,
         } = self;
-        let loop_server = server.clone();
-        let loop_main_loop = main_loop.clone();
-        context.invoke(move || {
-            listener.destroy();
-            loop_server.client_filter(Some(&mut |_, _| rtsp_server::RTSPFilterResult::Remove));
-            if let Some(pool) = loop_server.session_pool() {
-                pool.filter(Some(&mut |_, _| rtsp_server::RTSPFilterResult::Remove));
-            }
-            loop_main_loop.quit();
-        });
-        // A panic on the loop thread has already been printed; there is nothing left to undo.
-        let _ = thread.join();
-        drop(server);
+        shut_down(server, &context, &main_loop, listener, thread);
     }
+}
+
+/// Stops a server run on `main_loop` in `thread`: on its own loop, closes `listener`, removes
+/// every client and session, quits the loop, then joins the thread.
+pub fn shut_down(
+    server: rtsp_server::RTSPServer,
+    context: &glib::MainContext,
+    main_loop: &glib::MainLoop,
+    listener: glib::Source,
+    thread: JoinHandle<()>,
+) {
+    let (loop_server, loop_main_loop) = (server.clone(), main_loop.clone());
+    context.invoke(move || {
+        listener.destroy();
+        loop_server.client_filter(Some(&mut |_, _| rtsp_server::RTSPFilterResult::Remove));
+        if let Some(pool) = loop_server.session_pool() {
+            pool.filter(Some(&mut |_, _| rtsp_server::RTSPFilterResult::Remove));
+        }
+        loop_main_loop.quit();
+    });
+    // A panic on the loop thread has already been printed; there is nothing left to undo.
+    let _ = thread.join();
+    drop(server);
 }
 
 pub fn run_loop(context: &glib::MainContext, main_loop: &glib::MainLoop) {

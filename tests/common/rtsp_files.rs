@@ -18,7 +18,7 @@ use gstreamer_rtsp_server as rtsp_server;
 use gstreamer_rtsp_server::gio;
 use gstreamer_rtsp_server::prelude::*;
 
-use super::rtsp::run_loop;
+use super::rtsp::{run_loop, shut_down};
 
 #[derive(Debug)]
 pub struct FileServer {
@@ -124,16 +124,6 @@ impl Serving {
             listener,
             thread,
         } = self;
-        let (s, l) = (server.clone(), main_loop.clone());
-        context.invoke(move || {
-            listener.destroy();
-            s.client_filter(Some(&mut |_, _| rtsp_server::RTSPFilterResult::Remove));
-            if let Some(pool) = s.session_pool() {
-                pool.filter(Some(&mut |_, _| rtsp_server::RTSPFilterResult::Remove));
-            }
-            l.quit();
-        });
-        let _ = thread.join();
-        drop(server);
+        shut_down(server, &context, &main_loop, listener, thread);
     }
 }
