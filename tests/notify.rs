@@ -201,6 +201,7 @@ fn a_notify_socket_nobody_listens_on_costs_the_run_one_warning_and_nothing_else(
         dir.path(),
         "p.toml",
         "[sources.street]\nuri = \"test://ball?width=160&height=120&fps=20&frames=40&live=true\"\n\
+         # Room for the whole stream: this test is not about live drops.\nqueue = 40\n\
          [sinks.events]\nkind = \"jsonl\"\npath = \"events.jsonl\"\n",
     );
     let gone = dir.path().join("gone.sock");
