@@ -11,23 +11,22 @@
 //! `target/tmp/page/` (CARGO_TARGET_TMPDIR).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 #[path = "common/http.rs"]
 mod http_client;
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use browser::{DEADLINE, browser, js, screenshot, wait_js};
 use common::{asset, repo_root, run_to_eos, spawn_run, write};
-use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
-use headless_chrome::{Browser, LaunchOptions, Tab};
+use headless_chrome::Tab;
 use http_client::{get, wait_until};
 
-/// Guards against a hang only.
-const DEADLINE: Duration = Duration::from_secs(180);
 /// Frames of the demo's video the street source plays: its first three line crossings are at
 /// frames 23, 60 and 103.
 const STREET_FRAMES: u32 = 140;
@@ -83,56 +82,6 @@ fn pipeline(dir: &Path, port: u16) -> PathBuf {
     write(dir, "demo.toml", &toml::to_string(&doc).unwrap())
 }
 
-fn browser() -> Browser {
-    let args: Vec<&OsStr> = vec![OsStr::new("--autoplay-policy=no-user-gesture-required")];
-    Browser::new(
-        LaunchOptions::default_builder()
-            .path(Some(PathBuf::from("/usr/bin/chromium")))
-            .headless(true)
-            .sandbox(false)
-            .window_size(Some((1280, 1400)))
-            .idle_browser_timeout(DEADLINE)
-            .args(args)
-            .build()
-            .unwrap(),
-    )
-    .expect("chromium (Debian package chromium, installed by scripts/install-deps)")
-}
-
-/// The value of `expr` in the page.
-fn js(tab: &Tab, expr: &str) -> serde_json::Value {
-    tab.evaluate(&format!("JSON.stringify({expr})"), true)
-        .unwrap()
-        .value
-        .and_then(|v| v.as_str().and_then(|s| serde_json::from_str(s).ok()))
-        .unwrap_or(serde_json::Value::Null)
-}
-
-/// Waits until `expr` is truthy in the page; its value.
-fn wait_js(tab: &Tab, what: &str, expr: &str) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        let v = js(tab, expr);
-        if !(v.is_null() || v == false || v == 0 || v == "") {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "{what}: never ({expr})");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-fn screenshot(tab: &Tab, name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    let png = tab
-        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
-        .unwrap();
-    std::fs::write(&path, png).unwrap();
-    println!("screenshot: {}", path.display());
-    path
-}
-
 /// Sets a filter of the events and waits for the list it gives; the ids listed.
 fn filter(tab: &Tab, id: &str, value: &str) -> Vec<(i64, String)> {
     let loaded = js(tab, "window.vidflow.eventsLoaded || 0")
@@ -184,7 +133,7 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
     let port = free_port();
     let path = pipeline(dir.path(), port);
     // The browser first: it starts slowly on a machine the detector keeps busy.
-    let browser = browser();
+    let browser = browser(1280, 1400);
     let tab = browser.new_tab().unwrap();
     tab.activate().unwrap();
     tab.set_default_timeout(DEADLINE);

@@ -329,9 +329,9 @@ async function health() {
     $("h-sources").tBodies[0].replaceChildren(...(run.sources || []).map((s) => {
       const prev = before && before.sources.find((p) => p.name === s.name);
       const fps = prev ? ((s.decoded - prev.decoded) / Math.max(run.uptime_s - before.uptime_s, 0.001)).toFixed(1) : "...";
-      return el("tr", { "data-source": s.name }, el("td", {}, s.name), el("td", { class: "state-" + s.state }, s.state),
+      return el("tr", { "data-source": s.name }, el("td", {}, s.name), el("td", { class: "source-state state-" + s.state }, s.state),
         el("td", { class: "n" }, fps), el("td", { class: "n" }, String(s.decoded)), el("td", { class: "n" }, String(s.dropped)),
-        el("td", { class: "n" }, String(s.reconnects)));
+        el("td", { class: "n" }, String(s.reconnects)), recordCell(s.record), errorCell(s.last_error));
     }));
     const kept = (h.storage && h.storage.sinks) || {};
     $("h-sinks").tBodies[0].replaceChildren(...(run.sinks || []).map((s) => el("tr", {},
@@ -348,6 +348,18 @@ async function health() {
   } catch (e) {
     $("run-state").textContent = "vidflow is not answering";
   }
+}
+
+// A source's record stream (record_uri) is lost and regained apart from its decoded stream.
+function recordCell(r) {
+  if (!r) return el("td", { class: "muted record-stream" }, "none");
+  const text = `${r.state}, ${r.packets} packets, ${r.reconnects} reconnects`;
+  return el("td", { class: "record-stream state-" + r.state, title: r.last_error ? r.last_error.message : "" }, text);
+}
+
+function errorCell(e) {
+  if (!e) return el("td", { class: "muted last-error" }, "none");
+  return el("td", { class: "last-error" }, `${when(e.at)}: ${e.message}`);
 }
 
 const mb = (b) => (b >= 1e9 ? (b / 1e9).toFixed(1) + " GB" : (b / 1e6).toFixed(1) + " MB");
