@@ -281,6 +281,13 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
             }
         };
         assert!(later["boxes"].is_array(), "{later}");
+        // The line the counter tests, to draw beside the boxes.
+        assert_eq!(
+            later["shapes"],
+            serde_json::json!([{"step": "crossing", "name": "middle", "kind": "line",
+                "points": [[160.0, 240.0], [160.0, 0.0]]}]),
+            "{later}"
+        );
     }
     drop(clients);
     run.signal("TERM");

@@ -4,7 +4,7 @@
 //! event store) on the first seconds of the demo's video, beside a second, live source.
 //!
 //! It asserts what a person sees, step by step: the grid shows every source; boxes appear on
-//! the street's picture and move; the events timeline lists the line crossings and filtering
+//! the street's picture and move, beside the line the counter tests; the events timeline lists the line crossings and filtering
 //! it by label changes the list; clicking a crossing plays its clip (the video's `currentTime`
 //! advances); the counts chart holds the run's totals (the line counter's own counts, and the
 //! run's final counts in its log). Screenshots of each step are kept in
@@ -168,6 +168,41 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
         painted.as_i64().unwrap() > 200,
         "boxes drawn: {painted} pixels"
     );
+    // The line the counter tests is drawn beside the boxes, where the pipeline puts it: points
+    // along it, on the canvas, are painted in the line's colour (most of them: a box may pass).
+    let line = wait_js(
+        &tab,
+        "the walkway line on the street",
+        "(window.vidflow.shapes.street || []).find(s => s.name === 'walkway')",
+    );
+    let demo: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap())
+            .unwrap();
+    let points: Vec<Vec<f64>> = demo["steps"]["crossing"]["line"]
+        .clone()
+        .try_into()
+        .unwrap();
+    assert_eq!(line["kind"], "line", "{line}");
+    let drawn: Vec<Vec<f64>> = serde_json::from_value(line["points"].clone()).unwrap();
+    assert_eq!(drawn, points, "{line}");
+    let on_line = js(
+        &tab,
+        "(() => { const c = document.querySelector('canvas[data-source=street]'); \
+         const f = cams.get('street').frame, g = c.getContext('2d'); \
+         const w = c.clientWidth, h = c.clientHeight, dpr = window.devicePixelRatio || 1; \
+         const k = Math.min(w / f.width, h / f.height), ox = (w - f.width * k) / 2, oy = (h - f.height * k) / 2; \
+         const [[x1, y1], [x2, y2]] = window.vidflow.shapes.street.find(s => s.name === 'walkway').points; \
+         return [0.1, 0.3, 0.5, 0.7, 0.9].map(t => { \
+           const x = ox + (x1 + (x2 - x1) * t) * k, y = oy + (y1 + (y2 - y1) * t) * k; \
+           return [...g.getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data].join(); }); })()",
+    );
+    let red = on_line
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| *p == "239,68,68,255")
+        .count();
+    assert!(red >= 3, "the line's pixels: {on_line}");
     screenshot(&tab, "1-live.png");
     let seq = first["seq"].as_i64().unwrap();
     let second = wait_js(
