@@ -4,7 +4,9 @@
 //! real browser (`tests/common/browser.rs`) with a phone's narrow window. Every URL the page and
 //! its scripts use must stay under the prefix: the live stream draws boxes, the preview shows,
 //! the events, counts and health views fill, and nothing reaches the proxy outside it. The page
-//! must fit the phone's width (no sideways scrolling). A screenshot is kept as `phone.png`.
+//! must fit the phone's width (no sideways scrolling). The endpoint has a token: the page is
+//! opened once as `/cameras/?token=TOKEN` and keeps it in a cookie, as a user's browser would.
+//! A screenshot is kept as `phone.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "common/browser.rs"]
@@ -18,11 +20,13 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::{spawn_run, write};
+use common::{spawn, write};
 use headless_chrome::protocol::cdp::Emulation;
 use http_client::{get, wait_until};
 
 const PREFIX: &str = "/cameras";
+/// The endpoint's token (`[http] token_file`).
+const TOKEN: &str = "t0ken-of-the-phone";
 
 /// A phone's window, in CSS pixels.
 const PHONE: (u32, u32) = (390, 844);
@@ -120,6 +124,7 @@ name = "middle"
 
 [http]
 listen = "127.0.0.1:{port}"
+token_file = "http-token"
 
 [events]
 path = "events.db"
@@ -153,11 +158,19 @@ image = "$frame"
         device_posture: None,
     })
     .unwrap();
-    let run = spawn_run(&p, &[], dir.path());
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir_all(&credentials).unwrap();
+    std::fs::write(credentials.join("http-token"), format!("{TOKEN}\n")).unwrap();
+    let run = spawn(
+        dir.path(),
+        &["run", p.to_str().unwrap()],
+        &[("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap())],
+    );
     wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
     let (via, refused) = proxy(port);
     // Not `wait_until_navigated`: the preview's MJPEG stream keeps the page loading.
-    tab.navigate_to(&format!("http://127.0.0.1:{via}{PREFIX}/"))
+    // The link a user gets: the token once, then kept in a cookie and out of the address bar.
+    tab.navigate_to(&format!("http://127.0.0.1:{via}{PREFIX}/?token={TOKEN}"))
         .unwrap();
 
     wait_js(
@@ -207,6 +220,11 @@ image = "$frame"
             "{want} not fetched under {PREFIX}/: {urls:?}"
         );
     }
+    assert_eq!(
+        js(&tab, "location.pathname + location.search"),
+        format!("{PREFIX}/"),
+        "the token stays in the address bar"
+    );
     // The phone's width: nothing wider than the window.
     let widths = js(
         &tab,
