@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
 use common::{spawn, write};
 use headless_chrome::protocol::cdp::Emulation;
-use http_client::{get, wait_until};
+use http_client::{free_port, get, wait_until};
 
 const PREFIX: &str = "/cameras";
 /// The endpoint's token (`[http] token_file`).
@@ -93,11 +93,7 @@ fn pass(client: TcpStream, upstream: u16, refused: &Mutex<Vec<String>>) {
 #[test]
 fn the_page_works_behind_a_proxy_under_a_sub_path_on_a_phone() {
     let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let p = write(
         dir.path(),
         "p.toml",
