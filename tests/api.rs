@@ -2,7 +2,8 @@
 //! counted across a line, with snapshots and clips of its crossings and the event store):
 //! bad parameters get 400 with a message naming them, a wrong token 401, a path outside the
 //! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
-//! is served in the byte range asked for, and a thousand live clients at once each get frames.
+//! is served in the byte range asked for, a thousand live clients at once each get frames, and
+//! a browser that opens the page once as `/?token=TOKEN` keeps the token in a cookie.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -281,8 +282,73 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
             }
         };
         assert!(later["boxes"].is_array(), "{later}");
+        // The line the counter tests, to draw beside the boxes.
+        assert_eq!(
+            later["shapes"],
+            serde_json::json!([{"step": "crossing", "name": "middle", "kind": "line",
+                "points": [[160.0, 240.0], [160.0, 0.0]]}]),
+            "{later}"
+        );
     }
     drop(clients);
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+#[test]
+fn a_browser_opens_the_page_with_the_token_once_and_keeps_it_in_a_cookie() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    wait_until("the endpoint", DEADLINE, || {
+        http_client::get(port, "/healthz").filter(|(s, _)| *s == 200)
+    });
+    let raw = |target: &str, extra: &str| {
+        request(
+            port,
+            &format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n"),
+        )
+        .unwrap()
+    };
+    // Without the token, the 401 says how a browser gets in.
+    let (status, _, body) = raw("/", "");
+    assert_eq!(status, 401);
+    assert!(body.contains("/?token=TOKEN"), "{body}");
+    assert_eq!(raw("/?token=wrong", "").0, 401);
+    // The link with the token: to the page, without it in the address, the token in a cookie.
+    let (status, headers, _) = raw(&format!("/?token={TOKEN}"), "");
+    assert_eq!(status, 303, "{headers:?}");
+    assert!(headers.iter().any(|h| h == "Location: ./"), "{headers:?}");
+    let set = headers
+        .iter()
+        .find_map(|h| h.strip_prefix("Set-Cookie: "))
+        .unwrap_or_else(|| panic!("no cookie: {headers:?}"));
+    assert!(set.ends_with("; HttpOnly; SameSite=Strict"), "{set}");
+    let cookie = set.split(';').next().unwrap();
+    // The cookie counts as the token for the page, its API and its live stream; a wrong one
+    // does not, nor does ?token= on anything but the page.
+    for target in ["/", "/api/sources", "/assets/app.js"] {
+        let (status, _, body) = raw(target, &format!("Cookie: other=1; {cookie}\r\n"));
+        assert_eq!(status, 200, "{target}: {body}");
+    }
+    assert_eq!(
+        raw("/api/sources", "Cookie: vidflow_token=wrong\r\n").0,
+        401
+    );
+    assert_eq!(raw(&format!("/api/sources?token={TOKEN}"), "").0, 401);
+    let mut live = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    live.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        live,
+        "GET /api/live/cam HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(live);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert_eq!(next_frame(&mut reader)["source"], "cam");
+    drop(reader);
     run.signal("TERM");
     let finished = run.finish(DEADLINE);
     assert!(finished.status.success(), "{}", finished.stderr);

@@ -4,30 +4,29 @@
 //! event store) on the first seconds of the demo's video, beside a second, live source.
 //!
 //! It asserts what a person sees, step by step: the grid shows every source; boxes appear on
-//! the street's picture and move; the events timeline lists the line crossings and filtering
+//! the street's picture and move, beside the line the counter tests; the events timeline lists the line crossings and filtering
 //! it by label changes the list; clicking a crossing plays its clip (the video's `currentTime`
 //! advances); the counts chart holds the run's totals (the line counter's own counts, and the
 //! run's final counts in its log). Screenshots of each step are kept in
 //! `target/tmp/page/` (CARGO_TARGET_TMPDIR).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 #[path = "common/http.rs"]
 mod http_client;
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use browser::{DEADLINE, browser, js, screenshot, wait_js};
 use common::{asset, repo_root, run_to_eos, spawn_run, write};
-use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
-use headless_chrome::{Browser, LaunchOptions, Tab};
+use headless_chrome::Tab;
 use http_client::{get, wait_until};
 
-/// Guards against a hang only.
-const DEADLINE: Duration = Duration::from_secs(180);
 /// Frames of the demo's video the street source plays: its first three line crossings are at
 /// frames 23, 60 and 103.
 const STREET_FRAMES: u32 = 140;
@@ -83,56 +82,6 @@ fn pipeline(dir: &Path, port: u16) -> PathBuf {
     write(dir, "demo.toml", &toml::to_string(&doc).unwrap())
 }
 
-fn browser() -> Browser {
-    let args: Vec<&OsStr> = vec![OsStr::new("--autoplay-policy=no-user-gesture-required")];
-    Browser::new(
-        LaunchOptions::default_builder()
-            .path(Some(PathBuf::from("/usr/bin/chromium")))
-            .headless(true)
-            .sandbox(false)
-            .window_size(Some((1280, 1400)))
-            .idle_browser_timeout(DEADLINE)
-            .args(args)
-            .build()
-            .unwrap(),
-    )
-    .expect("chromium (Debian package chromium, installed by scripts/install-deps)")
-}
-
-/// The value of `expr` in the page.
-fn js(tab: &Tab, expr: &str) -> serde_json::Value {
-    tab.evaluate(&format!("JSON.stringify({expr})"), true)
-        .unwrap()
-        .value
-        .and_then(|v| v.as_str().and_then(|s| serde_json::from_str(s).ok()))
-        .unwrap_or(serde_json::Value::Null)
-}
-
-/// Waits until `expr` is truthy in the page; its value.
-fn wait_js(tab: &Tab, what: &str, expr: &str) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        let v = js(tab, expr);
-        if !(v.is_null() || v == false || v == 0 || v == "") {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "{what}: never ({expr})");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-fn screenshot(tab: &Tab, name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    let png = tab
-        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
-        .unwrap();
-    std::fs::write(&path, png).unwrap();
-    println!("screenshot: {}", path.display());
-    path
-}
-
 /// Sets a filter of the events and waits for the list it gives; the ids listed.
 fn filter(tab: &Tab, id: &str, value: &str) -> Vec<(i64, String)> {
     let loaded = js(tab, "window.vidflow.eventsLoaded || 0")
@@ -184,7 +133,7 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
     let port = free_port();
     let path = pipeline(dir.path(), port);
     // The browser first: it starts slowly on a machine the detector keeps busy.
-    let browser = browser();
+    let browser = browser(1280, 1400);
     let tab = browser.new_tab().unwrap();
     tab.activate().unwrap();
     tab.set_default_timeout(DEADLINE);
@@ -219,6 +168,41 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
         painted.as_i64().unwrap() > 200,
         "boxes drawn: {painted} pixels"
     );
+    // The line the counter tests is drawn beside the boxes, where the pipeline puts it: points
+    // along it, on the canvas, are painted in the line's colour (most of them: a box may pass).
+    let line = wait_js(
+        &tab,
+        "the walkway line on the street",
+        "(window.vidflow.shapes.street || []).find(s => s.name === 'walkway')",
+    );
+    let demo: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap())
+            .unwrap();
+    let points: Vec<Vec<f64>> = demo["steps"]["crossing"]["line"]
+        .clone()
+        .try_into()
+        .unwrap();
+    assert_eq!(line["kind"], "line", "{line}");
+    let drawn: Vec<Vec<f64>> = serde_json::from_value(line["points"].clone()).unwrap();
+    assert_eq!(drawn, points, "{line}");
+    let on_line = js(
+        &tab,
+        "(() => { const c = document.querySelector('canvas[data-source=street]'); \
+         const f = cams.get('street').frame, g = c.getContext('2d'); \
+         const w = c.clientWidth, h = c.clientHeight, dpr = window.devicePixelRatio || 1; \
+         const k = Math.min(w / f.width, h / f.height), ox = (w - f.width * k) / 2, oy = (h - f.height * k) / 2; \
+         const [[x1, y1], [x2, y2]] = window.vidflow.shapes.street.find(s => s.name === 'walkway').points; \
+         return [0.1, 0.3, 0.5, 0.7, 0.9].map(t => { \
+           const x = ox + (x1 + (x2 - x1) * t) * k, y = oy + (y1 + (y2 - y1) * t) * k; \
+           return [...g.getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data].join(); }); })()",
+    );
+    let red = on_line
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| *p == "239,68,68,255")
+        .count();
+    assert!(red >= 3, "the line's pixels: {on_line}");
     screenshot(&tab, "1-live.png");
     let seq = first["seq"].as_i64().unwrap();
     let second = wait_js(

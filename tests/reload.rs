@@ -434,3 +434,34 @@ fn a_stop_while_a_changed_source_winds_down_cancels_the_reload_and_loses_nothing
         out.stderr
     );
 }
+
+#[test]
+fn a_changed_event_store_is_kept_until_a_restart_and_the_log_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_store =
+        |path: &str| format!("{}\n[events]\npath = \"{path}\"\n", pipeline(BALL, "", ""));
+    let running = start(dir.path(), &with_store("events.db"));
+    wait_for_lines(&dir.path().join("out/events.jsonl"), 20, DEADLINE);
+    // Another store, and a new step beside it: the step is swapped in, the store is not.
+    write(
+        dir.path(),
+        "p.toml",
+        &format!("{}{GRAY}", with_store("other.db")),
+    );
+    running.signal("HUP");
+    running.wait_for_stderr("reload applied", DEADLINE);
+    let log = running.stderr();
+    assert!(
+        log.contains(r#"reload: [events] (the event store stays "events.db" until a restart)"#),
+        "{log}"
+    );
+    let at_reload = lines_of(dir.path()).len();
+    wait_for_lines(
+        &dir.path().join("out/events.jsonl"),
+        at_reload + 30,
+        DEADLINE,
+    );
+    let (_, log) = stop_cleanly(running, dir.path());
+    assert!(dir.path().join("events.db").exists(), "{log}");
+    assert!(!dir.path().join("other.db").exists(), "{log}");
+}

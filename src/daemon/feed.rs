@@ -15,6 +15,7 @@ use std::time::SystemTime;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::json;
 
+use crate::steps::Shape;
 use crate::value::{Counts, Detection, Track};
 
 /// Frames queued for the live thread: a second or so of a few cameras.
@@ -33,11 +34,14 @@ pub struct LiveFrame {
     pub detections: Vec<Arc<[Detection]>>,
     /// Each counts output, by its step's name.
     pub counts: Vec<(Arc<str>, Arc<Counts>)>,
+    /// The lines and zones of the steps that ran on the frame, by step name.
+    pub shapes: Vec<(Arc<str>, Arc<[Shape]>)>,
 }
 
 impl LiveFrame {
     /// The message's JSON: `{"source", "seq", "t", "width", "height", "boxes": [{"id",
-    /// "label", "score", "box": [x, y, w, h]}], "counts": {STEP: {NAME: N}}}`.
+    /// "label", "score", "box": [x, y, w, h]}], "counts": {STEP: {NAME: N}}, "shapes": [{"step",
+    /// "name", "kind": "line" | "zone", "points": [[x, y], ...]}]}`.
     pub fn to_json(&self) -> serde_json::Value {
         let boxes: Vec<_> = self
             .tracks
@@ -67,6 +71,20 @@ impl LiveFrame {
             .iter()
             .map(|(step, c)| (step.to_string(), json!(**c)))
             .collect();
+        let shapes: Vec<_> = self
+            .shapes
+            .iter()
+            .flat_map(|(step, shapes)| {
+                shapes.iter().map(move |s| {
+                    json!({
+                        "step": &**step,
+                        "name": &*s.name,
+                        "kind": if s.zone { "zone" } else { "line" },
+                        "points": s.points,
+                    })
+                })
+            })
+            .collect();
         json!({
             "source": &*self.source,
             "seq": self.seq,
@@ -75,6 +93,7 @@ impl LiveFrame {
             "height": self.height,
             "boxes": boxes,
             "counts": counts,
+            "shapes": shapes,
         })
     }
 }

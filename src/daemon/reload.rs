@@ -9,7 +9,8 @@
 //!   carries over. Any other step is the new file's, built fresh.
 //! - A sink whose table is equal, which reads only kept steps at the same places, is kept open
 //!   (its files go on); any other is opened anew and the running one closed at the swap.
-//! - What only a restart can change (the pool's size, the HTTP address) is reported and kept.
+//! - What only a restart can change (the pool's size, the HTTP address, the event store's
+//!   `[events]`) is reported and kept.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub(super) struct Current<'a> {
     pub written: &'a Written,
     pub executor: ExecutorConfig,
     pub http: Option<std::net::SocketAddr>,
+    pub events: Option<&'a crate::events::EventsConfig>,
 }
 
 /// What to do with each source, by index.
@@ -192,6 +194,16 @@ fn ignored(current: &Current<'_>, new: &Pipeline) -> Vec<String> {
                 .map_or_else(|| "off".to_owned(), |a| a.to_string())
         ));
     }
+    if new.events.as_ref() != current.events {
+        // The store's writer thread, its file and its retention are the run's: the frames'
+        // facts go on to the store that runs, never half to one file and half to another.
+        let running = current
+            .events
+            .map_or_else(|| "off".to_owned(), |e| format!("\"{}\"", e.path.display()));
+        out.push(format!(
+            "[events] (the event store stays {running} until a restart)"
+        ));
+    }
     out
 }
 
@@ -256,6 +268,7 @@ include = ["$steps.gray.image"]
                 written: &running.written,
                 executor: running.executor,
                 http: None,
+                events: None,
             },
             &new,
         );
@@ -390,6 +403,16 @@ include = ["$steps.gray.image"]
         assert_eq!(plan.ignored.len(), 2, "{:?}", plan.ignored);
         assert!(plan.ignored[0].contains("workers"));
         assert!(plan.ignored[1].contains("[http]"));
+        assert!(plan.is_empty());
+    }
+
+    #[test]
+    fn a_new_event_store_waits_for_a_restart_and_says_so() {
+        let (plan, _) = plan_to(&format!("{BASE}\n[events]\npath = \"events.db\"\n"));
+        assert_eq!(
+            plan.ignored,
+            ["[events] (the event store stays off until a restart)"]
+        );
         assert!(plan.is_empty());
     }
 

@@ -92,6 +92,7 @@ pub fn run(
     };
     let _stop_storage = storage.stop_on_drop();
     // Stopped after the sinks are closed: its last pass names the clips they finished last.
+    let events_running = events_config.clone();
     let events = match events_config.map(|c| EventStore::start(&c, storage.clone())) {
         None => None,
         Some(Ok(store)) => Some(store),
@@ -197,6 +198,7 @@ pub fn run(
             written,
             executor_config,
             http: http_config.map(|h| h.listen),
+            events: events_running,
             last_counts,
             taps,
             pool: host_pool.as_ref().map(Pool::handle),

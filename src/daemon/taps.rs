@@ -10,6 +10,7 @@ use super::feed::LiveFrame;
 use crate::events::{EventStore, Output, Tap};
 use crate::outcome::FrameResult;
 use crate::spec::Ref;
+use crate::steps::Shape;
 use crate::value::{Value, ValueType};
 use crate::workflow::Graph;
 
@@ -23,6 +24,9 @@ pub(super) struct Taps {
     tracks: Vec<Ref>,
     detections: Vec<Ref>,
     counts: Vec<(Arc<str>, Ref)>,
+    /// The lines and zones of the steps that have some, with the step's first output: shown
+    /// with a frame the step ran on.
+    shapes: Vec<(Arc<str>, Ref, Arc<[Shape]>)>,
 }
 
 impl Taps {
@@ -34,8 +38,14 @@ impl Taps {
             tracks: Vec::new(),
             detections: Vec::new(),
             counts: Vec::new(),
+            shapes: Vec::new(),
         };
         for (step, node) in graph.nodes.iter().enumerate() {
+            let shapes = node.step.shapes();
+            if !shapes.is_empty() {
+                let at = Ref::Step { step, output: 0 };
+                taps.shapes.push((node.name.clone(), at, shapes.into()));
+            }
             for (output, port) in node.kind.outputs.iter().enumerate() {
                 let at = Ref::Step { step, output };
                 let tap = match port.ty {
@@ -121,6 +131,12 @@ impl Taps {
                     Some(Value::Counts(c)) => Some((name.clone(), c)),
                     _ => None,
                 })
+                .collect(),
+            shapes: self
+                .shapes
+                .iter()
+                .filter(|(_, r, _)| result.value(*r).is_some())
+                .map(|(name, _, shapes)| (name.clone(), shapes.clone()))
                 .collect(),
         });
     }

@@ -36,6 +36,7 @@ use crate::frame::{Format, Frame};
 mod cut;
 mod device;
 mod ended;
+mod last_error;
 mod options;
 mod pipeline;
 mod record;
@@ -44,6 +45,7 @@ mod supervisor;
 mod teardown;
 mod uri;
 
+pub use last_error::LastError;
 pub use options::{
     Backoff, Credentials, FRAME_PIXELS_LIMIT, MAX_FRAME_PIXELS, Reconnect, Secret, SourceOptions,
     Transport,
@@ -157,6 +159,8 @@ pub struct SourceCounters {
     /// while unknown, and for what is not a file or loops. Written by the streaming thread once
     /// the stream is up (first frame), read by observers (the progress bar).
     total: AtomicU64,
+    /// Why the stream was last lost (`last_error.rs`).
+    last_error: Mutex<Option<LastError>>,
 }
 
 /// Where a source is, for observers (metrics, health).

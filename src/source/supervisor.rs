@@ -61,7 +61,7 @@ pub(super) fn supervise(
         let stalled = matches!(ended, Ended::Stalled(_));
         let reason = match ended {
             Ended::Stopped => return Ok(()),
-            Ended::Fatal(e) => return Err(e),
+            Ended::Fatal(e) => return Err(last_error(shared, e)),
             // A pass that gave frames starts the next one at once; one that ended without a
             // frame (a file with no video frame) would rebuild the pipeline in a hot loop with
             // nothing to show for it: it waits for the backoff like a failed attempt.
@@ -75,11 +75,12 @@ pub(super) fn supervise(
                 tracing::info!(source = %shared.name, "end of stream");
                 return shortfall(shared);
             }
-            Ended::Failed(e) if !live => return Err(e),
+            Ended::Failed(e) if !live => return Err(last_error(shared, e)),
             Ended::Eos => "the stream ended".to_owned(),
             Ended::Stalled(waiting) => waiting.reason(shared.options.stall_timeout),
             Ended::Failed(e) => e.to_string(),
         };
+        shared.counters.set_last_error(&shared.uri, &reason);
         shared.counters.set_state(if stalled {
             SourceState::Stalled
         } else {
@@ -127,6 +128,12 @@ pub(super) fn supervise(
             return Ok(());
         }
     }
+}
+
+/// `e`, kept as the source's last error too (observers show it).
+fn last_error(shared: &Shared, e: SourceError) -> SourceError {
+    shared.counters.set_last_error(&shared.uri, &e.to_string());
+    e
 }
 
 /// A file that ended having given fewer frames than it holds (its duration at its frame rate,

@@ -116,6 +116,10 @@ impl Polygon {
         Self { points }
     }
 
+    pub(super) fn points(&self) -> &[Point] {
+        &self.points
+    }
+
     /// Parses a zone `[[x, y], ...]` of at least 3 points.
     pub(super) fn parse(raw: &RawPoints, what: &str) -> Result<Self, Diagnostic> {
         parse_points(raw, what, 3, usize::MAX).map(Self::new)

@@ -31,7 +31,7 @@ use serde::Deserialize;
 use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Point, RawPoints, Segment, stay_in_pixels};
 use super::per_source::PerSource;
 use super::zone_count::{COUNTS_EVENTS_OUT, TRACKS_IN};
-use super::{Step, StepError, StepInput, StepKind, StepOutput};
+use super::{Shape, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Counts, Event, EventKind, Track, Value};
@@ -187,6 +187,15 @@ impl Step for LineCounter {
 
     fn source_resized(&self, _source: &str, from: Format, to: Format) -> Option<String> {
         Some(stay_in_pixels("its line is", from, to))
+    }
+
+    fn shapes(&self) -> Vec<Shape> {
+        let Segment { a, b } = self.line.segment;
+        vec![Shape {
+            name: self.line.name.clone(),
+            zone: false,
+            points: vec![a, b],
+        }]
     }
 }
 

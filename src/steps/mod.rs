@@ -6,6 +6,7 @@
 //! declared input key out of the table and resolves it as a reference before the builder runs.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::frame::{Format, Frame};
 use crate::spec::{Diagnostic, ParamDoc, Params};
@@ -178,6 +179,22 @@ pub trait Step: Send + Sync + fmt::Debug {
     fn image_size(&self) -> Option<(u32, u32)> {
         None
     }
+
+    /// The lines and zones the step tests boxes against (`line_counter`, `zone_count`), for
+    /// the live page to draw beside the boxes. Empty (the default): none.
+    fn shapes(&self) -> Vec<Shape> {
+        Vec::new()
+    }
+}
+
+/// A line or a zone, in the pixels of the image the boxes were found in (x right, y down).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    /// As the step's counts and events name it.
+    pub name: Arc<str>,
+    /// A zone's polygon closes (its last point joins the first); a line's segment does not.
+    pub zone: bool,
+    pub points: Vec<[f32; 2]>,
 }
 
 /// What a step made of a frame.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels};
 use super::per_source::PerSource;
-use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{Port, Shape, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Counts, Event, EventKind, Track, Value, ValueType};
@@ -123,6 +123,20 @@ impl Step for ZoneCount {
 
     fn source_resized(&self, _source: &str, from: Format, to: Format) -> Option<String> {
         Some(stay_in_pixels("its zones are", from, to))
+    }
+
+    fn shapes(&self) -> Vec<Shape> {
+        let zones = &self.zones;
+        zones
+            .names
+            .iter()
+            .zip(&zones.polygons)
+            .map(|(name, polygon)| Shape {
+                name: name.clone(),
+                zone: true,
+                points: polygon.points().to_vec(),
+            })
+            .collect()
     }
 }
 
@@ -367,5 +381,18 @@ mod tests {
         zones.anchor = Anchor::Center;
         let (c, _) = ZoneState::default().update(&zones, &[t]);
         assert_eq!(counts(&c), "a=1 b=0");
+    }
+
+    #[test]
+    fn its_zones_are_its_shapes_in_name_order() {
+        let step = ZoneCount {
+            zones: zones(),
+            states: PerSource::default(),
+        };
+        let shapes = step.shapes();
+        let names: Vec<_> = shapes.iter().map(|s| (&*s.name, s.zone)).collect();
+        assert_eq!(names, vec![("a", true), ("b", true)]);
+        assert_eq!(shapes[1].points[0], [100.0, 0.0]);
+        assert_eq!(shapes[1].points.len(), 4);
     }
 }

@@ -25,6 +25,11 @@ use subtle::ConstantTimeEq;
 use crate::config::{HttpConfig, PasswordCheck};
 use crate::spec::{PasswordHash, Secret};
 
+/// The cookie that keeps the token in a browser: set when the page is opened as `/?token=TOKEN`
+/// (a browser sends no `Authorization: Bearer` by itself), then sent with each of the page's
+/// requests (its scripts, the API, the live stream, the previews).
+pub(super) const TOKEN_COOKIE: &str = "vidflow_token";
+
 /// Host names always answered: the loopback names a local client uses.
 const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 
@@ -149,8 +154,7 @@ impl Access {
         };
         let value = value.trim();
         let granted = if scheme.eq_ignore_ascii_case("bearer") {
-            self.token_sha256
-                .is_some_and(|want| bool::from(sha256(value).ct_eq(&want)))
+            self.check_token(value)
         } else if scheme.eq_ignore_ascii_case("basic") {
             let (Some(basic), Some((user, password))) = (&self.basic, basic_credentials(value))
             else {
@@ -183,6 +187,12 @@ impl Access {
         } else {
             Verdict::Refused
         }
+    }
+
+    /// Whether `token` is the endpoint's token (given in the page's `?token=` or its cookie).
+    pub(super) fn check_token(&self, token: &str) -> bool {
+        self.token_sha256
+            .is_some_and(|want| bool::from(sha256(token).ct_eq(&want)))
     }
 
     /// The slow check of basic credentials against the Argon2 password (for the verifier

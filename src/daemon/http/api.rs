@@ -8,7 +8,7 @@
 //!
 //! Routes (newest first, JSON arrays; 400 with a message for a bad parameter, 404 for what
 //! does not exist, 503 when the store cannot be read):
-//! - `GET /api/sources`: each source's state and counters;
+//! - `GET /api/sources`: each source's state and counters, its last error and its record stream;
 //! - `GET /api/health`: the run, its sources and sinks, the storage and the event store;
 //! - `GET /api/events?source=&kind=&label=&place=&after=&before=&before_id=&limit=`;
 //! - `GET /api/events/{id}`, `/api/events/{id}/snapshot.jpg`, `/api/events/{id}/clip.mp4`;

@@ -17,6 +17,9 @@ pub(super) struct Head {
     pub target: String,
     pub host: Option<String>,
     pub authorization: Option<String>,
+    /// The token a browser keeps in the cookie the page set (`access::TOKEN_COOKIE`),
+    /// percent-decoded.
+    pub cookie_token: Option<String>,
     /// `Range` (snapshots and clips are served in parts: a browser seeks).
     pub range: Option<String>,
 }
@@ -49,6 +52,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
         target: target.to_owned(),
         host: None,
         authorization: None,
+        cookie_token: None,
         range: None,
     };
     for header in request.headers.iter() {
@@ -63,11 +67,24 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
             }
         } else if header.name.eq_ignore_ascii_case("authorization") {
             head.authorization = Some(value()?);
+        } else if header.name.eq_ignore_ascii_case("cookie") {
+            if let Some(token) = cookie(&value()?, super::access::TOKEN_COOKIE) {
+                head.cookie_token = Some(token);
+            }
         } else if header.name.eq_ignore_ascii_case("range") {
             head.range = Some(value()?);
         }
     }
     Ok(Some(head))
+}
+
+/// The value of cookie `name` in a `Cookie` header (`a=1; b=2`), percent-decoded.
+fn cookie(header: &str, name: &str) -> Option<String> {
+    header
+        .split(';')
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .and_then(|(_, v)| crate::spec::percent_decode(v))
 }
 
 #[cfg(test)]
@@ -86,6 +103,15 @@ mod tests {
         for cut in 0..bytes.len() {
             assert_eq!(parse(&bytes[..cut]), Ok(None), "{cut}");
         }
+    }
+
+    #[test]
+    fn the_token_cookie_is_found_among_others_and_decoded() {
+        let bytes = b"GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1; vidflow_token=t%3Bk; b=2\r\n\r\n";
+        let head = parse(bytes).unwrap().unwrap();
+        assert_eq!(head.cookie_token.as_deref(), Some("t;k"));
+        let other = parse(b"GET / HTTP/1.1\r\nHost: h\r\nCookie: vidflow_tokens=x\r\n\r\n");
+        assert_eq!(other.unwrap().unwrap().cookie_token, None);
     }
 
     #[test]

@@ -30,7 +30,10 @@
 //! that rebinds its own name to 127.0.0.1 still sends its own name. With `token_file` or
 //! `basic_user` set, every page but `/healthz` asks for credentials (401): a liveness probe
 //! has no token, and `/healthz` says only "ok" or why not. An Argon2 password is checked by a
-//! thread of its own (`verify.rs`) with a bounded queue, never by the loop.
+//! thread of its own (`verify.rs`) with a bounded queue, never by the loop. A browser sends no
+//! bearer token by itself: a user opens the page once as `/?token=TOKEN`, which answers 303 to
+//! `./` with the token in a cookie (`access::TOKEN_COOKIE`) that the page's every request then
+//! carries and that counts as the token.
 //!
 //! Threads: `vidflow-http` (above), `vidflow-http-auth` (the credentials check, with an Argon2
 //! password only), one `vidflow-http-preview` per MJPEG client, `api::THREADS`
@@ -287,14 +290,36 @@ fn answer(head: Result<Head, head::BadHead>, shared: &Shared) -> Reply {
             Err(reasons) => response(503, "text/plain", reasons.as_bytes(), ""),
         });
     }
-    match shared
+    let verdict = match shared
         .access
         .check_credentials(head.authorization.as_deref())
     {
+        Verdict::Refused if page_token(&head).is_some_and(|t| shared.access.check_token(&t)) => {
+            Verdict::Granted
+        }
+        verdict => verdict,
+    };
+    match verdict {
         Verdict::Granted => authorized(&head, shared),
         Verdict::Refused => Reply::Now(unauthorized(&shared.access)),
         Verdict::Verify(credentials) => Reply::Verify(Box::new((head, credentials))),
     }
+}
+
+/// The token a browser offers: the cookie the page set, or `?token=` on the page itself.
+fn page_token(head: &Head) -> Option<String> {
+    head.cookie_token.clone().or_else(|| query_token(head))
+}
+
+/// `?token=` on `/` (the link a user opens once; the page then keeps it in a cookie).
+fn query_token(head: &Head) -> Option<String> {
+    if path_of(head) != "/" {
+        return None;
+    }
+    api::pairs(&head.target)
+        .ok()?
+        .into_iter()
+        .find_map(|(k, v)| (k == "token").then_some(v))
 }
 
 /// The path of the request's target, without its query.
@@ -307,7 +332,7 @@ fn unauthorized(access: &Access) -> Vec<u8> {
     response(
         401,
         "text/plain",
-        b"credentials needed (see [http] token_file, basic_user)\n",
+        b"credentials needed (see [http] token_file, basic_user); in a browser, open the page once as /?token=TOKEN\n",
         &access.challenge(),
     )
 }
@@ -350,6 +375,18 @@ fn authorized(head: &Head, shared: &Shared) -> Reply {
 fn pages_and_api(head: &Head, shared: &Shared) -> Option<Reply> {
     let path = path_of(head);
     if path == "/" {
+        if let Some(token) = query_token(head).filter(|t| shared.access.check_token(t)) {
+            // Kept in a cookie (HttpOnly: no script reads it; SameSite=Strict: no other site's
+            // page sends it; no Path: only the page's own folder, under a proxy's sub-path too),
+            // and taken out of the address bar and its history.
+            let value =
+                percent_encoding::utf8_percent_encode(&token, percent_encoding::NON_ALPHANUMERIC);
+            let cookie = format!(
+                "Location: ./\r\nSet-Cookie: {}={value}; HttpOnly; SameSite=Strict\r\n",
+                access::TOKEN_COOKIE
+            );
+            return Some(Reply::Now(response(303, "text/plain", b"", &cookie)));
+        }
         return Some(Reply::Now(response(
             200,
             "text/html; charset=utf-8",
@@ -410,6 +447,7 @@ fn refusal(status: u16, body: &str) -> Vec<u8> {
 fn response(status: u16, content_type: &str, body: &[u8], extra: &str) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
+        303 => "See Other",
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",

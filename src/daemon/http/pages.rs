@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::json;
 
 use super::Live;
-use crate::daemon::live::Parts;
+use crate::daemon::live::{LiveSource, Parts};
+use crate::source::SourceCounters;
 
 /// The page's files: name, content type, bytes. uPlot (MIT, see `uPlot.LICENSE`) is vendored
 /// at the version in `web/VENDORED`.
@@ -56,14 +57,49 @@ fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
 /// `/api/sources`: each source, its state and counters, and whether it has a preview (what
-/// `/stats.json` says of it).
+/// `/stats.json` says of it), with its last error and its record stream's state.
 pub(super) fn sources(live: &Live) -> serde_json::Value {
     run(live)["sources"].take()
 }
 
-/// What `/stats.json` says.
+/// What `/stats.json` says, and each source's last error and record stream.
 fn run(live: &Live) -> serde_json::Value {
-    serde_json::from_slice(&super::metrics::json(live)).unwrap_or_default()
+    let mut run: serde_json::Value =
+        serde_json::from_slice(&super::metrics::json(live)).unwrap_or_default();
+    let parts = live.parts();
+    if let Some(list) = run["sources"].as_array_mut() {
+        for shown in list {
+            let found = parts.sources.iter().find(|s| shown["name"] == *s.name);
+            if let (Some(source), Some(map)) = (found, shown.as_object_mut()) {
+                map.insert("last_error".into(), last_error(&source.counters));
+                map.insert("record".into(), record_stream(source));
+            }
+        }
+    }
+    run
+}
+
+/// `{"message", "at"}` (ms since 1970) of the source's last loss, or null. Redacted where it
+/// is kept (`source::LastError`).
+fn last_error(counters: &SourceCounters) -> serde_json::Value {
+    counters.last_error().map_or(
+        serde_json::Value::Null,
+        |e| json!({"message": e.message, "at": crate::events::millis(e.at)}),
+    )
+}
+
+/// The source's record stream (`record_uri`, else `uri`), which is lost and regained apart from
+/// the decoded one: its state, reconnections, packets and last error; null when nothing
+/// records the source.
+fn record_stream(source: &LiveSource) -> serde_json::Value {
+    source.record.as_ref().map_or(serde_json::Value::Null, |r| {
+        json!({
+            "state": r.state().name(),
+            "reconnects": get(&r.reconnects),
+            "packets": get(&r.decoded),
+            "last_error": last_error(r),
+        })
+    })
 }
 
 /// `/api/health`: the run (what `/stats.json` says), the storage's last report and the event

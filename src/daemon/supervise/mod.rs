@@ -168,6 +168,8 @@ pub(super) struct RunParts {
     pub written: Written,
     pub executor_config: ExecutorConfig,
     pub http: Option<std::net::SocketAddr>,
+    /// `[events]` as the store runs it: a reload keeps it (`reload::ignored`).
+    pub events: Option<crate::events::EventsConfig>,
     pub last_counts: Arc<LastCounts>,
     pub taps: Arc<super::taps::Taps>,
     /// The daemon's pool; `None` for a one-shot run (a still image), which cannot reload.

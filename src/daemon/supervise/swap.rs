@@ -85,6 +85,7 @@ impl Supervisor {
                 written: &self.parts.written,
                 executor: self.parts.executor_config,
                 http: self.parts.http,
+                events: self.parts.events.as_ref(),
             },
             &new,
         );

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const vidflow = (window.vidflow = { frames: 0, drawn: {}, live: {}, counts: null, events: [] });
+const vidflow = (window.vidflow = { frames: 0, drawn: {}, shapes: {}, live: {}, counts: null, events: [] });
 
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -48,7 +48,7 @@ function camera(source) {
   const card = el("article", { class: "cam", id: "cam-" + source.name }, view,
     el("div", { class: "meta" }, el("b", {}, source.name), state, counts));
   $("grid").append(card);
-  c = { card, canvas, state, counts, frame: null, pending: false };
+  c = { name: source.name, card, canvas, state, counts, frame: null, shapes: {}, pending: false };
   cams.set(source.name, c);
   new ResizeObserver(() => draw(c)).observe(view);
   return c;
@@ -72,6 +72,7 @@ function draw(c) {
   const ox = (w - f.width * scale) / 2, oy = (h - f.height * scale) / 2;
   g.lineWidth = 2;
   g.font = "12px system-ui, sans-serif";
+  drawShapes(c, g, scale, ox, oy);
   const drawn = [];
   for (const b of f.boxes) {
     const [x, y, bw, bh] = b.box.map((v) => v * scale);
@@ -96,6 +97,33 @@ function draw(c) {
   c.counts.textContent = counts;
 }
 
+// The lines and zones of the counting steps, under the boxes: a zone filled faintly, a line
+// with its name at its first point. Kept per step from the last frame that step ran on.
+function drawShapes(c, g, scale, ox, oy) {
+  const drawn = [];
+  g.save();
+  g.setLineDash([]);
+  for (const s of Object.values(c.shapes).flat()) {
+    const pts = s.points.map(([x, y]) => [ox + x * scale, oy + y * scale]);
+    g.beginPath();
+    pts.forEach(([x, y], i) => (i ? g.lineTo(x, y) : g.moveTo(x, y)));
+    if (s.kind === "zone") {
+      g.closePath();
+      g.fillStyle = "rgba(96, 165, 250, 0.18)";
+      g.fill();
+    }
+    g.strokeStyle = s.kind === "zone" ? "#60a5fa" : "#ef4444";
+    g.lineWidth = 3;
+    g.stroke();
+    g.fillStyle = g.strokeStyle;
+    g.fillText(s.name, pts[0][0] + 4, pts[0][1] - 4);
+    drawn.push({ kind: s.kind, name: s.name, points: s.points });
+  }
+  g.restore();
+  vidflow.shapes[c.name] = drawn;
+  c.canvas.dataset.shapes = JSON.stringify(drawn);
+}
+
 function live() {
   const stream = new EventSource("api/live");
   stream.addEventListener("frame", (m) => {
@@ -105,6 +133,7 @@ function live() {
     const c = cams.get(f.source);
     if (!c) return;
     c.frame = f;
+    for (const step of new Set((f.shapes || []).map((s) => s.step))) c.shapes[step] = f.shapes.filter((s) => s.step === step);
     // Drawn at the next paint; a hidden page (no paints) keeps its boxes current anyway.
     if (document.hidden) draw(c);
     else if (!c.pending) {
@@ -329,9 +358,9 @@ async function health() {
     $("h-sources").tBodies[0].replaceChildren(...(run.sources || []).map((s) => {
       const prev = before && before.sources.find((p) => p.name === s.name);
       const fps = prev ? ((s.decoded - prev.decoded) / Math.max(run.uptime_s - before.uptime_s, 0.001)).toFixed(1) : "...";
-      return el("tr", { "data-source": s.name }, el("td", {}, s.name), el("td", { class: "state-" + s.state }, s.state),
+      return el("tr", { "data-source": s.name }, el("td", {}, s.name), el("td", { class: "source-state state-" + s.state }, s.state),
         el("td", { class: "n" }, fps), el("td", { class: "n" }, String(s.decoded)), el("td", { class: "n" }, String(s.dropped)),
-        el("td", { class: "n" }, String(s.reconnects)));
+        el("td", { class: "n" }, String(s.reconnects)), recordCell(s.record), errorCell(s.last_error));
     }));
     const kept = (h.storage && h.storage.sinks) || {};
     $("h-sinks").tBodies[0].replaceChildren(...(run.sinks || []).map((s) => el("tr", {},
@@ -348,6 +377,18 @@ async function health() {
   } catch (e) {
     $("run-state").textContent = "vidflow is not answering";
   }
+}
+
+// A source's record stream (record_uri) is lost and regained apart from its decoded stream.
+function recordCell(r) {
+  if (!r) return el("td", { class: "muted record-stream" }, "none");
+  const text = `${r.state}, ${r.packets} packets, ${r.reconnects} reconnects`;
+  return el("td", { class: "record-stream state-" + r.state, title: r.last_error ? r.last_error.message : "" }, text);
+}
+
+function errorCell(e) {
+  if (!e) return el("td", { class: "muted last-error" }, "none");
+  return el("td", { class: "last-error" }, `${when(e.at)}: ${e.message}`);
 }
 
 const mb = (b) => (b >= 1e9 ? (b / 1e9).toFixed(1) + " GB" : (b / 1e6).toFixed(1) + " MB");
