@@ -1,8 +1,9 @@
 //! The `clip` sink on the real `vidflow` binary and real encoded video: a still scene with two
 //! bursts of movement gives one clip per burst, each from `pre_roll_s` before its first trigger
 //! to `post_roll_s` after its last (measured by decoding the clips), listed in `clips.jsonl`;
-//! a second run keeps the first run's clips.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! a second run keeps the first run's clips. In packets mode the clips are the file's own
+//! H.264 stream, copied: their frames decode to the file's bit for bit, from a keyframe.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -19,6 +20,8 @@ const PRE_ROLL_FRAMES: u64 = 20;
 const POST_ROLL_FRAMES: u64 = 20;
 /// Keyframe interval: a clip starts at most this much earlier than its pre-roll asks.
 const KEYFRAME_FRAMES: u64 = 5;
+/// The camera's keyframe interval, in the packet mode's test.
+const CAMERA_KEYFRAME_FRAMES: u64 = 15;
 
 /// 20 s at 10 fps: a square stands still but for two bursts, frames 60..70 and 150..160.
 fn scene() -> Scene {
@@ -48,7 +51,13 @@ fn scene() -> Scene {
     }
 }
 
-fn pipeline(dir: &Path, clip: &Path) -> std::path::PathBuf {
+/// The clip sink's keys of the encode mode.
+fn encode_keys() -> String {
+    format!("keyframe_s = {}", KEYFRAME_FRAMES as f64 / FPS as f64)
+}
+
+/// Motion on `clip`'s frames triggers a `clip` sink with `keys` added.
+fn pipeline(dir: &Path, clip: &Path, keys: &str) -> std::path::PathBuf {
     write(
         dir,
         "p.toml",
@@ -82,12 +91,11 @@ image = "$frame"
 when = "$steps.moving.detections"
 pre_roll_s = {}
 post_roll_s = {}
-keyframe_s = {}
+{keys}
 "#,
             clip.display(),
             PRE_ROLL_FRAMES as f64 / FPS as f64,
             POST_ROLL_FRAMES as f64 / FPS as f64,
-            KEYFRAME_FRAMES as f64 / FPS as f64,
         ),
     )
 }
@@ -118,7 +126,7 @@ fn each_event_gives_one_clip_with_its_pre_roll_and_post_roll() {
     let dir = tempfile::tempdir().unwrap();
     let video = dir.path().join("bursts.mp4");
     scene().write_mp4(&video);
-    let p = pipeline(dir.path(), &video);
+    let p = pipeline(dir.path(), &video, &encode_keys());
     let out = spawn_run(&p, &[], dir.path()).finish(RUN_DEADLINE);
     assert!(out.status.success(), "{}", out.stderr);
 
@@ -183,6 +191,83 @@ fn each_event_gives_one_clip_with_its_pre_roll_and_post_roll() {
                 .iter()
                 .all(|c| c["path"].as_str().unwrap() != name),
             "{name} reused"
+        );
+    }
+}
+
+/// The camera's own packets: the scene encoded as a camera does (a keyframe every
+/// [`CAMERA_KEYFRAME_FRAMES`]), its clips cut from that stream, never encoded again: each
+/// clip's frames decode to the file's own, bit for bit, from a keyframe at least the pre-roll
+/// before the event's first trigger to the post-roll after its last.
+#[test]
+fn a_packet_clip_is_the_cameras_own_frames_from_the_keyframe_before_its_pre_roll() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("bursts-raw.mp4");
+    // A dot too small to trigger, moving on every frame: no two frames alike, so each of a
+    // clip's frames is found at one place in the file.
+    let mut scene = scene();
+    scene.movers.push(Mover {
+        name: "ticks",
+        form: Form::Rect,
+        colour: [220, 220, 220],
+        width: 4,
+        height: 4,
+        path: vec![(0, 4.0, 220.0), (199, 304.0, 220.0)],
+    });
+    scene.write_mp4(&raw);
+    let video = dir.path().join("bursts.mp4");
+    run_to_eos(&format!(
+        "filesrc location={} ! decodebin ! videoconvert ! video/x-raw,format=I420 ! \
+         x264enc speed-preset=ultrafast key-int-max={CAMERA_KEYFRAME_FRAMES} bframes=0 ! \
+         h264parse ! mp4mux ! filesink location={}",
+        raw.display(),
+        video.display()
+    ));
+    let reference = frame_hashes(&video);
+    assert_eq!(reference.len(), 200);
+    let unique: std::collections::HashSet<&[u8; 32]> = reference.iter().collect();
+    assert_eq!(unique.len(), reference.len(), "frames alike");
+    let p = pipeline(dir.path(), &video, "mode = \"packets\"");
+    let out = spawn_run(&p, &[], dir.path()).finish(RUN_DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let events = events(&jsonl(&dir.path().join("out/events.jsonl")));
+    assert_eq!(events.len(), 2, "{events:?}");
+    let clips_dir = dir.path().join("out/clips");
+    let index = jsonl(&clips_dir.join("clips.jsonl"));
+    assert_eq!(index.len(), events.len(), "{index:?}\n{}", out.stderr);
+    for ((first_trigger, last_trigger), clip) in events.iter().zip(&index) {
+        let got = frame_hashes(&clips_dir.join(clip["path"].as_str().unwrap()));
+        assert_eq!(clip["frames"].as_u64(), Some(got.len() as u64), "{clip}");
+        // Where the clip's first frame is in the file (one place): its frames are the
+        // file's from there.
+        let first = reference
+            .iter()
+            .position(|h| *h == got[0])
+            .unwrap_or_else(|| panic!("{clip}: its first frame is none of the file's"));
+        let last = first + got.len() - 1;
+        assert_eq!(
+            got[..],
+            reference[first..=last],
+            "{clip}: not the file's frames"
+        );
+        let first = first as u64;
+        assert_eq!(
+            first % CAMERA_KEYFRAME_FRAMES,
+            0,
+            "{clip}: starts at {first}"
+        );
+        assert!(
+            first + PRE_ROLL_FRAMES <= *first_trigger,
+            "{clip} starts at {first}, after the pre-roll of {first_trigger}"
+        );
+        assert!(
+            first + PRE_ROLL_FRAMES + CAMERA_KEYFRAME_FRAMES > *first_trigger,
+            "{clip} starts at {first}: not the keyframe before the pre-roll of {first_trigger}"
+        );
+        assert!(
+            last as u64 >= (last_trigger + POST_ROLL_FRAMES).min(199),
+            "{clip} ends at {last}, before the post-roll of {last_trigger}"
         );
     }
 }

@@ -17,11 +17,7 @@ mod rtsp_files;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gstreamer as gst;
-use gstreamer::prelude::*;
-use sha2::{Digest, Sha256};
-
-use common::{file_decoder, jsonl, run_to_eos, segments, spawn_run, write};
+use common::{frame_hashes, jsonl, run_to_eos, segments, spawn_run, write};
 use rtsp_files::FileServer;
 
 /// Encodes `frames` frames of a moving test pattern at 30 fps as H.264 in MP4, with a keyframe
@@ -34,30 +30,6 @@ fn encode(path: &Path, frames: u32, width: u32, height: u32) {
          filesink location={}",
         path.display()
     ));
-}
-
-/// The SHA-256 of each decoded frame of a video file, in order (panics if it does not play).
-fn frame_hashes(path: &Path) -> Vec<[u8; 32]> {
-    let (pipeline, sink) = file_decoder(path, "video/x-raw,format=I420");
-    pipeline.set_state(gst::State::Playing).unwrap();
-    let mut hashes = Vec::new();
-    // A file that does not play may give neither a frame nor an error: bounded.
-    while let Some(sample) = sink.try_pull_sample(gst::ClockTime::from_seconds(10)) {
-        let map = sample.buffer().unwrap().map_readable().unwrap();
-        hashes.push(Sha256::digest(map.as_slice()).into());
-    }
-    assert!(sink.is_eos(), "{} does not play to its end", path.display());
-    let error = pipeline
-        .bus()
-        .unwrap()
-        .pop_filtered(&[gst::MessageType::Error]);
-    pipeline.set_state(gst::State::Null).unwrap();
-    if let Some(msg) = error
-        && let gst::MessageView::Error(e) = msg.view()
-    {
-        panic!("{} does not play: {}", path.display(), e.error());
-    }
-    hashes
 }
 
 /// A camera's pipeline: detection (`motion`) on `uri`, its frames' results in

@@ -112,6 +112,7 @@ pub(super) fn callbacks(shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
                     caps,
                     connection,
                     arrival: SystemTime::now(),
+                    live: !wait,
                 };
                 topic.publish(&packet, wait);
             }
