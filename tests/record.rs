@@ -3,7 +3,7 @@
 //! (decoded, they equal the server's file frame for frame, by a checksum per frame, with
 //! nothing missing at the cuts), what was written before a SIGKILL plays, and a main stream
 //! lost and back never stops detection on the sub-stream while recording resumes in a new
-//! segment.
+//! segment; H.265 is recorded as sent too, from a file and over RTSP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -272,4 +272,47 @@ fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
     assert!(parts.len() >= 2, "{parts:?}");
     let got: Vec<[u8; 32]> = parts.iter().flat_map(|p| frame_hashes(p)).collect();
     assert_eq!(got, frame_hashes(&main));
+}
+
+/// H.265 from a camera over RTSP (`rtph265pay`), without B-frames as cameras send it live:
+/// recorded as sent, frame for frame. Skipped, said on stderr, where x265enc is missing
+/// (scripts/install-deps installs it: gstreamer1.0-plugins-bad).
+#[test]
+fn an_h265_camera_over_rtsp_is_recorded_as_it_sent() {
+    common::gst_init();
+    if gstreamer::ElementFactory::find("x265enc").is_none() {
+        eprintln!("skipped: no x265enc to make an H.265 stream (scripts/install-deps)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
+    run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers=90 ! \
+         video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! \
+         x265enc speed-preset=ultrafast key-int-max=15 option-string=bframes=0 ! \
+         h265parse ! mp4mux ! filesink location={}",
+        main.display()
+    ));
+    encode(&sub, 90, 160, 120);
+    let server = FileServer::start(&[("/main", main.clone()), ("/sub", sub)]).unwrap();
+    let text = pipeline(&server.url("/sub"), Some(&server.url("/main")), 1);
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    running.wait_for_stderr("new video segment", Duration::from_secs(30));
+    // The file lasts 3 s: more than one segment of it.
+    std::thread::sleep(Duration::from_millis(2500));
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let parts = segments(&dir.path().join("out/cam.mp4"));
+    assert!(parts.len() >= 2, "{parts:?}\n{}", out.stderr);
+    let got: Vec<[u8; 32]> = parts.iter().flat_map(|p| frame_hashes(p)).collect();
+    assert!(
+        got.len() >= 45,
+        "{} frames recorded\n{}",
+        got.len(),
+        out.stderr
+    );
+    assert_passes_of(&got, &frame_hashes(&main), "H.265 segments");
 }
