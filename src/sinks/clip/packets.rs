@@ -177,6 +177,7 @@ impl SourceThread {
             trigger: None,
             clip: None,
             keyframes: KeyframeCounter::default(),
+            said_far_ahead: false,
             first_error: None,
         };
         let thread = std::thread::Builder::new()
@@ -232,6 +233,8 @@ struct Work {
     trigger: Option<Moment>,
     clip: Option<Clip>,
     keyframes: KeyframeCounter,
+    /// The ring outgrew [`RING_BYTES`] once already (said once).
+    said_far_ahead: bool,
     first_error: Option<SinkError>,
 }
 
@@ -488,6 +491,10 @@ impl Work {
                 .unwrap_or(0);
             self.drop_front(keep);
         }
+        if self.ring_bytes > RING_BYTES && !self.said_far_ahead {
+            self.said_far_ahead = true;
+            tracing::warn!(source = %self.source, "clip: the record stream is far ahead of the decoded stream (or the decoded stream gives no frame); its oldest packets are dropped, and a clip may start later than its pre-roll");
+        }
         while self.ring_bytes > RING_BYTES {
             let next = self
                 .ring
@@ -495,7 +502,6 @@ impl Work {
                 .skip(1)
                 .position(|h| h.packet.keyframe())
                 .map_or(self.ring.len(), |i| i + 1);
-            tracing::warn!(source = %self.source, "clip: the record stream is far ahead of the decoded stream; its oldest packets are dropped");
             self.drop_front(next);
         }
         // Nothing before a keyframe can start a clip.
