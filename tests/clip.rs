@@ -317,3 +317,43 @@ fn a_packet_clip_of_a_live_camera_is_its_own_frames_around_the_event() {
     assert!(out.status.success(), "{}", out.stderr);
     assert_packet_clips(dir.path(), &reference, LIVE_SLACK_FRAMES, &out.stderr);
 }
+
+/// An event longer than `max_clip_s` goes on in new clips, each cut at the camera's keyframe
+/// that reaches `max_clip_s`, nothing missing between them.
+#[test]
+fn a_packet_clip_longer_than_max_clip_goes_on_in_a_new_clip_from_the_next_keyframe() {
+    let dir = tempfile::tempdir().unwrap();
+    let (video, reference) = camera_file(dir.path());
+    let uri = format!("file://{}", video.display());
+    // 3 s: two keyframe intervals of the camera.
+    let longest = 2 * CAMERA_KEYFRAME_FRAMES;
+    let keys = format!(
+        "mode = \"packets\"\nmax_clip_s = {}",
+        longest as f64 / FPS as f64
+    );
+    let p = pipeline(dir.path(), &uri, &keys);
+    let out = spawn_run(&p, &[], dir.path()).finish(RUN_DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let events = events(&jsonl(&dir.path().join("out/events.jsonl")));
+    let clips_dir = dir.path().join("out/clips");
+    let index = jsonl(&clips_dir.join("clips.jsonl"));
+    assert!(index.len() > events.len(), "{index:?}");
+    let mut held = std::collections::HashSet::new();
+    for clip in &index {
+        let got = frame_hashes(&clips_dir.join(clip["path"].as_str().unwrap()));
+        let first = reference.iter().position(|h| *h == got[0]).unwrap();
+        assert_eq!(got[..], reference[first..first + got.len()], "{clip}");
+        assert_eq!(first as u64 % CAMERA_KEYFRAME_FRAMES, 0, "{clip}");
+        assert!(
+            got.len() as u64 <= longest,
+            "{clip}: longer than max_clip_s"
+        );
+        held.extend(first as u64..(first + got.len()) as u64);
+    }
+    for (first_trigger, last_trigger) in events {
+        let wanted = first_trigger - PRE_ROLL_FRAMES..=(last_trigger + POST_ROLL_FRAMES).min(199);
+        let missing: Vec<u64> = wanted.filter(|f| !held.contains(f)).collect();
+        assert!(missing.is_empty(), "frames in no clip: {missing:?}");
+    }
+}
