@@ -46,12 +46,66 @@ pub struct Packet {
     /// When it reached vidflow (wall clock): what maps a decoded frame's time onto the record
     /// stream (see docs/guides/recording.md).
     pub arrival: SystemTime,
+    /// Whether the record stream is live (a camera): its packets are placed against the
+    /// decoded stream by arrival time; a file's by their timestamps, which the decoded
+    /// stream's frames share (see docs/guides/recording.md).
+    pub live: bool,
 }
 
 impl Packet {
     /// Whether a decoder can start here.
     pub fn keyframe(&self) -> bool {
         !self.buffer.flags().contains(gst::BufferFlags::DELTA_UNIT)
+    }
+
+    /// The parser that takes this stream into a muxer (H.264 or H.265); `Err`: the media type
+    /// it is instead.
+    pub fn parser(&self) -> Result<&'static str, String> {
+        let name = self
+            .caps
+            .structure(0)
+            .map(|s| s.name().to_string())
+            .unwrap_or_default();
+        match name.as_str() {
+            "video/x-h264" => Ok("h264parse"),
+            "video/x-h265" => Ok("h265parse"),
+            _ => Err(name),
+        }
+    }
+}
+
+/// Packets of one connection put on a file's timeline: from zero at the first packet's
+/// decoding time.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    /// Subtracted from every timestamp.
+    base: gst::ClockTime,
+    /// The last presentation time given: given to a packet without one (a depayloader's last
+    /// packet at the end of a stream may have none, and a muxer refuses it).
+    last_pts: gst::ClockTime,
+}
+
+impl Timeline {
+    /// The timeline that `first` starts.
+    pub fn starting_at(first: &Packet) -> Self {
+        let b = &first.buffer;
+        Self {
+            base: b.dts().or(b.pts()).unwrap_or(gst::ClockTime::ZERO),
+            last_pts: gst::ClockTime::ZERO,
+        }
+    }
+
+    /// `packet`'s buffer with its timestamps on this timeline.
+    pub fn place(&mut self, packet: &Packet) -> gst::Buffer {
+        let mut buffer = packet.buffer.clone();
+        let b = buffer.make_mut();
+        let shift = |t: Option<gst::ClockTime>| t.map(|t| t.saturating_sub(self.base));
+        let dts = shift(packet.buffer.dts());
+        let pts = shift(packet.buffer.pts()).or(dts).unwrap_or(self.last_pts);
+        self.last_pts = pts;
+        b.set_pts(pts);
+        b.set_dts(dts);
+        buffer
     }
 }
 
@@ -162,6 +216,32 @@ pub struct RecordStats {
     pub gaps: AtomicU64,
 }
 
+/// Counts a subscription's keyframes into its [`RecordStats`]: how many, and the time between
+/// the last two of one connection.
+#[derive(Debug, Default)]
+pub struct KeyframeCounter {
+    /// The last keyframe's connection and timestamp.
+    last: Option<(u64, gst::ClockTime)>,
+}
+
+impl KeyframeCounter {
+    /// Counts `packet`, a keyframe.
+    pub fn count(&mut self, stats: &RecordStats, packet: &Packet) {
+        stats.keyframes.fetch_add(1, Ordering::Relaxed);
+        let Some(at) = packet.buffer.pts().or(packet.buffer.dts()) else {
+            return;
+        };
+        if let Some((connection, before)) = self.last
+            && connection == packet.connection
+            && at > before
+        {
+            let ms = (at - before).mseconds();
+            stats.keyframe_interval_ms.store(ms, Ordering::Relaxed);
+        }
+        self.last = Some((packet.connection, at));
+    }
+}
+
 /// One row of [`Hub::record_stats`].
 #[derive(Debug, Clone)]
 pub struct RecordRow {
@@ -269,6 +349,7 @@ mod tests {
             caps: gst::Caps::new_empty_simple("video/x-h264"),
             connection: 1,
             arrival: SystemTime::now(),
+            live: true,
         }
     }
 

@@ -93,7 +93,7 @@ pub(super) fn settle_records(
                     format!(
                         "source \"{}\" is recorded as sent, but only an rtsp:// stream or a \
                          file can be: give it a record_uri, or record its decoded frames with \
-                         video_file",
+                         video_file (or clip in mode = \"encode\")",
                         source.name
                     ),
                 )),

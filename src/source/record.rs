@@ -125,6 +125,7 @@ pub(super) fn callbacks(shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
                 caps,
                 connection,
                 arrival: SystemTime::now(),
+                live: !wait,
             };
             let done = {
                 let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);

@@ -80,6 +80,30 @@ pub fn file_decoder(path: &Path, convert: &str) -> (gst::Pipeline, gstreamer_app
     (pipeline, sink)
 }
 
+/// The SHA-256 of each decoded frame of a video file, in order (panics if it does not play).
+pub fn frame_hashes(path: &Path) -> Vec<[u8; 32]> {
+    let (pipeline, sink) = file_decoder(path, "video/x-raw,format=I420");
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut hashes = Vec::new();
+    // A file that does not play may give neither a frame nor an error: bounded.
+    while let Some(sample) = sink.try_pull_sample(gst::ClockTime::from_seconds(10)) {
+        let map = sample.buffer().unwrap().map_readable().unwrap();
+        hashes.push(<sha2::Sha256 as sha2::Digest>::digest(map.as_slice()).into());
+    }
+    assert!(sink.is_eos(), "{} does not play to its end", path.display());
+    let error = pipeline
+        .bus()
+        .unwrap()
+        .pop_filtered(&[gst::MessageType::Error]);
+    pipeline.set_state(gst::State::Null).unwrap();
+    if let Some(msg) = error
+        && let gst::MessageView::Error(e) = msg.view()
+    {
+        panic!("{} does not play: {}", path.display(), e.error());
+    }
+    hashes
+}
+
 /// Decodes a video file completely: its frame count, and the sizes (width, height) its frames
 /// came in, in order of appearance (fails if it does not play).
 pub fn frames_and_sizes(path: &Path) -> (u64, Vec<(i32, i32)>) {

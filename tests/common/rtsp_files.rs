@@ -1,6 +1,7 @@
 //! A real RTSP server replaying pre-encoded files, as a camera sends its own encoded streams:
 //! `gst-rtsp-server` on 127.0.0.1 with one mount per file (`/main`, `/sub`, ...), each
-//! `filesrc ! qtdemux ! h264parse ! rtph264pay`, paced by the server's clock. Media are not
+//! `filesrc ! qtdemux ! h264parse ! rtph264pay` (`h265` for an H.265 file), paced by the
+//! server's clock. Media are not
 //! shared: every client gets the file from its first frame, and at its end an end of stream.
 //!
 //! Threads and stop protocol: as `rtsp.rs` (one `vidflow-test-rtsp` loop thread on a context of
@@ -37,7 +38,7 @@ struct Serving {
 }
 
 impl FileServer {
-    /// Serves each (mount, MP4 file with H.264) on a port the kernel picks.
+    /// Serves each (mount, MP4 file with H.264 or H.265) on a port the kernel picks.
     pub fn start(mounts: &[(&str, PathBuf)]) -> anyhow::Result<Self> {
         gst::init()?;
         let mounts: Vec<(String, PathBuf)> = mounts
@@ -87,9 +88,10 @@ impl Serving {
             .ok_or_else(|| anyhow!("no mount points"))?;
         for (mount, file) in mounts {
             let factory = rtsp_server::RTSPMediaFactory::new();
+            let codec = codec_of(file)?;
             factory.set_launch(&format!(
-                "( filesrc location={} ! qtdemux ! h264parse ! \
-                 rtph264pay name=pay0 pt=96 config-interval=-1 )",
+                "( filesrc location={} ! qtdemux ! {codec}parse ! \
+                 rtp{codec}pay name=pay0 pt=96 config-interval=-1 )",
                 file.display()
             ));
             factory.set_shared(false);
@@ -126,4 +128,12 @@ impl Serving {
         } = self;
         shut_down(server, &context, &main_loop, listener, thread);
     }
+}
+
+/// `"h265"` for an MP4 file whose video is H.265 (its sample entry `hvc1` or `hev1`), else
+/// `"h264"`.
+fn codec_of(file: &std::path::Path) -> anyhow::Result<&'static str> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let h265 = bytes.windows(4).any(|w| w == b"hvc1" || w == b"hev1");
+    Ok(if h265 { "h265" } else { "h264" })
 }

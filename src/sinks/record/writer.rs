@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use gstreamer as gst;
 
-use crate::packets::{Carried, Packet, RecordStats, Subscription};
+use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription, Timeline};
 use crate::sinks::SinkError;
 use crate::sinks::video_file::encoder::{Muxing, Segments};
 use crate::storage::SinkFiles;
@@ -38,9 +38,7 @@ struct Work {
     current: Option<Current>,
     /// Segments named by the pipelines closed already.
     segments_before: u64,
-    /// When the last keyframe came (its timestamp, in the record stream's clock), and on which
-    /// connection.
-    last_keyframe: Option<(u64, gst::ClockTime)>,
+    keyframes: KeyframeCounter,
     first_error: Option<SinkError>,
 }
 
@@ -49,11 +47,7 @@ struct Current {
     muxing: Muxing,
     connection: u64,
     caps: gst::Caps,
-    /// Subtracted from every timestamp: the first packet's decoding time.
-    base: gst::ClockTime,
-    /// The last presentation time pushed: given to a packet without one (a depayloader's last
-    /// packet at the end of a stream may have none, and the muxer refuses it).
-    last_pts: gst::ClockTime,
+    timeline: Timeline,
 }
 
 impl Writer {
@@ -73,7 +67,7 @@ impl Writer {
             lost: Arc::default(),
             current: None,
             segments_before: 0,
-            last_keyframe: None,
+            keyframes: KeyframeCounter::default(),
             first_error: None,
         };
         let thread = std::thread::Builder::new()
@@ -141,7 +135,7 @@ impl Work {
             self.finish_segment();
         }
         if keyframe {
-            self.count_keyframe(packet);
+            self.keyframes.count(&self.stats, packet);
         }
         if self.current.is_none() {
             if !keyframe {
@@ -155,18 +149,7 @@ impl Work {
         let Some(current) = &mut self.current else {
             return;
         };
-        let mut buffer = packet.buffer.clone();
-        {
-            let b = buffer.make_mut();
-            let shift = |t: Option<gst::ClockTime>| t.map(|t| t.saturating_sub(current.base));
-            let dts = shift(packet.buffer.dts());
-            let pts = shift(packet.buffer.pts())
-                .or(dts)
-                .unwrap_or(current.last_pts);
-            current.last_pts = pts;
-            b.set_pts(pts);
-            b.set_dts(dts);
-        }
+        let buffer = current.timeline.place(packet);
         let size = u64::try_from(buffer.size()).unwrap_or(u64::MAX);
         match current.muxing.push(buffer) {
             Ok(()) => {
@@ -186,22 +169,13 @@ impl Work {
 
     /// Starts a segment pipeline for the stream `first` (a keyframe) begins.
     fn start(&self, first: &Packet) -> Result<Current, SinkError> {
-        let name = first
-            .caps
-            .structure(0)
-            .map(|s| s.name().to_string())
-            .unwrap_or_default();
-        let parser = match name.as_str() {
-            "video/x-h264" => "h264parse",
-            "video/x-h265" => "h265parse",
-            other => {
-                return Err(SinkError::Other(format!(
-                    "record: source \"{}\" sends {other}, which cannot be recorded (H.264 or \
-                     H.265 only)",
-                    self.source
-                )));
-            }
-        };
+        let parser = first.parser().map_err(|other| {
+            SinkError::Other(format!(
+                "record: source \"{}\" sends {other}, which cannot be recorded (H.264 or \
+                 H.265 only)",
+                self.source
+            ))
+        })?;
         let muxing = Muxing::launch(
             &self.segments,
             parser,
@@ -209,34 +183,12 @@ impl Work {
             &self.files,
             self.lost.clone(),
         )?;
-        let buffer = &first.buffer;
-        let base = buffer
-            .dts()
-            .or(buffer.pts())
-            .unwrap_or(gst::ClockTime::ZERO);
         Ok(Current {
             muxing,
             connection: first.connection,
             caps: first.caps.clone(),
-            base,
-            last_pts: gst::ClockTime::ZERO,
+            timeline: Timeline::starting_at(first),
         })
-    }
-
-    fn count_keyframe(&mut self, packet: &Packet) {
-        self.stats.keyframes.fetch_add(1, Ordering::Relaxed);
-        let Some(at) = packet.buffer.pts().or(packet.buffer.dts()) else {
-            return;
-        };
-        if let Some((connection, before)) = self.last_keyframe
-            && connection == packet.connection
-            && at > before
-        {
-            self.stats
-                .keyframe_interval_ms
-                .store((at - before).mseconds(), Ordering::Relaxed);
-        }
-        self.last_keyframe = Some((packet.connection, at));
     }
 
     /// Finalizes the segment being written, if any.

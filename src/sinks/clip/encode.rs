@@ -1,14 +1,10 @@
-//! `clip`: event recording like a security NVR: one short video per event, from `pre_roll_s`
-//! before it to `post_roll_s` after its last trigger.
-//!
-//! Every source's images are encoded all the time (x264, no B-frames, a keyframe every
-//! `keyframe_s`) into a ring of encoded frames that always reaches back at least `pre_roll_s`
-//! from a keyframe, so a clip can start before its event. A frame whose `when` value is
-//! non-empty triggers: if no clip of that source is being written, one is opened and the ring is
-//! written into it first; later encoded frames go to it until one is more than `post_roll_s`
-//! past the last trigger (a new trigger extends the clip) or the clip reaches `max_clip_s`.
-//! Then the file is finished (fragmented MP4, so a crash leaves it playable up to its last
-//! fragment) and a line naming it is appended to `clips.jsonl` in the same folder.
+//! `clip` in its default mode (`mode = "encode"`): the images given are encoded all the time
+//! (x264, no B-frames, a keyframe every `keyframe_s`) into a ring of encoded frames that always
+//! reaches back at least `pre_roll_s` from a keyframe, so a clip can start before its event. A
+//! frame whose `when` value is non-empty triggers: if no clip of that source is being written,
+//! one is opened and the ring is written into it first; later encoded frames go to it until one
+//! is more than `post_roll_s` past the last trigger (a new trigger extends the clip) or the clip
+//! reaches `max_clip_s`. Then the file is finished and indexed (`file.rs`).
 //!
 //! A source whose images change size or frame rate (a camera back at another size) has its
 //! encoder closed (the clip being written finished and indexed) and a new one started at the
@@ -23,9 +19,6 @@
 //! (at 2 Mbit/s and 5 s, about 1.5 MB), plus the encoder's own frames.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,200 +26,21 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 use gstreamer_app as gst_app;
 use gstreamer_video as gst_video;
-use serde::Deserialize;
-use toml::Spanned;
 
-use super::video_file::VideoFile;
-use super::video_file::size::SaidOnce;
-use super::{Sink, SinkError, SinkFactory, SinkKind};
+use super::Settings;
+use super::file::{ClipFile, FINISH_TIMEOUT, append_index, gst_err};
 use crate::outcome::FrameResult;
-use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
-use crate::storage::{Class, FilePolicy, Retention, SinkFiles, Writing};
+use crate::sinks::video_file::VideoFile;
+use crate::sinks::video_file::size::SaidOnce;
+use crate::sinks::{Sink, SinkError};
+use crate::spec::Ref;
+use crate::storage::SinkFiles;
 use crate::value::Value;
 
-/// Longest wait for a clip's file to be finished, or for an encoder to give its last frames.
-const FINISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Frame rate assumed when the source does not say.
 const DEFAULT_FPS: (i32, i32) = (30, 1);
-/// Free space a clip needs to be opened after its disk was full (less, and it fails at once).
-const ROOM_TO_OPEN: u64 = 4 << 20;
-/// The index of written clips, in the clips' folder.
-const INDEX: &str = "clips.jsonl";
 
-pub(super) static KIND: SinkKind = SinkKind {
-    name: "clip",
-    summary: "one H.264 clip per event, from pre_roll_s before it to post_roll_s after it",
-    inputs: &[super::IMAGE_PORT, super::WHEN_PORT],
-    params: &[
-        ParamDoc {
-            name: "dir",
-            ty: "path",
-            default: "required",
-            doc: "folder of the clips (created): SOURCE-TIME.mp4 and an index clips.jsonl",
-        },
-        ParamDoc {
-            name: "pre_roll_s",
-            ty: "float",
-            default: "5.0",
-            doc: "video kept from before the first trigger (at least this, from a keyframe)",
-        },
-        ParamDoc {
-            name: "post_roll_s",
-            ty: "float",
-            default: "5.0",
-            doc: "video kept after the last trigger; a trigger within it extends the clip",
-        },
-        ParamDoc {
-            name: "max_clip_s",
-            ty: "float",
-            default: "300.0",
-            doc: "longest clip; a longer event goes on in a new clip",
-        },
-        ParamDoc {
-            name: "keyframe_s",
-            ty: "float",
-            default: "1.0",
-            doc: "keyframe interval: how close to pre_roll_s a clip can start",
-        },
-        ParamDoc {
-            name: "preset",
-            ty: "string",
-            default: "\"veryfast\"",
-            doc: "x264 speed preset",
-        },
-        ParamDoc {
-            name: "bitrate_kbps",
-            ty: "integer",
-            default: "2048",
-            doc: "target bitrate",
-        },
-        super::RETAIN_DAYS_DOC,
-        super::MAX_GB_DOC,
-    ],
-    build,
-};
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    dir: PathBuf,
-    pre_roll_s: Option<Spanned<f64>>,
-    post_roll_s: Option<Spanned<f64>>,
-    max_clip_s: Option<Spanned<f64>>,
-    keyframe_s: Option<Spanned<f64>>,
-    preset: Option<Spanned<String>>,
-    bitrate_kbps: Option<Spanned<u32>>,
-    retain_days: Option<Spanned<f64>>,
-    max_gb: Option<Spanned<f64>>,
-}
-
-#[derive(Debug, Clone)]
-struct Settings {
-    dir: PathBuf,
-    pre_roll: Duration,
-    post_roll: Duration,
-    max_clip: Duration,
-    keyframe: Duration,
-    preset: String,
-    bitrate_kbps: u32,
-}
-
-/// A duration parameter within `range` seconds, or `default`.
-fn seconds(
-    name: &str,
-    value: Option<Spanned<f64>>,
-    default: f64,
-    range: std::ops::RangeInclusive<f64>,
-) -> Result<Duration, Diagnostic> {
-    let Some(v) = value else {
-        return Ok(Duration::from_secs_f64(default));
-    };
-    if !range.contains(v.get_ref()) {
-        return Err(Diagnostic::at(
-            v.span(),
-            format!(
-                "{name} must be between {} and {}, not {}",
-                range.start(),
-                range.end(),
-                v.get_ref()
-            ),
-        ));
-    }
-    Ok(Duration::from_secs_f64(*v.get_ref()))
-}
-
-fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
-    let c: Config = params.parse()?;
-    let (preset, bitrate_kbps) = super::video_file::encoder_options(c.preset, c.bitrate_kbps)?;
-    let settings = Settings {
-        dir: c.dir,
-        pre_roll: seconds("pre_roll_s", c.pre_roll_s, 5.0, 0.0..=600.0)?,
-        post_roll: seconds("post_roll_s", c.post_roll_s, 5.0, 0.0..=600.0)?,
-        max_clip: seconds("max_clip_s", c.max_clip_s, 300.0, 1.0..=86_400.0)?,
-        keyframe: seconds("keyframe_s", c.keyframe_s, 1.0, 0.1..=60.0)?,
-        preset,
-        bitrate_kbps,
-    };
-    // A clip of an event as short as it can be (pre-roll and post-roll) must fit.
-    let bytes_per_s = u64::from(settings.bitrate_kbps) * 125;
-    let shortest = (settings.pre_roll + settings.post_roll).as_secs().max(1) * bytes_per_s;
-    let policy = FilePolicy {
-        class: Class::Event,
-        retention: Retention::parse(
-            c.retain_days,
-            c.max_gb,
-            Some((shortest, "clip of pre_roll_s + post_roll_s")),
-        )?,
-        expected_file: shortest * 3 / 2,
-    };
-    Ok(Box::new(Factory(settings, policy)))
-}
-
-#[derive(Debug)]
-struct Factory(Settings, FilePolicy);
-
-impl SinkFactory for Factory {
-    fn open(
-        &self,
-        name: &str,
-        inputs: &[SinkInput],
-        storage: &crate::storage::Storage,
-    ) -> Result<Box<dyn Sink>, SinkError> {
-        let dir = &self.0.dir;
-        std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        crate::gst_setup::init().map_err(|message| SinkError::Gstreamer {
-            path: dir.clone(),
-            message,
-        })?;
-        let image = inputs
-            .iter()
-            .find(|i| i.port == "image")
-            .map(|i| i.from)
-            .ok_or_else(|| SinkError::Other("clip: no image input".to_owned()))?;
-        let when = inputs
-            .iter()
-            .filter(|i| i.port == "when")
-            .map(|i| i.from)
-            .collect();
-        Ok(Box::new(ClipSink {
-            files: storage.sink(name, self.1),
-            settings: self.0.clone(),
-            image,
-            when,
-            sources: HashMap::new(),
-            sizes: SaidOnce::default(),
-        }))
-    }
-
-    fn images_of(&self, width: u32, height: u32) -> Result<Option<String>, String> {
-        super::video_file::size::images_of(width, height)
-    }
-}
-
-struct ClipSink {
+pub(super) struct ClipSink {
     files: SinkFiles,
     settings: Settings,
     image: Ref,
@@ -234,6 +48,19 @@ struct ClipSink {
     sources: HashMap<Arc<str>, SourceClips>,
     /// Padded or refused image sizes already logged.
     sizes: SaidOnce,
+}
+
+impl ClipSink {
+    pub(super) fn new(files: SinkFiles, settings: Settings, image: Ref, when: Vec<Ref>) -> Self {
+        Self {
+            files,
+            settings,
+            image,
+            when,
+            sources: HashMap::new(),
+            sizes: SaidOnce::default(),
+        }
+    }
 }
 
 /// One encoded frame.
@@ -246,9 +73,7 @@ struct Encoded {
 
 /// A clip being written.
 struct Writer {
-    pipeline: gst::Pipeline,
-    appsrc: gst_app::AppSrc,
-    path: PathBuf,
+    file: ClipFile,
     /// Encoder time of its first frame (its time 0).
     start: gst::ClockTime,
     /// Encoder time of its last frame written so far.
@@ -257,8 +82,6 @@ struct Writer {
     first_frame: u64,
     /// When its first frame left the decoder.
     first_captured: std::time::SystemTime,
-    /// Keeps the clip from retention while it is written.
-    _writing: Option<Writing>,
 }
 
 /// The encoder, ring and clip of one source.
@@ -269,7 +92,7 @@ struct SourceClips {
     appsrc: gst_app::AppSrc,
     appsink: gst_app::AppSink,
     /// The size encoded: the images' own, padded to a size H.264 takes
-    /// ([`super::video_file::size`]).
+    /// ([`crate::sinks::video_file::size`]).
     info: gst_video::VideoInfo,
     /// The images' own size.
     image: (u32, u32),
@@ -284,13 +107,6 @@ struct SourceClips {
     /// Each pushed image's encoder time, frame number and capture time, until it is encoded
     /// (for the clip's name and its line in the index).
     pushed: VecDeque<(gst::ClockTime, u64, std::time::SystemTime)>,
-}
-
-fn gst_err(path: &std::path::Path, message: impl Into<String>) -> SinkError {
-    SinkError::Gstreamer {
-        path: path.to_owned(),
-        message: message.into(),
-    }
 }
 
 impl SourceClips {
@@ -316,14 +132,7 @@ impl SourceClips {
             settings.bitrate_kbps,
             frames_per_key.max(1.0) as u32
         );
-        let pipeline = gst::parse::launch(&desc)
-            .map_err(|e| err(e.to_string()))?
-            .downcast::<gst::Pipeline>()
-            .map_err(|_| err("not a pipeline".to_owned()))?;
-        let appsrc = pipeline
-            .by_name("src")
-            .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
-            .ok_or_else(|| err("no appsrc".to_owned()))?;
+        let (pipeline, appsrc) = super::file::launch(&desc, dir)?;
         let appsink = pipeline
             .by_name("out")
             .and_then(|e| e.downcast::<gst_app::AppSink>().ok())
@@ -332,7 +141,7 @@ impl SourceClips {
             u32::try_from(width).map_err(|_| err("bad width".to_owned()))?,
             u32::try_from(height).map_err(|_| err("bad height".to_owned()))?,
         );
-        let (coded_w, coded_h) = super::video_file::size::coded_size(w, h).map_err(err)?;
+        let (coded_w, coded_h) = crate::sinks::video_file::size::coded_size(w, h).map_err(err)?;
         let info = gst_video::VideoInfo::builder(gst_video::VideoFormat::Bgr, coded_w, coded_h)
             .fps(gst::Fraction::new(fps.0, fps.1))
             .build()
@@ -455,7 +264,7 @@ impl SourceClips {
         }
         if self.writer.is_some() {
             while let Some(e) = self.ring.pop_front() {
-                self.write(settings, e)?;
+                self.write(e)?;
             }
         } else {
             self.prune(settings);
@@ -511,56 +320,31 @@ impl SourceClips {
             .map_or((0, std::time::SystemTime::now()), |(_, seq, at)| {
                 (*seq, *at)
             });
-        let path = new_clip_path(settings, &self.source, first_captured);
-        // A full disk: the storage makes room by its policies, or the clip waits in the ring.
-        let room = |dir: &std::path::Path| {
-            crate::storage::space(dir).is_ok_and(|s| s.free >= ROOM_TO_OPEN)
-        };
-        if !room(&settings.dir) && (self.files.disk_full(&path) == 0 || !room(&settings.dir)) {
+        let caps = caps.to_owned();
+        let opened = ClipFile::open(
+            settings,
+            &self.files,
+            &self.source,
+            first_captured,
+            &caps,
+            "h264parse",
+        )?;
+        // A full disk: the clip waits in the ring.
+        let Some(file) = opened else {
             return Ok(());
-        }
-        let writing = match self.files.create(&path, &self.source) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "clip not indexed; retention will not delete it");
-                None
-            }
         };
-        let err = |m: String| gst_err(&path, m);
-        let desc = "appsrc name=src format=time ! h264parse ! \
-                    mp4mux fragment-duration=1000 ! filesink name=file buffer-mode=unbuffered";
-        let pipeline = gst::parse::launch(desc)
-            .map_err(|e| err(e.to_string()))?
-            .downcast::<gst::Pipeline>()
-            .map_err(|_| err("not a pipeline".to_owned()))?;
-        let appsrc = pipeline
-            .by_name("src")
-            .and_then(|e| e.downcast::<gst_app::AppSrc>().ok())
-            .ok_or_else(|| err("no appsrc".to_owned()))?;
-        appsrc.set_caps(Some(&caps.to_owned()));
-        let file = pipeline
-            .by_name("file")
-            .ok_or_else(|| err("no filesink".to_owned()))?;
-        file.set_property("location", path.to_string_lossy().as_ref());
-        pipeline
-            .set_state(gst::State::Playing)
-            .map_err(|e| err(format!("cannot start the clip writer: {e}")))?;
-        tracing::info!(source = %self.source, path = %path.display(), "clip started");
         self.writer = Some(Writer {
-            pipeline,
-            appsrc,
-            path,
+            file,
             start,
             end: start,
             frames: 0,
             first_frame,
             first_captured,
-            _writing: writing,
         });
         Ok(())
     }
 
-    fn write(&mut self, settings: &Settings, encoded: Encoded) -> Result<(), SinkError> {
+    fn write(&mut self, encoded: Encoded) -> Result<(), SinkError> {
         let Some(writer) = self.writer.as_mut() else {
             return Ok(());
         };
@@ -581,11 +365,7 @@ impl SourceClips {
         {
             self.pushed.pop_front();
         }
-        writer
-            .appsrc
-            .push_buffer(buffer)
-            .map_err(|e| gst_err(&settings.dir, format!("clip writer refused a frame: {e:?}")))?;
-        Ok(())
+        writer.file.push(buffer)
     }
 
     /// Finishes the clip being written (if any) and lists it in the index.
@@ -593,14 +373,11 @@ impl SourceClips {
         let Some(writer) = self.writer.take() else {
             return Ok(());
         };
-        let _ = writer.appsrc.end_of_stream();
-        let finished = wait_for_eos(&writer.pipeline, &writer.path);
-        let _ = writer.pipeline.set_state(gst::State::Null);
-        finished?;
+        let path = writer.file.finish()?;
         let duration = (writer.end - writer.start) + self.frame_duration;
         let line = serde_json::json!({
             "source": &*self.source,
-            "path": writer.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "path": path.file_name().map(|n| n.to_string_lossy().into_owned()),
             "first_frame": writer.first_frame,
             "frames": writer.frames,
             "time": humantime::format_rfc3339_millis(writer.first_captured).to_string(),
@@ -608,7 +385,7 @@ impl SourceClips {
             "duration_s": duration.seconds_f64(),
         });
         append_index(settings, &line)?;
-        tracing::info!(source = %self.source, path = %writer.path.display(), frames = writer.frames, "clip written");
+        tracing::info!(source = %self.source, path = %path.display(), frames = writer.frames, "clip written");
         Ok(())
     }
 
@@ -622,53 +399,6 @@ impl SourceClips {
         drained?;
         finished
     }
-}
-
-fn wait_for_eos(pipeline: &gst::Pipeline, path: &std::path::Path) -> Result<(), SinkError> {
-    let bus = pipeline
-        .bus()
-        .ok_or_else(|| gst_err(path, "pipeline has no bus"))?;
-    let msg = bus.timed_pop_filtered(
-        gst::ClockTime::try_from(FINISH_TIMEOUT).ok(),
-        &[gst::MessageType::Eos, gst::MessageType::Error],
-    );
-    match msg.as_ref().map(|m| m.view()) {
-        Some(gst::MessageView::Eos(_)) => Ok(()),
-        Some(gst::MessageView::Error(e)) => Err(gst_err(path, e.error().to_string())),
-        _ => Err(gst_err(
-            path,
-            format!(
-                "not finished within {}s; it plays up to its last fragment",
-                FINISH_TIMEOUT.as_secs()
-            ),
-        )),
-    }
-}
-
-/// `DIR/SOURCE-TIME.mp4` for a clip whose first frame was decoded at `at`, with `-1`, `-2`...
-/// when that name is taken.
-fn new_clip_path(settings: &Settings, source: &str, at: std::time::SystemTime) -> PathBuf {
-    let time = super::compact_time(at);
-    let base = format!("{source}-{time}");
-    let mut path = settings.dir.join(format!("{base}.mp4"));
-    let mut n = 0;
-    while path.exists() {
-        n += 1;
-        path = settings.dir.join(format!("{base}-{n}.mp4"));
-    }
-    path
-}
-
-fn append_index(settings: &Settings, line: &serde_json::Value) -> Result<(), SinkError> {
-    let path = settings.dir.join(INDEX);
-    let mut text = line.to_string();
-    text.push('\n');
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|source| SinkError::Io { path, source })
 }
 
 impl ClipSink {
@@ -685,7 +415,7 @@ impl ClipSink {
     ) -> Option<gst::ClockTime> {
         let clips = self.sources.get(source)?;
         let size = |v: i32| u32::try_from(v).unwrap_or(0);
-        let (from, to) = super::video_file::changed(
+        let (from, to) = crate::sinks::video_file::changed(
             (clips.image, clips.info.fps()),
             size(width),
             size(height),
@@ -714,8 +444,8 @@ impl Sink for ClipSink {
             return Ok(false);
         };
         let frame = result.frame();
-        let at = super::source_time(result);
-        let triggered = super::any_non_empty(result, self.when.iter().copied());
+        let at = crate::sinks::source_time(result);
+        let triggered = crate::sinks::any_non_empty(result, self.when.iter().copied());
         let (width, height, _) = image.shape();
         let fps = frame.fps.unwrap_or(DEFAULT_FPS);
         let carried = self.close_if_changed(&frame.source, (width, height, fps), at);

@@ -1,0 +1,582 @@
+//! `clip` in `mode = "packets"`: clips cut from the camera's own encoded stream (the source's
+//! record stream, `crate::packets`), never decoded nor encoded.
+//!
+//! Per source, a ring of the stream's packets reaches back from the decoded stream's latest
+//! frame at least `pre_roll_s`, to the keyframe before. A trigger (a frame whose `when` value is
+//! non-empty) at time t opens a clip at the latest keyframe shown at or before t - pre_roll (or
+//! the ring's first keyframe when it does not reach back that far), once the record stream has
+//! reached t - pre_roll; packets go to the clip up to t + post_roll (a new trigger extends it).
+//! The clip is finished once the decoded stream is past t + post_roll with no new trigger and
+//! the record stream has given a packet after it, or at `max_clip_s` (the next keyframe then
+//! opens the next clip of the same event), a new connection, new caps or a break.
+//!
+//! Time: a trigger is a decoded frame; a packet is of the record stream, another connection
+//! and maybe another stream of the camera. A live stream's packets are placed by the wall clock
+//! time they arrived, against the time the decoded frame left its decoder; a file's by their
+//! timestamps, which the decoded frames of the same file share. docs/guides/recording.md says
+//! what that costs.
+//!
+//! Counts: the sink's `crate::packets::RecordStats` (the `vidflow_record_*` metrics of this
+//! sink) count what finished clips hold: packets, bytes and clips are added when a clip's file
+//! is finished, never before; a clip that failed adds a gap.
+//!
+//! Threads: one per source (`vidflow-clip-SOURCE`), blocked on that source's subscription,
+//! on the moments the sink's thread sends it (each frame's time, and whether it triggered) and
+//! on its stop channel. [`Sink::write`] only sends a moment; it waits only when that thread is
+//! [`MOMENTS`] behind (finishing a clip, at most `FINISH_TIMEOUT`).
+//!
+//! Memory: per source, the ring holds from the latest keyframe before the decoded stream's
+//! time minus the pre-roll to the newest packet (a file's record stream may run ahead of the
+//! decoding), at most [`RING_BYTES`]: beyond, the oldest keyframe interval is dropped.
+//!
+//! Stop protocol: [`Sink::close`] drops the stop channels and the moments' senders; each thread
+//! takes what is still queued (the sources have stopped: their last packets are in), writes
+//! what the last trigger still asks for, finishes its clip and returns; close joins them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Receiver, Sender};
+use gstreamer as gst;
+
+use super::Settings;
+use super::file::{ClipFile, append_index};
+use crate::outcome::FrameResult;
+use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription, Timeline};
+use crate::sinks::{Sink, SinkError};
+use crate::spec::Ref;
+use crate::storage::SinkFiles;
+
+/// Moments queued for a source's thread: seconds of frames, far more than finishing a clip
+/// takes.
+const MOMENTS: usize = 1024;
+/// Most bytes a source's ring holds: minutes of a 4 Mbit/s camera.
+const RING_BYTES: usize = 64 << 20;
+
+/// A frame of the decoded stream, as a source's thread needs it.
+#[derive(Debug, Clone, Copy)]
+struct Moment {
+    /// When the frame left its decoder.
+    captured: SystemTime,
+    pts: Option<Duration>,
+    triggered: bool,
+}
+
+impl Moment {
+    /// Its time in the clock of a record stream that is `live` or not (see the module header).
+    fn time(&self, live: bool) -> Duration {
+        let wall = || {
+            self.captured
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+        };
+        if live {
+            wall()
+        } else {
+            self.pts.unwrap_or_else(wall)
+        }
+    }
+}
+
+/// An open `clip` sink in packets mode.
+pub(super) struct PacketClips {
+    when: Vec<Ref>,
+    sources: HashMap<Arc<str>, SourceThread>,
+}
+
+struct SourceThread {
+    moments: Sender<Moment>,
+    stop: Sender<()>,
+    thread: JoinHandle<Result<(), SinkError>>,
+}
+
+impl PacketClips {
+    pub(super) fn open(
+        sink: &str,
+        sources: &[Arc<str>],
+        files: SinkFiles,
+        settings: Settings,
+        when: Vec<Ref>,
+    ) -> Result<Self, SinkError> {
+        let mut opened = Self {
+            when,
+            sources: HashMap::new(),
+        };
+        for source in sources {
+            match SourceThread::spawn(sink, source, files.clone(), settings.clone()) {
+                Ok(t) => {
+                    opened.sources.insert(source.clone(), t);
+                }
+                Err(e) => {
+                    let _ = Box::new(opened).close();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(opened)
+    }
+}
+
+impl Sink for PacketClips {
+    fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
+        let frame = result.frame();
+        let Some(source) = self.sources.get(&frame.source) else {
+            return Ok(false);
+        };
+        let moment = Moment {
+            captured: frame.captured,
+            pts: frame.pts,
+            triggered: crate::sinks::any_non_empty(result, self.when.iter().copied()),
+        };
+        // Fails only when the thread ended; close reports why.
+        let _ = source.moments.send(moment);
+        // The clips come from the packets, on the sources' threads.
+        Ok(false)
+    }
+
+    fn close(self: Box<Self>) -> Result<(), SinkError> {
+        let mut first = Ok(());
+        for (_, t) in self.sources {
+            drop((t.stop, t.moments));
+            let ended = t
+                .thread
+                .join()
+                .unwrap_or_else(|_| Err(SinkError::Other("clip: its thread panicked".to_owned())));
+            if let Err(e) = ended
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}
+
+impl SourceThread {
+    fn spawn(
+        sink: &str,
+        source: &Arc<str>,
+        files: SinkFiles,
+        settings: Settings,
+    ) -> Result<Self, SinkError> {
+        let subscription = crate::packets::hub().subscribe(source);
+        let (moments, moments_rx) = crossbeam_channel::bounded(MOMENTS);
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let work = Work {
+            source: source.clone(),
+            settings,
+            files,
+            stats: crate::packets::hub().record_stats(sink, source),
+            ring: VecDeque::new(),
+            ring_bytes: 0,
+            live: true,
+            progress: None,
+            trigger: None,
+            clip: None,
+            keyframes: KeyframeCounter::default(),
+            said_far_ahead: false,
+            first_error: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("vidflow-clip-{source}"))
+            .spawn(move || work.run(&subscription, &moments_rx, &stopped))
+            .map_err(|e| SinkError::Other(format!("clip: cannot spawn a thread: {e}")))?;
+        Ok(Self {
+            moments,
+            stop,
+            thread,
+        })
+    }
+}
+
+/// A packet waiting in the ring, placed on the decoded stream's clock.
+struct Held {
+    packet: Packet,
+    /// Its place in decoding order: what is cut at the post-roll's end (every packet shown up
+    /// to then is decoded before it).
+    at: Duration,
+    /// When it is shown: what is measured against the pre-roll's start.
+    shown: Duration,
+}
+
+/// A clip being written.
+struct Clip {
+    file: ClipFile,
+    connection: u64,
+    caps: gst::Caps,
+    /// Ring time of its first packet (a keyframe).
+    start: Duration,
+    timeline: Timeline,
+    /// The end of the latest frame pushed (its time plus its duration), from the clip's start.
+    end: gst::ClockTime,
+    packets: u64,
+    bytes: u64,
+    arrival: SystemTime,
+}
+
+/// What a source's thread owns.
+struct Work {
+    source: Arc<str>,
+    settings: Settings,
+    files: SinkFiles,
+    stats: Arc<RecordStats>,
+    ring: VecDeque<Held>,
+    ring_bytes: usize,
+    /// Whether the record stream is live (its packets say).
+    live: bool,
+    /// The decoded stream's latest frame.
+    progress: Option<Moment>,
+    /// The last trigger, while it still calls for video.
+    trigger: Option<Moment>,
+    clip: Option<Clip>,
+    keyframes: KeyframeCounter,
+    /// The ring outgrew [`RING_BYTES`] once already (said once).
+    said_far_ahead: bool,
+    first_error: Option<SinkError>,
+}
+
+fn timestamp_of(buffer: &gst::BufferRef, decoding: bool) -> Duration {
+    let t = if decoding {
+        buffer.dts().or(buffer.pts())
+    } else {
+        buffer.pts().or(buffer.dts())
+    };
+    t.map(Duration::from).unwrap_or_default()
+}
+
+impl Work {
+    fn run(
+        mut self,
+        subscription: &Subscription,
+        moments: &Receiver<Moment>,
+        stopped: &Receiver<()>,
+    ) -> Result<(), SinkError> {
+        let packets = &subscription.packets;
+        loop {
+            crossbeam_channel::select! {
+                recv(packets) -> item => match item {
+                    Ok(item) => self.take(item),
+                    Err(_) => break,
+                },
+                recv(moments) -> m => match m {
+                    Ok(m) => self.moment(m),
+                    Err(_) => break,
+                },
+                recv(stopped) -> _ => break,
+            }
+        }
+        // What is still queued: the last frames' moments, then the last packets.
+        for m in moments.try_iter() {
+            self.moment(m);
+        }
+        for item in packets.try_iter() {
+            self.take(item);
+        }
+        // The end: every frame the decoded stream will give is in.
+        self.progress = None;
+        self.advance(true);
+        self.finish_clip();
+        let overflows = subscription.overflows.load(Ordering::Relaxed);
+        self.stats.gaps.fetch_add(overflows, Ordering::Relaxed);
+        self.first_error.map_or(Ok(()), Err)
+    }
+
+    fn moment(&mut self, m: Moment) {
+        self.progress = Some(m);
+        if m.triggered {
+            self.trigger = Some(m);
+        }
+        self.advance(false);
+    }
+
+    fn take(&mut self, item: Carried) {
+        match item {
+            Carried::Break => {
+                // What is held stays: a file's record stream may end long before the
+                // decoded stream reaches its last packets' time.
+                if self.clip.is_some() {
+                    self.finish_clip();
+                    self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Carried::Packet(packet) => self.packet(packet),
+        }
+    }
+
+    fn packet(&mut self, packet: Packet) {
+        self.live = packet.live;
+        if packet.keyframe() {
+            self.keyframes.count(&self.stats, &packet);
+        }
+        let newer = |connection: u64, caps: &gst::Caps| {
+            connection != packet.connection || *caps != packet.caps
+        };
+        if let Some(c) = &self.clip
+            && newer(c.connection, &c.caps)
+        {
+            if c.connection != packet.connection {
+                self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+            }
+            self.finish_clip();
+        }
+        // A clip never spans two connections or two formats: what is held of the one before
+        // cannot start one any more.
+        if self
+            .ring
+            .back()
+            .is_some_and(|h| newer(h.packet.connection, &h.packet.caps))
+        {
+            self.clear_ring();
+        }
+        let (at, shown) = if packet.live {
+            let wall = packet
+                .arrival
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            (wall, wall)
+        } else {
+            (
+                timestamp_of(&packet.buffer, true),
+                timestamp_of(&packet.buffer, false),
+            )
+        };
+        self.ring_bytes += packet.buffer.size();
+        self.ring.push_back(Held { packet, at, shown });
+        self.advance(false);
+    }
+
+    /// Writes, opens and finishes clips as far as the packets and the decoded stream allow,
+    /// then prunes the ring. `ended`: no frame nor packet comes any more.
+    fn advance(&mut self, ended: bool) {
+        let (pre_roll, post_roll) = (self.settings.pre_roll, self.settings.post_roll);
+        while let Some(trigger) = self.trigger.map(|t| t.time(self.live)) {
+            let end = trigger + post_roll;
+            if self.clip.is_none() {
+                let reached = self
+                    .ring
+                    .back()
+                    .is_some_and(|h| h.at >= trigger.saturating_sub(pre_roll));
+                if !(reached || ended) || !self.open(trigger.saturating_sub(pre_roll), end) {
+                    if ended || self.past(end) && self.ring.back().is_some_and(|h| h.at > end) {
+                        // No keyframe to start from before the post-roll ran out.
+                        self.trigger = None;
+                    }
+                    break;
+                }
+            }
+            if !self.write_up_to(end) {
+                // Cut at max_clip_s: the next clip opens at this keyframe.
+                self.finish_clip();
+                continue;
+            }
+            let written = ended || self.ring.front().is_some_and(|h| h.at > end);
+            if written && (ended || self.past(end)) {
+                self.finish_clip();
+                self.trigger = None;
+            }
+            break;
+        }
+        if self.clip.is_none() {
+            self.prune();
+        }
+    }
+
+    /// Whether the decoded stream is past `t`.
+    fn past(&self, t: Duration) -> bool {
+        self.progress.is_some_and(|p| p.time(self.live) > t)
+    }
+
+    /// Opens a clip at the latest keyframe shown at or before `from`, or the ring's first
+    /// keyframe if it does not reach back that far (dropping what is before it), if it is not
+    /// after `end`. False: no clip (no keyframe, a full disk, a failure).
+    fn open(&mut self, from: Duration, end: Duration) -> bool {
+        let start = self
+            .ring
+            .iter()
+            .rposition(|h| h.packet.keyframe() && h.shown <= from)
+            .or_else(|| self.ring.iter().position(|h| h.packet.keyframe()));
+        let Some(start) = start.filter(|&i| self.ring[i].at <= end) else {
+            return false;
+        };
+        self.drop_front(start);
+        let Some(first) = self.ring.front() else {
+            return false;
+        };
+        let packet = &first.packet;
+        let parser = packet.parser().map_err(|other| {
+            SinkError::Other(format!(
+                "clip: source \"{}\" sends {other}, which cannot be copied into a clip (H.264 \
+                 or H.265 only)",
+                self.source
+            ))
+        });
+        let opened = match parser {
+            Ok(parser) => ClipFile::open(
+                &self.settings,
+                &self.files,
+                &self.source,
+                packet.arrival,
+                &packet.caps,
+                parser,
+            ),
+            Err(e) => Err(e),
+        };
+        let file = match opened {
+            Ok(Some(file)) => file,
+            // A full disk: the clip waits in the ring.
+            Ok(None) => return false,
+            Err(e) => {
+                self.failed(e);
+                return false;
+            }
+        };
+        self.clip = Some(Clip {
+            file,
+            connection: packet.connection,
+            caps: packet.caps.clone(),
+            start: first.at,
+            timeline: Timeline::starting_at(packet),
+            end: gst::ClockTime::ZERO,
+            packets: 0,
+            bytes: 0,
+            arrival: packet.arrival,
+        });
+        true
+    }
+
+    /// Writes the ring's packets up to `end` into the clip. False: it stopped at a keyframe
+    /// `max_clip_s` after the clip's start.
+    fn write_up_to(&mut self, end: Duration) -> bool {
+        while let Some(held) = self.ring.front() {
+            let Some(clip) = &mut self.clip else {
+                return true;
+            };
+            if held.at > end {
+                return true;
+            }
+            let too_long = held.at.saturating_sub(clip.start) >= self.settings.max_clip;
+            if too_long && held.packet.keyframe() && clip.packets > 0 {
+                return false;
+            }
+            let Some(held) = self.ring.pop_front() else {
+                return true;
+            };
+            self.ring_bytes = self.ring_bytes.saturating_sub(held.packet.buffer.size());
+            if let Err(e) = push(clip, &held.packet) {
+                self.clip_failed(e);
+            }
+        }
+        true
+    }
+
+    /// Drops from the ring what no clip can start from any more: what is before the latest
+    /// keyframe shown at or before the earliest a trigger can still ask for (the decoded
+    /// stream's time, or a pending trigger's, minus the pre-roll), and the oldest keyframe
+    /// intervals beyond [`RING_BYTES`].
+    fn prune(&mut self) {
+        let earliest = [self.progress, self.trigger]
+            .into_iter()
+            .flatten()
+            .map(|m| m.time(self.live).saturating_sub(self.settings.pre_roll))
+            .min();
+        // Before the decoded stream's first frame, any packet may still be asked for.
+        if let Some(horizon) = earliest {
+            let keep = self
+                .ring
+                .iter()
+                .rposition(|h| h.packet.keyframe() && h.shown <= horizon)
+                .unwrap_or(0);
+            self.drop_front(keep);
+        }
+        if self.ring_bytes > RING_BYTES && !self.said_far_ahead {
+            self.said_far_ahead = true;
+            tracing::warn!(source = %self.source, "clip: the record stream is far ahead of the decoded stream (or the decoded stream gives no frame); its oldest packets are dropped, and a clip may start later than its pre-roll");
+        }
+        while self.ring_bytes > RING_BYTES {
+            let next = self
+                .ring
+                .iter()
+                .skip(1)
+                .position(|h| h.packet.keyframe())
+                .map_or(self.ring.len(), |i| i + 1);
+            self.drop_front(next);
+        }
+        // Nothing before a keyframe can start a clip.
+        let first_key = self
+            .ring
+            .iter()
+            .position(|h| h.packet.keyframe())
+            .unwrap_or(self.ring.len());
+        self.drop_front(first_key);
+    }
+
+    fn drop_front(&mut self, n: usize) {
+        for held in self.ring.drain(..n) {
+            self.ring_bytes = self.ring_bytes.saturating_sub(held.packet.buffer.size());
+        }
+    }
+
+    fn clear_ring(&mut self) {
+        self.ring.clear();
+        self.ring_bytes = 0;
+    }
+
+    /// Finishes the clip being written, if any: indexed and counted once its file is whole.
+    fn finish_clip(&mut self) {
+        let Some(clip) = self.clip.take() else {
+            return;
+        };
+        let path = match clip.file.finish() {
+            Ok(path) => path,
+            Err(e) => return self.clip_failed(e),
+        };
+        let line = serde_json::json!({
+            "source": &*self.source,
+            "path": path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "mode": "packets",
+            "frames": clip.packets,
+            "time": humantime::format_rfc3339_millis(clip.arrival).to_string(),
+            "duration_s": clip.end.seconds_f64(),
+        });
+        if let Err(e) = append_index(&self.settings, &line) {
+            self.failed(e);
+        }
+        let s = &self.stats;
+        s.packets.fetch_add(clip.packets, Ordering::Relaxed);
+        s.bytes.fetch_add(clip.bytes, Ordering::Relaxed);
+        s.segments.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(source = %self.source, path = %path.display(), frames = clip.packets, "clip written");
+    }
+
+    /// A clip whose write failed: what it holds is not counted; the next trigger opens another.
+    fn clip_failed(&mut self, e: SinkError) {
+        if let Some(clip) = self.clip.take() {
+            let _ = clip.file.finish();
+        }
+        self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+        self.failed(e);
+    }
+
+    fn failed(&mut self, e: SinkError) {
+        tracing::warn!(source = %self.source, error = %e, "clip: a clip failed");
+        if self.first_error.is_none() {
+            self.first_error = Some(e);
+        }
+    }
+}
+
+/// Pushes one packet into `clip`, on the clip's timeline (from its first packet's decoding
+/// time).
+fn push(clip: &mut Clip, packet: &Packet) -> Result<(), SinkError> {
+    let buffer = clip.timeline.place(packet);
+    let pts = buffer.pts().unwrap_or_default();
+    clip.end = clip.end.max(pts + buffer.duration().unwrap_or_default());
+    let size = u64::try_from(buffer.size()).unwrap_or(u64::MAX);
+    clip.file.push(buffer)?;
+    clip.packets += 1;
+    clip.bytes += size;
+    Ok(())
+}
