@@ -316,3 +316,32 @@ fn an_h265_camera_over_rtsp_is_recorded_as_it_sent() {
     );
     assert_passes_of(&got, &frame_hashes(&main), "H.265 segments");
 }
+
+/// A camera whose payloader sends its parameter sets in packets of their own (the test
+/// server's `rtph264pay config-interval=-1`, x264 live, a keyframe a second): each keyframe
+/// reaches vidflow as two buffers, the picture's without a timestamp. Every second of it is
+/// recorded, the run ends well, and the file holds one frame per picture the camera sent.
+#[test]
+fn a_camera_that_sends_its_parameter_sets_apart_is_recorded_past_its_second_keyframe() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = rtsp::RtspServer::start(rtsp::RtspServerOptions::default()).unwrap();
+    let text = pipeline(&server.url(), None, 60);
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    // 15 fps: 45 frames are three keyframes.
+    common::wait_for_lines(
+        &dir.path().join("out/lines.jsonl"),
+        45,
+        Duration::from_secs(60),
+    );
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(!out.stderr.contains("segment failed"), "{}", out.stderr);
+    let frames: usize = segments(&dir.path().join("out/cam.mp4"))
+        .iter()
+        .map(|p| frame_hashes(p).len())
+        .sum();
+    // The record stream connects apart from the decoded one: allow it a second's start.
+    assert!(frames >= 30, "{frames} frames recorded\n{}", out.stderr);
+}
