@@ -21,7 +21,6 @@ mod face_detection;
 mod filter;
 mod grayscale;
 mod inference;
-mod instances;
 mod line_counter;
 mod models;
 mod motion;

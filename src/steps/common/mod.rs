@@ -3,3 +3,4 @@
 //! Kept apart from the kinds so that `ls src/steps` lists the kinds a pipeline file can name.
 
 pub(super) mod geometry;
+pub(super) mod instances;

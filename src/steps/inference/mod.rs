@@ -16,7 +16,7 @@
 //! runtime is one warning per process, and OpenCV always runs.
 //!
 //! Threads: an engine keeps one instance per worker that runs it at the same moment
-//! ([`super::instances::Instances`]); each instance uses `threads` threads of its own (default 1:
+//! ([`crate::steps::common::instances::Instances`]); each instance uses `threads` threads of its own (default 1:
 //! the pool's workers are where parallelism comes from, so workers x threads stays at the
 //! cores). ONNX Runtime's threads do not spin while idle; OpenVINO's are TBB's.
 

@@ -8,7 +8,7 @@ use ort::session::Session;
 use ort::value::TensorRef;
 
 use super::super::StepError;
-use super::super::instances::Instances;
+use crate::steps::common::instances::Instances;
 use super::{Engine, Fill, Read, Tensor, View, blob_parts, runtimes, select_outputs};
 
 pub(super) struct OrtEngine {

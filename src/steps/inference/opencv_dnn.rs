@@ -7,7 +7,7 @@ use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Vector};
 use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
 
 use super::super::StepError;
-use super::super::instances::Instances;
+use crate::steps::common::instances::Instances;
 use super::{Engine, ModelFiles, Tensor};
 
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use opencv::core::Mat;
 use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPropertyKey};
 
 use super::super::StepError;
-use super::super::instances::Instances;
+use crate::steps::common::instances::Instances;
 use super::{Engine, Fill, Precision, Read, Tensor, View, blob_parts, runtimes, select_outputs};
 
 /// One worker's compiled model, for one input shape.
