@@ -20,7 +20,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::inference::{self, Check, ModelFiles, Network, Request, Tensor};
-use super::models;
+use super::common::models;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value};

@@ -22,7 +22,6 @@ mod filter;
 mod grayscale;
 mod inference;
 mod line_counter;
-mod models;
 mod motion;
 mod object_detection;
 mod people_detection;

@@ -4,3 +4,4 @@
 
 pub(super) mod geometry;
 pub(super) mod instances;
+pub(super) mod models;
