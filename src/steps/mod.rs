@@ -25,7 +25,6 @@ mod line_counter;
 mod motion;
 mod object_detection;
 mod people_detection;
-mod per_source;
 mod resize;
 mod tracker;
 mod zone_count;

@@ -5,3 +5,4 @@
 pub(super) mod geometry;
 pub(super) mod instances;
 pub(super) mod models;
+pub(super) mod per_source;
