@@ -20,7 +20,6 @@ mod crop;
 mod face_detection;
 mod filter;
 mod grayscale;
-mod inference;
 mod line_counter;
 mod motion;
 mod object_detection;

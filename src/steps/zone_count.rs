@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::common::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels};
+use super::common::geometry::{
+    ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels,
+};
 use super::common::per_source::PerSource;
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;

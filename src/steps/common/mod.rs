@@ -3,6 +3,7 @@
 //! Kept apart from the kinds so that `ls src/steps` lists the kinds a pipeline file can name.
 
 pub(super) mod geometry;
+pub(super) mod inference;
 pub(super) mod instances;
 pub(super) mod models;
 pub(super) mod per_source;
