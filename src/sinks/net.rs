@@ -2,7 +2,7 @@
 //! `jsonl` line), which frames they send (`mode`), the bounded backlog between the sink's thread
 //! and the thread that delivers, the backoff between attempts, and how losses are told.
 //!
-//! Threads: the sink's own thread (`vidflow-sink-NAME`, see [`super::runner`]) only builds the
+//! Threads: the sink's own thread (`vidflow-sink-NAME`, see [`super::common::runner`]) only builds the
 //! message and pushes it into the [`Backlog`]: that never waits on the network, so a broker or
 //! server that is away never slows the workflow. The delivery thread of each kind takes messages
 //! from there. Both share one mutex ([`Backlog::lock`]) and one condvar ([`Backlog::notify`]):

@@ -3,7 +3,7 @@
 //! twice), which frames they send (`mode`, `every_n_frames`), the delivery settings, and the
 //! sink itself: a [`Queue`] of memory backlog and disk spool, drained by a delivery thread.
 //!
-//! Threads: the sink's own thread (`vidflow-sink-NAME`, see [`super::runner`]) builds each
+//! Threads: the sink's own thread (`vidflow-sink-NAME`, see [`super::common::runner`]) builds each
 //! message and pushes it into the queue (writing to the spool when the memory backlog is full:
 //! local disk, never the network); `vidflow-KIND-NAME` delivers (see [`deliver`]). The queue is
 //! shared under one mutex; the stop protocol is [`deliver`]'s.
