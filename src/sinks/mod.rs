@@ -12,7 +12,6 @@ mod common;
 mod jsonl;
 mod mqtt;
 mod nats;
-mod net;
 pub mod preview;
 mod record;
 mod redis_stream;

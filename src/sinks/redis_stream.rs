@@ -18,7 +18,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::net::{PASSWORD_FILE_DOC, ServerUrl};
+use super::common::net::{PASSWORD_FILE_DOC, ServerUrl};
 use super::stream::{self, Delivery, Outgoing, Partial, Transport};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{Diagnostic, ParamDoc, Params, Secret, SinkInput, read_password_file};

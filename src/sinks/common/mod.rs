@@ -3,4 +3,5 @@
 //! streaming sinks (`stream`). Kept apart from the kinds so that `ls src/sinks` lists the kinds
 //! a pipeline file can name.
 
+pub(super) mod net;
 pub(super) mod runner;

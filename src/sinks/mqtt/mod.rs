@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rumqttc::{Client, Connection, Event, LastWill, MqttOptions, Outgoing, Packet, QoS, Transport};
 
-use super::net::{self, Backlog, Backoff, Lost, Message, Mode, State};
+use super::common::net::{self, Backlog, Backoff, Lost, Message, Mode, State};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{ParamDoc, SinkInput};

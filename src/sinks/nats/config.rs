@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::super::net::ServerUrl;
+use super::super::common::net::ServerUrl;
 use super::super::stream::Delivery;
 use crate::spec::{Diagnostic, Params, Secret, read_password_file};
 

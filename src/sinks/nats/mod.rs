@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, stream::StorageType};
 use async_nats::{ConnectOptions, HeaderMap, ServerAddr};
 
-use super::net::PASSWORD_FILE_DOC;
+use super::common::net::PASSWORD_FILE_DOC;
 use super::stream::{self, Outgoing, Partial, Transport, Wake};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{ParamDoc, SinkInput};

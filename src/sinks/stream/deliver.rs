@@ -21,9 +21,9 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::super::net::{Backoff, Lost};
 use super::Outgoing;
 use super::queue::Queue;
+use crate::sinks::common::net::{Backoff, Lost};
 
 /// How long closing waits past the flush deadline for the delivery thread to end.
 pub(super) const JOIN_GRACE: Duration = Duration::from_millis(500);

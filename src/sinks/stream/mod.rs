@@ -23,9 +23,9 @@ use serde_json::{Map, Value as Json, json};
 use toml::Spanned;
 
 use super::jsonl::frame_json;
-use super::net::{self, Message, Mode};
 use super::{Sink, SinkError};
 use crate::outcome::FrameResult;
+use crate::sinks::common::net::{self, Message, Mode};
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 
 mod deliver;
