@@ -16,7 +16,6 @@ pub mod preview;
 mod record;
 mod redis_stream;
 mod snapshot;
-mod stream;
 mod video_file;
 mod webhook;
 

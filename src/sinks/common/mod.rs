@@ -5,3 +5,4 @@
 
 pub(super) mod net;
 pub(super) mod runner;
+pub(super) mod stream;

@@ -155,7 +155,7 @@ impl SinkFactory for Factory {
         let discovery = self
             .discovery
             .as_ref()
-            .map(|prefix| Discovery::new(prefix, super::stream::host_name(), name));
+            .map(|prefix| Discovery::new(prefix, super::common::stream::host_name(), name));
         if let Some(d) = &discovery {
             options.set_last_will(LastWill::new(&d.availability, OFFLINE, self.qos, true));
         }
