@@ -466,7 +466,7 @@ const MAX_FUNCTION_LINES: usize = 120;
 /// Functions over [`MAX_FUNCTION_LINES`] not yet split: each must still be over it (so the list
 /// only shrinks), and none may be added.
 const NOT_YET_SPLIT: &[(&str, &str)] = &[
-    ("daemon/http/metrics.rs", "render"),
+    ("daemon/http/metrics/mod.rs", "render"),
     ("sinks/common/stream/deliver.rs", "deliver"),
 ];
 
