@@ -640,3 +640,6 @@ mod tests {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }
+
+#[cfg(test)]
+mod golden;
