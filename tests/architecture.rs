@@ -465,10 +465,7 @@ const MAX_FUNCTION_LINES: usize = 120;
 
 /// Functions over [`MAX_FUNCTION_LINES`] not yet split: each must still be over it (so the list
 /// only shrinks), and none may be added.
-const NOT_YET_SPLIT: &[(&str, &str)] = &[
-    ("daemon/http/metrics/mod.rs", "render"),
-    ("sinks/common/stream/deliver.rs", "deliver"),
-];
+const NOT_YET_SPLIT: &[(&str, &str)] = &[("sinks/common/stream/deliver.rs", "deliver")];
 
 /// Every function and method with a body in one file: `(name, first line, lines)`; a method is
 /// named `Type::name`, a function in an inline module `module::name`.

@@ -1,380 +1,201 @@
-//! `/metrics` in Prometheus' text format (version 0.0.4), written by hand, and `/stats.json`
-//! for the page. Both read `Live`: atomics, and its parts once per request.
+//! `/metrics` in Prometheus' text format (version 0.0.4), written from a table (`table.rs`),
+//! and `/stats.json` for the page. Both read `Live`: atomics, and its parts once per request.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::json;
 
 use crate::daemon::Live;
-use crate::daemon::live::Phase;
-use crate::sinks::preview::hub;
+use crate::daemon::live::{Parts, Phase};
+use crate::packets::RecordRow;
+use crate::sinks::{SinkSender, SinkStats};
 use crate::source::SourceState;
-use crate::workflow::LATENCY_BUCKETS_S;
+use crate::storage::{Storage, StorageReport};
+use crate::workflow::{LATENCY_BUCKETS_S, StepMetrics};
+use table::{METRICS, Metric, Read};
+
+#[cfg(test)]
+mod golden;
+mod table;
+
+/// What one request's metrics are read from: the run's parts once, each sink's counts once,
+/// the storage's published snapshot (never its lock) and `/proc/self` once.
+struct State<'a> {
+    live: &'a Live,
+    parts: Arc<Parts>,
+    sinks: Vec<(Arc<str>, SinkStats, SinkSender)>,
+    rows: Vec<RecordRow>,
+    storage: Option<Arc<StorageReport>>,
+    process: Process,
+}
+
+impl<'a> State<'a> {
+    fn read(live: &'a Live) -> Self {
+        let parts = live.parts();
+        let sinks = parts
+            .sinks
+            .iter()
+            .map(|s| (s.name.clone(), s.sender.stats(), s.sender.clone()))
+            .collect();
+        Self {
+            live,
+            sinks,
+            rows: crate::packets::hub().record_rows(),
+            storage: parts.storage.as_ref().map(Storage::snapshot),
+            parts,
+            process: Process::read(),
+        }
+    }
+}
 
 /// The text of `/metrics`.
 pub(super) fn render(live: &Live) -> String {
-    let parts = live.parts();
+    let state = State::read(live);
     let mut out = Text::default();
-    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-
-    let sources = &parts.sources;
-    let per_source =
-        |out: &mut Text, name: &str, kind: &str, help: &str, value: &dyn Fn(usize) -> u64| {
-            out.header(name, kind, help);
-            for (i, s) in sources.iter().enumerate() {
-                out.sample(name, &[("source", &s.name)], value(i));
-            }
-        };
-    per_source(
-        &mut out,
-        "vidflow_source_frames_decoded_total",
-        "counter",
-        "Frames decoded and accepted.",
-        &|i| get(&sources[i].counters.decoded),
-    );
-    per_source(
-        &mut out,
-        "vidflow_source_frames_dropped_total",
-        "counter",
-        "Decoded frames that never reached the workflow (queue overflow, hard stop).",
-        &|i| get(&sources[i].counters.dropped),
-    );
-    per_source(
-        &mut out,
-        "vidflow_source_frames_throttled_total",
-        "counter",
-        "Frames discarded by max_fps before conversion.",
-        &|i| get(&sources[i].counters.throttled),
-    );
-    per_source(
-        &mut out,
-        "vidflow_source_frames_copied_total",
-        "counter",
-        "Frames copied out of the decoder's buffer because its small pool could spare no more.",
-        &|i| get(&sources[i].counters.copied),
-    );
-    per_source(
-        &mut out,
-        "vidflow_source_reconnects_total",
-        "counter",
-        "Times the stream came back after a loss.",
-        &|i| get(&sources[i].counters.reconnects),
-    );
-    per_source(
-        &mut out,
-        "vidflow_source_size_changes_total",
-        "counter",
-        "Times the source's frames changed size or frame rate (a camera reconfigured or back at \
-         another size).",
-        &|i| get(&sources[i].counters.size_changes),
-    );
-    out.header(
-        "vidflow_source_state",
-        "gauge",
-        "1 for the state the source is in (connecting, streaming, retrying, stalled, ended).",
-    );
-    for s in sources {
-        let now = s.counters.state();
-        for state in SourceState::ALL {
-            out.sample(
-                "vidflow_source_state",
-                &[("source", &s.name), ("state", state.name())],
-                u64::from(state == now),
-            );
-        }
-    }
-    out.header(
-        "vidflow_source_seconds_since_last_frame",
-        "gauge",
-        "Seconds since the source's last frame (absent before the first).",
-    );
-    for s in sources {
-        if let Some(age) = s.counters.since_last_frame() {
-            out.sample_f64(
-                "vidflow_source_seconds_since_last_frame",
-                &[("source", &s.name)],
-                age.as_secs_f64(),
-            );
-        }
-    }
-    out.header(
-        "vidflow_preview_jpegs_total",
-        "counter",
-        "JPEGs encoded for the live preview (only while someone watches).",
-    );
-    for s in sources {
-        out.sample(
-            "vidflow_preview_jpegs_total",
-            &[("source", &s.name)],
-            hub().encodes(&s.name),
-        );
-    }
-    out.header(
-        "vidflow_preview_watchers",
-        "gauge",
-        "Preview streams (/preview/SOURCE) open now.",
-    );
-    for s in sources {
-        out.sample(
-            "vidflow_preview_watchers",
-            &[("source", &s.name)],
-            u64::try_from(hub().watchers(&s.name)).unwrap_or(u64::MAX),
-        );
-    }
-
-    record_streams(&mut out, sources);
-
-    if let Some(executor) = &parts.executor {
-        let steps = &executor.steps;
-        out.header(
-            "vidflow_step_runs_total",
-            "counter",
-            "Times the step ran (skips are not counted).",
-        );
-        for s in steps.iter() {
-            out.sample(
-                "vidflow_step_runs_total",
-                &[("step", &s.name)],
-                get(&s.runs),
-            );
-        }
-        out.header(
-            "vidflow_step_failures_total",
-            "counter",
-            "Runs of the step that failed.",
-        );
-        for s in steps.iter() {
-            out.sample(
-                "vidflow_step_failures_total",
-                &[("step", &s.name)],
-                get(&s.failures),
-            );
-        }
-        out.header(
-            "vidflow_step_state_resets_total",
-            "counter",
-            "Panics of the step after which its state for the frame's source was reset.",
-        );
-        for s in steps.iter() {
-            out.sample(
-                "vidflow_step_state_resets_total",
-                &[("step", &s.name)],
-                get(&s.state_resets),
-            );
-        }
-        let name = "vidflow_step_duration_seconds";
-        out.header(name, "histogram", "Time in the step per run.");
-        for s in steps.iter() {
-            let mut cumulative = 0;
-            for (i, bucket) in s.buckets.iter().enumerate() {
-                cumulative += get(bucket);
-                let le = LATENCY_BUCKETS_S
-                    .get(i)
-                    .map_or_else(|| "+Inf".to_owned(), f64::to_string);
-                out.sample(
-                    &format!("{name}_bucket"),
-                    &[("step", &s.name), ("le", &le)],
-                    cumulative,
-                );
-            }
-            out.sample_f64(
-                &format!("{name}_sum"),
-                &[("step", &s.name)],
-                get(&s.total_us) as f64 / 1e6,
-            );
-            out.sample(&format!("{name}_count"), &[("step", &s.name)], cumulative);
-        }
-        out.header(
-            "vidflow_executor_frames_in_flight",
-            "gauge",
-            "Frames admitted to the workflow and not yet delivered.",
-        );
-        out.sample(
-            "vidflow_executor_frames_in_flight",
-            &[],
-            get(&executor.in_flight),
-        );
-        out.header(
-            "vidflow_executor_wakeups_total",
-            "counter",
-            "Wake-ups of the executor's coordinator.",
-        );
-        out.sample(
-            "vidflow_executor_wakeups_total",
-            &[],
-            get(&executor.coordinator_wakeups),
-        );
-    }
-    if let Some(pool) = &parts.pool {
-        out.header(
-            "vidflow_pool_dispatches_total",
-            "counter",
-            "Steps queued on the worker pool.",
-        );
-        out.sample("vidflow_pool_dispatches_total", &[], get(&pool.dispatches));
-        out.header(
-            "vidflow_pool_wakeups_total",
-            "counter",
-            "Worker wake-ups from an idle wait.",
-        );
-        out.sample("vidflow_pool_wakeups_total", &[], get(&pool.wakeups));
-    }
-
-    let sinks: Vec<_> = parts
-        .sinks
-        .iter()
-        .map(|s| (&s.name, s.sender.stats(), &s.sender))
-        .collect();
-    for (name, help, pick) in [
-        ("vidflow_sink_written_total", "Frames the sink wrote.", 0),
-        (
-            "vidflow_sink_skipped_total",
-            "Frames with nothing for the sink.",
-            1,
-        ),
-        (
-            "vidflow_sink_dropped_total",
-            "Frames the sink lost (failed writes, a full queue).",
-            2,
-        ),
-    ] {
-        out.header(name, "counter", help);
-        for (sink, stats, _) in &sinks {
-            let value = [stats.written, stats.skipped, stats.dropped][pick];
-            out.sample(name, &[("sink", sink)], value);
-        }
-    }
-    out.header(
-        "vidflow_sink_queue_depth",
-        "gauge",
-        "Results waiting in the sink's queue.",
-    );
-    for (sink, _, sender) in &sinks {
-        out.sample(
-            "vidflow_sink_queue_depth",
-            &[("sink", sink)],
-            sender.queue_len() as u64,
-        );
-    }
-
-    if let Some(storage) = &parts.storage {
-        storage_metrics(&mut out, &storage.snapshot());
-    }
-
-    let (delivered, failed) = live.delivered();
-    out.header(
-        "vidflow_frames_delivered_total",
-        "counter",
-        "Frames delivered to the sinks (processed or failed).",
-    );
-    out.sample("vidflow_frames_delivered_total", &[], delivered);
-    out.header(
-        "vidflow_frames_failed_total",
-        "counter",
-        "Delivered frames with a failed step.",
-    );
-    out.sample("vidflow_frames_failed_total", &[], failed);
-    out.header("vidflow_phase", "gauge", "1 for the phase the run is in.");
-    let now = live.phase();
-    for phase in [
-        Phase::Starting,
-        Phase::Running,
-        Phase::Reloading,
-        Phase::Draining,
-    ] {
-        out.sample(
-            "vidflow_phase",
-            &[("phase", phase.name())],
-            u64::from(phase == now),
-        );
-    }
-
-    let process = Process::read();
-    if let Some(cpu) = process.cpu_seconds {
-        out.header(
-            "process_cpu_seconds_total",
-            "counter",
-            "User and system CPU time, in seconds.",
-        );
-        out.sample_f64("process_cpu_seconds_total", &[], cpu);
-    }
-    if let Some(rss) = process.resident_bytes {
-        out.header(
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory, in bytes.",
-        );
-        out.sample("process_resident_memory_bytes", &[], rss);
+    for metric in METRICS {
+        metric.write(&state, &mut out);
     }
     out.0
 }
 
-/// Retention: per sink, the files kept and purged; per filesystem, its space.
-fn storage_metrics(out: &mut Text, report: &crate::storage::StorageReport) {
-    type Pick = fn(&crate::storage::SinkTotals) -> u64;
-    let per_sink: [(&str, &str, &str, Pick); 6] = [
-        (
-            "vidflow_storage_kept_bytes",
-            "gauge",
-            "Bytes of the sink's files kept.",
-            |t| t.kept_bytes,
-        ),
-        (
-            "vidflow_storage_kept_files",
-            "gauge",
-            "Files of the sink kept.",
-            |t| t.kept_files,
-        ),
-        (
-            "vidflow_storage_purged_bytes_total",
-            "counter",
-            "Bytes of the sink's files deleted by retention.",
-            |t| t.purged_bytes,
-        ),
-        (
-            "vidflow_storage_purged_files_total",
-            "counter",
-            "Files of the sink deleted by retention.",
-            |t| t.purged_files,
-        ),
-        (
-            "vidflow_storage_disk_full_total",
-            "counter",
-            "Writes of the sink that found their filesystem full.",
-            |t| t.disk_full,
-        ),
-        (
-            "vidflow_storage_undeletable_total",
-            "counter",
-            "Deletes of the sink's files that failed (the file is kept and counted, tried again later).",
-            |t| t.undeletable,
-        ),
-    ];
-    for (name, kind, help, pick) in per_sink {
-        out.header(name, kind, help);
-        for (sink, totals) in &report.sinks {
-            out.sample(name, &[("sink", sink)], pick(totals));
+impl Metric {
+    /// Whether the run has the part this metric reads.
+    fn shown(&self, state: &State<'_>) -> bool {
+        match self.read {
+            Read::Step(_) | Read::StepDuration | Read::Executor(_) => {
+                state.parts.executor.is_some()
+            }
+            Read::Pool(_) => state.parts.pool.is_some(),
+            Read::StorageSink(_) | Read::Filesystem(_) => state.storage.is_some(),
+            Read::CpuSeconds => state.process.cpu_seconds.is_some(),
+            Read::ResidentBytes => state.process.resident_bytes.is_some(),
+            _ => true,
         }
     }
-    for (name, help, free) in [
-        (
-            "vidflow_storage_free_bytes",
-            "Free bytes of a filesystem vidflow writes to (labelled by its first folder).",
-            true,
-        ),
-        (
-            "vidflow_storage_size_bytes",
-            "Size of a filesystem vidflow writes to.",
-            false,
-        ),
-    ] {
-        out.header(name, "gauge", help);
-        for fs in &report.filesystems {
-            let folder = fs.folder.to_string_lossy();
-            let value = if free { fs.free_bytes } else { fs.size_bytes };
-            out.sample(name, &[("folder", &folder)], value);
+
+    fn write(&self, state: &State<'_>, out: &mut Text) {
+        if !self.shown(state) {
+            return;
         }
+        let name = self.name;
+        out.header(name, self.kind, self.help);
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let sources = &state.parts.sources;
+        let recorded = sources
+            .iter()
+            .filter_map(|s| s.record.as_ref().map(|r| (&*s.name, r)));
+        match self.read {
+            Read::Source(counter) => {
+                for s in sources {
+                    out.sample(name, &[("source", &s.name)], get(counter(&s.counters)));
+                }
+            }
+            Read::SourceState => {
+                for s in sources {
+                    out.states(name, &s.name, s.counters.state());
+                }
+            }
+            Read::SourceAge => {
+                for s in sources {
+                    if let Some(age) = s.counters.since_last_frame() {
+                        out.sample_f64(name, &[("source", &s.name)], age.as_secs_f64());
+                    }
+                }
+            }
+            Read::Preview(value) => {
+                for s in sources {
+                    out.sample(name, &[("source", &s.name)], value(&s.name));
+                }
+            }
+            Read::RecordState => {
+                for (source, r) in recorded {
+                    out.states(name, source, r.state());
+                }
+            }
+            Read::RecordStream(counter) => {
+                for (source, r) in recorded {
+                    out.sample(name, &[("source", source)], get(counter(r)));
+                }
+            }
+            Read::RecordSink(counter) => {
+                for row in &state.rows {
+                    let labels = [("sink", &*row.sink), ("source", &*row.source)];
+                    out.sample(name, &labels, get(counter(&row.stats)));
+                }
+            }
+            Read::Step(counter) => {
+                for s in state.parts.executor.iter().flat_map(|e| e.steps.iter()) {
+                    out.sample(name, &[("step", &s.name)], get(counter(s)));
+                }
+            }
+            Read::StepDuration => {
+                for s in state.parts.executor.iter().flat_map(|e| e.steps.iter()) {
+                    out.histogram(name, s);
+                }
+            }
+            Read::Executor(counter) => {
+                if let Some(e) = &state.parts.executor {
+                    out.sample(name, &[], get(counter(e)));
+                }
+            }
+            Read::Pool(counter) => {
+                if let Some(p) = &state.parts.pool {
+                    out.sample(name, &[], get(counter(p)));
+                }
+            }
+            Read::Sink(value) => {
+                for (sink, stats, sender) in &state.sinks {
+                    out.sample(name, &[("sink", sink)], value(stats, sender));
+                }
+            }
+            Read::StorageSink(value) => {
+                for (sink, totals) in state.storage.iter().flat_map(|r| &r.sinks) {
+                    out.sample(name, &[("sink", sink)], value(totals));
+                }
+            }
+            Read::Filesystem(value) => {
+                for fs in state.storage.iter().flat_map(|r| &r.filesystems) {
+                    let folder = fs.folder.to_string_lossy();
+                    out.sample(name, &[("folder", &folder)], value(fs));
+                }
+            }
+            Read::Delivered(value) => out.sample(name, &[], value(state.live.delivered())),
+            Read::Phase => {
+                let now = state.live.phase();
+                for phase in [
+                    Phase::Starting,
+                    Phase::Running,
+                    Phase::Reloading,
+                    Phase::Draining,
+                ] {
+                    out.sample(name, &[("phase", phase.name())], u64::from(phase == now));
+                }
+            }
+            Read::CpuSeconds => {
+                if let Some(cpu) = state.process.cpu_seconds {
+                    out.sample_f64(name, &[], cpu);
+                }
+            }
+            Read::ResidentBytes => {
+                if let Some(rss) = state.process.resident_bytes {
+                    out.sample(name, &[], rss);
+                }
+            }
+        }
+    }
+}
+
+/// Only the storage's metrics, on `report` (for tests: a storage's snapshot is its thread's).
+#[cfg(test)]
+fn storage_metrics(out: &mut Text, report: &StorageReport) {
+    let live = Live::new();
+    let mut state = State::read(&live);
+    state.storage = Some(Arc::new(report.clone()));
+    let storage = |m: &&Metric| matches!(m.read, Read::StorageSink(_) | Read::Filesystem(_));
+    for metric in METRICS.iter().filter(storage) {
+        metric.write(&state, out);
     }
 }
 
@@ -429,96 +250,34 @@ pub(super) fn json(live: &Live) -> Vec<u8> {
 }
 
 /// Prometheus text being written.
-/// Which counter of a record stream a metric shows.
-type StreamCounter = fn(&crate::source::SourceCounters) -> &AtomicU64;
-/// Which counter of a record sink's source a metric shows.
-type RecordCounter = fn(&crate::packets::RecordStats) -> &AtomicU64;
-
-/// Each record stream's state (its own reconnections and stalls, apart from the decoded
-/// stream's), and what each `record` sink wrote of each source (`crate::packets`).
-fn record_streams(out: &mut Text, sources: &[crate::daemon::live::LiveSource]) {
-    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let recorded: Vec<_> = sources
-        .iter()
-        .filter_map(|s| s.record.as_ref().map(|r| (&s.name, r)))
-        .collect();
-    let name = "vidflow_record_stream_state";
-    out.header(
-        name,
-        "gauge",
-        "1 for the state the source's record stream is in (record_uri, else uri).",
-    );
-    for (source, r) in &recorded {
-        let now = r.state();
-        for state in SourceState::ALL {
-            let labels = [("source", &***source), ("state", state.name())];
-            out.sample(name, &labels, u64::from(state == now));
-        }
-    }
-    let counters: [(&str, &str, StreamCounter); 2] = [
-        (
-            "vidflow_record_stream_reconnects_total",
-            "Times the record stream came back after a loss.",
-            |c| &c.reconnects,
-        ),
-        (
-            "vidflow_record_stream_packets_total",
-            "Encoded frames the record stream gave.",
-            |c| &c.decoded,
-        ),
-    ];
-    for (name, help, counter) in counters {
-        out.header(name, "counter", help);
-        for (source, r) in &recorded {
-            out.sample(name, &[("source", source)], get(counter(r)));
-        }
-    }
-    let rows = crate::packets::hub().record_rows();
-    let per_sink: [(&str, &str, &str, RecordCounter); 5] = [
-        (
-            "vidflow_record_bytes_total",
-            "counter",
-            "Bytes of the camera's stream a record sink wrote.",
-            |s| &s.bytes,
-        ),
-        (
-            "vidflow_record_segments_total",
-            "counter",
-            "Segments a record sink started.",
-            |s| &s.segments,
-        ),
-        (
-            "vidflow_record_gaps_total",
-            "counter",
-            "Breaks in a recording: a lost stream, packets lost to a full queue, a failed write.",
-            |s| &s.gaps,
-        ),
-        (
-            "vidflow_record_keyframes_total",
-            "counter",
-            "Keyframes the camera sent to a record sink.",
-            |s| &s.keyframes,
-        ),
-        (
-            "vidflow_record_keyframe_interval_ms",
-            "gauge",
-            "Time between the camera's last two keyframes.",
-            |s| &s.keyframe_interval_ms,
-        ),
-    ];
-    for (name, kind, help, value) in per_sink {
-        out.header(name, kind, help);
-        for row in &rows {
-            let labels = [("sink", &*row.sink), ("source", &*row.source)];
-            out.sample(name, &labels, get(value(&row.stats)));
-        }
-    }
-}
-
 #[derive(Default)]
 struct Text(String);
 
 impl Text {
+    /// One sample per state of `source`: 1 for the state it is in (`now`).
+    fn states(&mut self, name: &str, source: &str, now: SourceState) {
+        for state in SourceState::ALL {
+            let labels = [("source", source), ("state", state.name())];
+            self.sample(name, &labels, u64::from(state == now));
+        }
+    }
+
+    /// A step's run times: cumulative buckets, their sum and their count.
+    fn histogram(&mut self, name: &str, s: &StepMetrics) {
+        let mut cumulative = 0;
+        for (i, bucket) in s.buckets.iter().enumerate() {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let le = LATENCY_BUCKETS_S
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), f64::to_string);
+            let labels = [("step", &*s.name), ("le", &le)];
+            self.sample(&format!("{name}_bucket"), &labels, cumulative);
+        }
+        let sum = s.total_us.load(Ordering::Relaxed) as f64 / 1e6;
+        self.sample_f64(&format!("{name}_sum"), &[("step", &s.name)], sum);
+        self.sample(&format!("{name}_count"), &[("step", &s.name)], cumulative);
+    }
+
     fn header(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
@@ -640,6 +399,3 @@ mod tests {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }
-
-#[cfg(test)]
-mod golden;
