@@ -587,3 +587,134 @@ fn a_long_function_is_named_with_its_type_and_length() {
         ["src/x.rs:123: T::g (121 lines)".to_owned()]
     );
 }
+
+/// What each kind may import of the vocabulary (ARCHITECTURE.md, "What must never happen"): a
+/// step kind what a step reads and makes; a sink kind also a finished frame, the retention of
+/// what it writes, the record stream's packets, GStreamer and the once-per-interval warnings;
+/// the source what it decodes and the packets it records. None reads the event store.
+const KIND_IMPORTS: &[(&str, &[&str])] = &[
+    ("steps", &["spec", "value", "frame"]),
+    (
+        "sinks",
+        &[
+            "spec",
+            "value",
+            "frame",
+            "outcome",
+            "storage",
+            "packets",
+            "gst_setup",
+            "throttle",
+        ],
+    ),
+    ("source", &["spec", "frame", "packets", "gst_setup"]),
+];
+
+/// The imports of the kinds that are not theirs to make: `src/...:line: kind imports path`.
+fn kinds_reaching_too_far(found: &[Import]) -> Vec<String> {
+    found
+        .iter()
+        .filter_map(|i| {
+            let (_, allowed) = KIND_IMPORTS.iter().find(|(kind, _)| *kind == i.from)?;
+            (!allowed.contains(&i.to.as_str())).then(|| {
+                format!(
+                    "src/{}:{}: {} imports crate::{}",
+                    i.file.display(),
+                    i.line,
+                    i.from,
+                    i.path
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn each_kind_imports_only_its_part_of_the_vocabulary() {
+    let (_, found) = imports();
+    let wrong = kinds_reaching_too_far(&found);
+    assert!(
+        wrong.is_empty(),
+        "kinds importing what ARCHITECTURE.md does not give them:\n{}",
+        wrong.join("\n")
+    );
+    // The rule itself: a step that reads the storage is caught, a sink that does is not.
+    let text = "use crate::storage::Storage;\n";
+    assert_eq!(
+        kinds_reaching_too_far(&imports_in(Path::new("steps/x.rs"), text)).len(),
+        1
+    );
+    assert!(kinds_reaching_too_far(&imports_in(Path::new("sinks/x.rs"), text)).is_empty());
+}
+
+/// The modules a registry (`static KINDS` in `src/DIR/mod.rs`) names: `&name::KIND` -> `name`.
+fn registry(dir: &str) -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(dir)
+        .join("mod.rs");
+    let syntax = syn::parse_file(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let kinds = syntax
+        .items
+        .iter()
+        .find_map(|item| match item {
+            syn::Item::Static(s) if s.ident == "KINDS" => Some(s),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("src/{dir}/mod.rs has no KINDS"));
+    let syn::Expr::Reference(array) = &*kinds.expr else {
+        panic!("src/{dir}/mod.rs: KINDS is not &[...]");
+    };
+    let syn::Expr::Array(array) = &*array.expr else {
+        panic!("src/{dir}/mod.rs: KINDS is not &[...]");
+    };
+    array
+        .elems
+        .iter()
+        .map(|e| {
+            let syn::Expr::Reference(r) = e else {
+                panic!("src/{dir}/mod.rs: a KINDS entry is not &kind::KIND");
+            };
+            let syn::Expr::Path(p) = &*r.expr else {
+                panic!("src/{dir}/mod.rs: a KINDS entry is not &kind::KIND");
+            };
+            p.path.segments[0].ident.to_string()
+        })
+        .collect()
+}
+
+/// The files and folders of `src/DIR` but `mod.rs` and `common/` (what kinds share).
+fn rooms(dir: &str) -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
+    std::fs::read_dir(path)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_owned();
+            if p.is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs").map(str::to_owned)
+            }
+        })
+        .filter(|name| name != "mod" && name != "common")
+        .collect()
+}
+
+#[test]
+fn every_kind_is_a_file_or_folder_of_its_own_and_every_one_is_a_kind() {
+    for dir in ["steps", "sinks"] {
+        let (kinds, rooms) = (registry(dir), rooms(dir));
+        assert!(kinds.len() >= 10, "src/{dir}: only {kinds:?} in KINDS");
+        let not_kinds: Vec<_> = rooms.difference(&kinds).collect();
+        assert!(
+            not_kinds.is_empty(),
+            "src/{dir}: {not_kinds:?} are not kinds: a helper goes in src/{dir}/common/"
+        );
+        let nowhere: Vec<_> = kinds.difference(&rooms).collect();
+        assert!(
+            nowhere.is_empty(),
+            "src/{dir}: KINDS names {nowhere:?}, which are not files or folders of src/{dir}/"
+        );
+    }
+}
