@@ -2,8 +2,9 @@
 //!
 //! A kind is a static descriptor (ports, parameters, whether it keeps state across frames) plus
 //! a builder that turns the user's parameters into a runnable [`Step`]. Adding a kind means one
-//! file or folder here and one line in [`KINDS`] (helpers go in `common/`). Inputs are not parameters: the config layer takes each
-//! declared input key out of the table and resolves it as a reference before the builder runs.
+//! file or folder here and one line in [`KINDS`] (helpers go in `common/`). Inputs are not
+//! parameters: the config layer takes each declared input key out of the table and resolves it
+//! as a reference before the builder runs.
 
 use std::fmt;
 
