@@ -79,8 +79,22 @@ impl Metric {
         if !self.shown(state) {
             return;
         }
+        out.header(self.name, self.kind, self.help);
+        match self.read {
+            Read::Source(_)
+            | Read::SourceState
+            | Read::SourceAge
+            | Read::Preview(_)
+            | Read::RecordState
+            | Read::RecordStream(_)
+            | Read::RecordSink(_) => self.per_source(state, out),
+            _ => self.per_part(state, out),
+        }
+    }
+
+    /// The samples of a source's metric, or of its record stream's.
+    fn per_source(&self, state: &State<'_>, out: &mut Text) {
         let name = self.name;
-        out.header(name, self.kind, self.help);
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let sources = &state.parts.sources;
         let recorded = sources
@@ -125,6 +139,15 @@ impl Metric {
                     out.sample(name, &labels, get(counter(&row.stats)));
                 }
             }
+            _ => {}
+        }
+    }
+
+    /// The samples of a metric of the steps, the pool, the sinks, the storage or the run.
+    fn per_part(&self, state: &State<'_>, out: &mut Text) {
+        let name = self.name;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        match self.read {
             Read::Step(counter) => {
                 for s in state.parts.executor.iter().flat_map(|e| e.steps.iter()) {
                     out.sample(name, &[("step", &s.name)], get(counter(s)));
@@ -183,6 +206,7 @@ impl Metric {
                     out.sample(name, &[], rss);
                 }
             }
+            _ => {}
         }
     }
 }
