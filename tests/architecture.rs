@@ -458,3 +458,263 @@ fn a_circle_is_found_even_where_the_layers_allow_both_imports() {
         ["frame", "value", "outcome", "frame"]
     );
 }
+
+/// The longest function a reader can hold: its signature to its closing brace (STYLE.md aims at
+/// about 100 lines).
+const MAX_FUNCTION_LINES: usize = 120;
+
+/// Every function and method with a body in one file: `(name, first line, lines)`; a method is
+/// named `Type::name`, a function in an inline module `module::name`.
+struct Functions {
+    scope: Vec<String>,
+    found: Vec<(String, usize, usize)>,
+}
+
+impl Functions {
+    fn record(&mut self, sig: &syn::Signature, body: &syn::Block) {
+        let first = sig.fn_token.span.start().line;
+        let last = body.brace_token.span.close().end().line;
+        let mut name = self.scope.clone();
+        name.push(sig.ident.to_string());
+        self.found.push((name.join("::"), first, last + 1 - first));
+    }
+}
+
+impl<'ast> Visit<'ast> for Functions {
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        self.record(&item.sig, &item.block);
+        visit::visit_item_fn(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        self.record(&item.sig, &item.block);
+        visit::visit_impl_item_fn(self, item);
+    }
+
+    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
+        if let Some(body) = &item.default {
+            self.record(&item.sig, body);
+        }
+        visit::visit_trait_item_fn(self, item);
+    }
+
+    fn visit_item_impl(&mut self, item: &'ast syn::ItemImpl) {
+        let ty = &item.self_ty;
+        self.scope.push(quote_type(ty));
+        visit::visit_item_impl(self, item);
+        self.scope.pop();
+    }
+
+    fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
+        self.scope.push(item.ident.to_string());
+        visit::visit_item_trait(self, item);
+        self.scope.pop();
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        self.scope.push(item.ident.to_string());
+        visit::visit_item_mod(self, item);
+        self.scope.pop();
+    }
+}
+
+/// The last name of an impl's type (`impl Drop for Foo<T>` -> `Foo`).
+fn quote_type(ty: &syn::Type) -> String {
+    match ty {
+        syn::Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .map_or_else(String::new, |s| s.ident.to_string()),
+        _ => "impl".to_owned(),
+    }
+}
+
+/// The functions of `text` over [`MAX_FUNCTION_LINES`]: `file:line: name (N lines)`.
+fn too_long(file: &str, text: &str) -> Vec<String> {
+    let syntax = syn::parse_file(text).unwrap_or_else(|e| panic!("src/{file}: cannot parse: {e}"));
+    let mut functions = Functions {
+        scope: Vec::new(),
+        found: Vec::new(),
+    };
+    functions.visit_file(&syntax);
+    functions
+        .found
+        .into_iter()
+        .filter(|(_, _, lines)| *lines > MAX_FUNCTION_LINES)
+        .map(|(name, line, lines)| format!("src/{file}:{line}: {name} ({lines} lines)"))
+        .collect()
+}
+
+#[test]
+fn no_function_in_src_is_over_120_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut long = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        long.extend(too_long(&rel, &std::fs::read_to_string(file).unwrap()));
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn a_long_function_is_named_with_its_type_and_length() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    // 121 lines from `fn` to its closing brace: one too many.
+    let text = format!(
+        "struct S;\nimpl S {{\n    fn short() {{}}\n    fn run(&self) {{\n{}    }}\n}}\n",
+        body(MAX_FUNCTION_LINES - 1)
+    );
+    assert_eq!(
+        too_long("daemon/x.rs", &text),
+        ["src/daemon/x.rs:4: S::run (121 lines)".to_owned()]
+    );
+    // 120 lines is the most, in an inline module or a trait's default body alike.
+    let text = format!(
+        "mod m {{\nfn f() {{\n{}}}\n}}\ntrait T {{ fn g() {{\n{}}} }}\n",
+        body(MAX_FUNCTION_LINES - 2),
+        body(MAX_FUNCTION_LINES - 1)
+    );
+    assert_eq!(
+        too_long("x.rs", &text),
+        ["src/x.rs:123: T::g (121 lines)".to_owned()]
+    );
+}
+
+/// What each kind may import of the vocabulary (ARCHITECTURE.md, "What must never happen"): a
+/// step kind what a step reads and makes; a sink kind also a finished frame, the retention of
+/// what it writes, the record stream's packets, GStreamer and the once-per-interval warnings;
+/// the source what it decodes and the packets it records. None reads the event store.
+const KIND_IMPORTS: &[(&str, &[&str])] = &[
+    ("steps", &["spec", "value", "frame"]),
+    (
+        "sinks",
+        &[
+            "spec",
+            "value",
+            "frame",
+            "outcome",
+            "storage",
+            "packets",
+            "gst_setup",
+            "throttle",
+        ],
+    ),
+    ("source", &["spec", "frame", "packets", "gst_setup"]),
+];
+
+/// The imports of the kinds that are not theirs to make: `src/...:line: kind imports path`.
+fn kinds_reaching_too_far(found: &[Import]) -> Vec<String> {
+    found
+        .iter()
+        .filter_map(|i| {
+            let (_, allowed) = KIND_IMPORTS.iter().find(|(kind, _)| *kind == i.from)?;
+            (!allowed.contains(&i.to.as_str())).then(|| {
+                format!(
+                    "src/{}:{}: {} imports crate::{}",
+                    i.file.display(),
+                    i.line,
+                    i.from,
+                    i.path
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn each_kind_imports_only_its_part_of_the_vocabulary() {
+    let (_, found) = imports();
+    let wrong = kinds_reaching_too_far(&found);
+    assert!(
+        wrong.is_empty(),
+        "kinds importing what ARCHITECTURE.md does not give them:\n{}",
+        wrong.join("\n")
+    );
+    // The rule itself: a step that reads the storage is caught, a sink that does is not.
+    let text = "use crate::storage::Storage;\n";
+    assert_eq!(
+        kinds_reaching_too_far(&imports_in(Path::new("steps/x.rs"), text)).len(),
+        1
+    );
+    assert!(kinds_reaching_too_far(&imports_in(Path::new("sinks/x.rs"), text)).is_empty());
+}
+
+/// The modules a registry (`static KINDS` in `src/DIR/mod.rs`) names: `&name::KIND` -> `name`.
+fn registry(dir: &str) -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(dir)
+        .join("mod.rs");
+    let syntax = syn::parse_file(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let kinds = syntax
+        .items
+        .iter()
+        .find_map(|item| match item {
+            syn::Item::Static(s) if s.ident == "KINDS" => Some(s),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("src/{dir}/mod.rs has no KINDS"));
+    let syn::Expr::Reference(array) = &*kinds.expr else {
+        panic!("src/{dir}/mod.rs: KINDS is not &[...]");
+    };
+    let syn::Expr::Array(array) = &*array.expr else {
+        panic!("src/{dir}/mod.rs: KINDS is not &[...]");
+    };
+    array
+        .elems
+        .iter()
+        .map(|e| {
+            let syn::Expr::Reference(r) = e else {
+                panic!("src/{dir}/mod.rs: a KINDS entry is not &kind::KIND");
+            };
+            let syn::Expr::Path(p) = &*r.expr else {
+                panic!("src/{dir}/mod.rs: a KINDS entry is not &kind::KIND");
+            };
+            p.path.segments[0].ident.to_string()
+        })
+        .collect()
+}
+
+/// The files and folders of `src/DIR` but `mod.rs` and `common/` (what kinds share).
+fn rooms(dir: &str) -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir);
+    std::fs::read_dir(path)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_owned();
+            if p.is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs").map(str::to_owned)
+            }
+        })
+        .filter(|name| name != "mod" && name != "common")
+        .collect()
+}
+
+#[test]
+fn every_kind_is_a_file_or_folder_of_its_own_and_every_one_is_a_kind() {
+    for dir in ["steps", "sinks"] {
+        let (kinds, rooms) = (registry(dir), rooms(dir));
+        assert!(kinds.len() >= 10, "src/{dir}: only {kinds:?} in KINDS");
+        let not_kinds: Vec<_> = rooms.difference(&kinds).collect();
+        assert!(
+            not_kinds.is_empty(),
+            "src/{dir}: {not_kinds:?} are not kinds: a helper goes in src/{dir}/common/"
+        );
+        let nowhere: Vec<_> = kinds.difference(&rooms).collect();
+        assert!(
+            nowhere.is_empty(),
+            "src/{dir}: KINDS names {nowhere:?}, which are not files or folders of src/{dir}/"
+        );
+    }
+}

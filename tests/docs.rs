@@ -307,7 +307,11 @@ fn every_message_the_docs_are_keyed_by_exists_in_the_code() {
 
 #[test]
 fn the_metrics_table_names_every_metric_served() {
-    let code = std::fs::read_to_string(repo_root().join("src/daemon/http/metrics.rs")).unwrap();
+    let code: String = ["mod.rs", "table.rs"]
+        .map(|f| {
+            std::fs::read_to_string(repo_root().join("src/daemon/http/metrics").join(f)).unwrap()
+        })
+        .concat();
     let served: BTreeSet<String> = code
         .split('"')
         .filter(|s| {

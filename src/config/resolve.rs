@@ -471,40 +471,9 @@ impl Sinks<'_> {
             let mut inputs = Vec::new();
             let mut ok = true;
             for port in kind.inputs {
-                let texts: Vec<Spanned<String>> = match c.take(port.name) {
-                    None if port.list => Vec::new(),
-                    None => {
-                        diags.push(Diagnostic::at(
-                            c.name.span(),
-                            format!("{what}: missing input \"{}\"", port.name),
-                        ));
-                        ok = false;
-                        continue;
-                    }
-                    Some((key, value)) if port.list => match value.get_ref() {
-                        DeValue::Array(items) => items
-                            .iter()
-                            .filter_map(|item| reference_text(&what, &key, item, diags))
-                            .collect(),
-                        // One reference where a list is taken: a list of one.
-                        DeValue::String(_) => reference_text(&what, &key, &value, diags)
-                            .into_iter()
-                            .collect(),
-                        _ => {
-                            diags.push(Diagnostic::at(
-                                value.span(),
-                                format!(
-                                    "{what}: \"{}\" must be a reference or a list of references",
-                                    port.name
-                                ),
-                            ));
-                            ok = false;
-                            continue;
-                        }
-                    },
-                    Some((key, value)) => reference_text(&what, &key, &value, diags)
-                        .into_iter()
-                        .collect(),
+                let Some(texts) = port_texts(&what, port, &mut c, diags) else {
+                    ok = false;
+                    continue;
                 };
                 for text in texts {
                     match resolver.resolve(&what, port.name, port.ty, &text, diags) {
@@ -648,6 +617,49 @@ fn every_n_frames(
             None
         }
     }
+}
+
+/// The reference texts a sink's table gives `port`: none for a list it leaves out, one, or a
+/// list's; `None` (said in `diags`) for a missing input or a value that is no reference.
+fn port_texts(
+    what: &str,
+    port: &sinks::SinkPort,
+    c: &mut RawComponent<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Vec<Spanned<String>>> {
+    Some(match c.take(port.name) {
+        None if port.list => Vec::new(),
+        None => {
+            diags.push(Diagnostic::at(
+                c.name.span(),
+                format!("{what}: missing input \"{}\"", port.name),
+            ));
+            return None;
+        }
+        Some((key, value)) if port.list => match value.get_ref() {
+            DeValue::Array(items) => items
+                .iter()
+                .filter_map(|item| reference_text(what, &key, item, diags))
+                .collect(),
+            // One reference where a list is taken: a list of one.
+            DeValue::String(_) => reference_text(what, &key, &value, diags)
+                .into_iter()
+                .collect(),
+            _ => {
+                diags.push(Diagnostic::at(
+                    value.span(),
+                    format!(
+                        "{what}: \"{}\" must be a reference or a list of references",
+                        port.name
+                    ),
+                ));
+                return None;
+            }
+        },
+        Some((key, value)) => reference_text(what, &key, &value, diags)
+            .into_iter()
+            .collect(),
+    })
 }
 
 fn reference_text(

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::raw::RawSource;
+use super::raw::{RawReconnect, RawSource};
 use crate::source::{
     Credentials, Reconnect, Secret, SourceConfig, SourceOptions, SourceUri, Transport,
 };
@@ -115,28 +115,7 @@ fn options(
     let rtsp = matches!(uri, SourceUri::Rtsp { .. });
     let file = matches!(uri, SourceUri::File { .. });
 
-    // Keys that only make sense for some kinds of source.
-    let rtsp_only = [
-        ("user", s.user.as_ref().map(Spanned::span)),
-        ("password", s.password.as_ref().map(Spanned::span)),
-        ("password_file", s.password_file.as_ref().map(Spanned::span)),
-        ("transport", s.transport.as_ref().map(Spanned::span)),
-        ("latency_ms", s.latency_ms.as_ref().map(Spanned::span)),
-    ];
-    let misplaced = rtsp_only
-        .into_iter()
-        .filter(|_| !rtsp)
-        .map(|(key, at)| (key, at, "rtsp sources"))
-        .chain((!file).then_some((
-            "loop",
-            s.looping.as_ref().map(Spanned::span),
-            "file sources",
-        )));
-    for (key, at, kind) in misplaced {
-        if let Some(at) = at {
-            problem(at, format!("\"{key}\" applies to {kind} only"));
-        }
-    }
+    misplaced_keys(rtsp, file, s, &mut problem);
 
     if let Some(t) = &s.transport {
         match t.get_ref().as_str() {
@@ -193,34 +172,73 @@ fn options(
         o.looping = *l.get_ref();
     }
     if let Some(r) = &s.reconnect {
-        let ms = |v: &Option<Spanned<u64>>| v.as_ref().map(|v| Duration::from_millis(*v.get_ref()));
-        let defaults = Reconnect::default();
-        o.reconnect = Reconnect {
-            initial_delay: ms(&r.initial_delay_ms).unwrap_or(defaults.initial_delay),
-            max_delay: ms(&r.max_delay_ms).unwrap_or(defaults.max_delay),
-            max_attempts: r.max_attempts.as_ref().map(|v| *v.get_ref()),
-            reset_after: ms(&r.reset_after_ms).unwrap_or(defaults.reset_after),
-        };
-        if let Some(d) = &r.initial_delay_ms
-            && *d.get_ref() < 10
-        {
-            problem(
-                d.span(),
-                "reconnect.initial_delay_ms must be at least 10".to_owned(),
-            );
-        }
-        if o.reconnect.max_delay < o.reconnect.initial_delay {
-            let span = r.max_delay_ms.as_ref().map_or(0..0, Spanned::span);
-            problem(
-                span,
-                "reconnect.max_delay_ms must not be below initial_delay_ms".to_owned(),
-            );
-        }
+        o.reconnect = reconnect(r, &mut problem);
     }
     if rtsp {
         o.credentials = credentials(uri, s, &mut problem);
     }
     o
+}
+
+/// Keys that only make sense for some kinds of source, given to another.
+fn misplaced_keys(
+    rtsp: bool,
+    file: bool,
+    s: &RawSource,
+    problem: &mut impl FnMut(std::ops::Range<usize>, String),
+) {
+    let rtsp_only = [
+        ("user", s.user.as_ref().map(Spanned::span)),
+        ("password", s.password.as_ref().map(Spanned::span)),
+        ("password_file", s.password_file.as_ref().map(Spanned::span)),
+        ("transport", s.transport.as_ref().map(Spanned::span)),
+        ("latency_ms", s.latency_ms.as_ref().map(Spanned::span)),
+    ];
+    let misplaced = rtsp_only
+        .into_iter()
+        .filter(|_| !rtsp)
+        .map(|(key, at)| (key, at, "rtsp sources"))
+        .chain((!file).then_some((
+            "loop",
+            s.looping.as_ref().map(Spanned::span),
+            "file sources",
+        )));
+    for (key, at, kind) in misplaced {
+        if let Some(at) = at {
+            problem(at, format!("\"{key}\" applies to {kind} only"));
+        }
+    }
+}
+
+/// The `[sources.NAME.reconnect]` table, defaults for what it leaves out.
+fn reconnect(
+    r: &RawReconnect,
+    problem: &mut impl FnMut(std::ops::Range<usize>, String),
+) -> Reconnect {
+    let ms = |v: &Option<Spanned<u64>>| v.as_ref().map(|v| Duration::from_millis(*v.get_ref()));
+    let defaults = Reconnect::default();
+    let reconnect = Reconnect {
+        initial_delay: ms(&r.initial_delay_ms).unwrap_or(defaults.initial_delay),
+        max_delay: ms(&r.max_delay_ms).unwrap_or(defaults.max_delay),
+        max_attempts: r.max_attempts.as_ref().map(|v| *v.get_ref()),
+        reset_after: ms(&r.reset_after_ms).unwrap_or(defaults.reset_after),
+    };
+    if let Some(d) = &r.initial_delay_ms
+        && *d.get_ref() < 10
+    {
+        problem(
+            d.span(),
+            "reconnect.initial_delay_ms must be at least 10".to_owned(),
+        );
+    }
+    if reconnect.max_delay < reconnect.initial_delay {
+        let span = r.max_delay_ms.as_ref().map_or(0..0, Spanned::span);
+        problem(
+            span,
+            "reconnect.max_delay_ms must not be below initial_delay_ms".to_owned(),
+        );
+    }
+    reconnect
 }
 
 /// `user` with `password` (a value or `${VARIABLE}`) or `password_file`.

@@ -171,7 +171,7 @@ pub(super) fn close_in_order(
     deadline: &StopDeadline,
 ) -> (Result<(), PoolError>, Vec<SinkClosed>) {
     let pool = pool.map_or(Ok(()), |p| p.shutdown_until(deadline.joins()));
-    // Workers abandoned in a step are named with the rest of what the stop left (`run.rs`).
+    // Workers abandoned in a step are named with the rest of what the stop left (`run/end.rs`).
     if let Err(e) = &pool
         && !matches!(e, PoolError::Abandoned(_))
     {

@@ -1,4 +1,4 @@
-//! Sink kinds: where results go. Each sink runs on its own thread (see [`runner`]).
+//! Sink kinds: where results go. Each sink runs on its own thread (see [`common::runner`]).
 
 use std::fmt;
 
@@ -8,20 +8,18 @@ use crate::storage::Storage;
 use crate::value::ValueType;
 
 mod clip;
+mod common;
 mod jsonl;
 mod mqtt;
 mod nats;
-mod net;
 pub mod preview;
 mod record;
 mod redis_stream;
-pub mod runner;
 mod snapshot;
-mod stream;
 mod video_file;
 mod webhook;
 
-pub use runner::{Closing, OnFull, Routing, SinkRunner, SinkSender, SinkStats};
+pub use common::runner::{Closing, OnFull, Routing, SinkRunner, SinkSender, SinkStats};
 
 /// Every sink kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&SinkKind] = &[

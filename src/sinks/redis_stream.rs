@@ -2,7 +2,7 @@
 //! synchronous client), trimmed to about `maxlen` entries (`MAXLEN ~`).
 //!
 //! Threads: the sink's thread and `vidflow-redis_stream-NAME`, the delivery thread, which owns
-//! the one connection (see [`super::stream`] and its `deliver` module for the queue, the spool
+//! the one connection (see [`super::common::stream`] and its `deliver` module for the queue, the spool
 //! and the stop protocol). Each call is bounded by `timeout_ms` (socket timeouts).
 //!
 //! Delivery: a batch is sent as one MULTI/EXEC transaction of XADDs: stored whole or not at
@@ -18,8 +18,8 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::net::{PASSWORD_FILE_DOC, ServerUrl};
-use super::stream::{self, Delivery, Outgoing, Partial, Transport};
+use super::common::net::{PASSWORD_FILE_DOC, ServerUrl};
+use super::common::stream::{self, Delivery, Outgoing, Partial, Transport};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{Diagnostic, ParamDoc, Params, Secret, SinkInput, read_password_file};
 

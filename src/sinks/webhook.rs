@@ -20,7 +20,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use ureq::http::{HeaderName, HeaderValue};
 
-use super::net::{self, Backlog, Backoff, Lost, Message, Mode};
+use super::common::net::{self, Backlog, Backoff, Lost, Message, Mode};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{Address, Diagnostic, ParamDoc, Params, SinkInput, redact, redact_all};

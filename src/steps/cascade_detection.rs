@@ -14,7 +14,7 @@ use opencv::objdetect::{CascadeClassifier, CascadeClassifierTrait, CascadeClassi
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::instances::Instances;
+use super::common::instances::Instances;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value};

@@ -19,8 +19,8 @@ use opencv::dnn;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::inference::{self, Check, ModelFiles, Network, Request, Tensor};
-use super::models;
+use super::common::inference::{self, Check, ModelFiles, Network, Request, Tensor};
+use super::common::models;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value};

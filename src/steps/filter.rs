@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::geometry::{ANCHOR_DOC, Anchor, Polygon, RawPoints};
+use super::common::geometry::{ANCHOR_DOC, Anchor, Polygon, RawPoints};
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Value, ValueType};

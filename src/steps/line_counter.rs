@@ -28,8 +28,10 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Point, RawPoints, Segment, stay_in_pixels};
-use super::per_source::PerSource;
+use super::common::geometry::{
+    ANCHOR_DOC, Anchor, CLASSES_DOC, Point, RawPoints, Segment, stay_in_pixels,
+};
+use super::common::per_source::PerSource;
 use super::zone_count::{COUNTS_EVENTS_OUT, TRACKS_IN};
 use super::{Shape, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;

@@ -2,8 +2,9 @@
 //!
 //! A kind is a static descriptor (ports, parameters, whether it keeps state across frames) plus
 //! a builder that turns the user's parameters into a runnable [`Step`]. Adding a kind means one
-//! file here and one line in [`KINDS`]. Inputs are not parameters: the config layer takes each
-//! declared input key out of the table and resolves it as a reference before the builder runs.
+//! file or folder here and one line in [`KINDS`] (helpers go in `common/`). Inputs are not
+//! parameters: the config layer takes each declared input key out of the table and resolves it
+//! as a reference before the builder runs.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,19 +17,15 @@ mod annotate;
 mod blur;
 mod blur_regions;
 mod cascade_detection;
+mod common;
 mod crop;
 mod face_detection;
 mod filter;
-mod geometry;
 mod grayscale;
-mod inference;
-mod instances;
 mod line_counter;
-mod models;
 mod motion;
 mod object_detection;
 mod people_detection;
-mod per_source;
 mod resize;
 mod tracker;
 mod zone_count;

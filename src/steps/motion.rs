@@ -14,7 +14,7 @@ use opencv::imgproc;
 use opencv::video::{self, BackgroundSubtractorMOG2};
 use serde::Deserialize;
 
-use super::per_source::PerSource;
+use super::common::per_source::PerSource;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};

@@ -11,7 +11,7 @@ use opencv::objdetect::{HOGDescriptor, HOGDescriptorTrait, HOGDescriptorTraitCon
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::instances::Instances;
+use super::common::instances::Instances;
 use super::{DETECTIONS_OUT, IMAGE_IN, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{BBox, Detection, Value};

@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::geometry::{ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels};
-use super::per_source::PerSource;
+use super::common::geometry::{
+    ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels,
+};
+use super::common::per_source::PerSource;
 use super::{Port, Shape, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};

@@ -291,31 +291,15 @@ impl Supervisor {
                     Ok(FromExecutor::Finished(stats, executor)) => {
                         self.add(&stats);
                         self.cancel_reload("the workflow ended");
-                        let deadline = self.deadline_now();
-                        return Waited {
-                            finished: Some((std::mem::take(&mut self.totals), executor)),
-                            deadline,
-                            aborted: self.stops > 1,
-                        };
+                        let totals = std::mem::take(&mut self.totals);
+                        return self.waited(Some((totals, executor)));
                     }
                     // The executor's thread panicked: nothing is left to wait for.
-                    Err(_) => {
-                        let deadline = self.deadline_now();
-                        return Waited {
-                            finished: None,
-                            deadline,
-                            aborted: self.stops > 1,
-                        };
-                    }
+                    Err(_) => return self.waited(None),
                 },
                 i if i == timer_at => {
                     let _ = op.recv(&timer);
-                    let deadline = self.deadline_now();
-                    return Waited {
-                        finished: None,
-                        deadline,
-                        aborted: self.stops > 1,
-                    };
+                    return self.waited(None);
                 }
                 i if i < first_retired => {
                     let _ = op.recv(&sources_done[i - first_source]);
@@ -327,6 +311,15 @@ impl Supervisor {
                     self.retired_ended(i - first_retired);
                 }
             }
+        }
+    }
+
+    /// The end of the wait: the stop deadline (started now if no stop request started it).
+    fn waited(&mut self, finished: Option<(RunStats, Executor)>) -> Waited {
+        Waited {
+            finished,
+            deadline: self.deadline_now(),
+            aborted: self.stops > 1,
         }
     }
 

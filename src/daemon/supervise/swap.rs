@@ -236,39 +236,7 @@ impl Supervisor {
         self.retired_metrics.1 += metrics.step_panics.load(Ordering::Relaxed);
         drop(old);
 
-        // Sinks: the kept ones, then the new ones, in the new file's order; the rest closed.
-        let mut running: Vec<Option<OpenSink>> = self.parts.sinks.drain(..).map(Some).collect();
-        let closing: Vec<SinkRunner> = plan
-            .closed_sinks
-            .iter()
-            .filter_map(|&i| running[i].take().map(|s| s.runner))
-            .collect();
-        let closed = close_sinks(closing, Some(Instant::now() + RELOAD_CLOSE_TIMEOUT));
-        for (name, _, result) in &closed {
-            match result {
-                Some(Ok(())) => tracing::info!(sink = %name, "reload: sink closed"),
-                Some(Err(e)) => {
-                    tracing::error!(sink = %name, error = %e, "reload: sink closed with an error")
-                }
-                None => {}
-            }
-        }
-        self.closed_sinks.extend(closed);
-        let configs = std::mem::take(&mut new.sinks);
-        for ((config, kept), opened) in configs.into_iter().zip(&plan.kept_sinks).zip(opened) {
-            let sink = match (kept, opened) {
-                (Some(i), _) => running[*i].take(),
-                (None, Some(runner)) => {
-                    tracing::info!(sink = %config.name, "reload: sink opened");
-                    Some(OpenSink {
-                        runner,
-                        inputs: config.inputs,
-                    })
-                }
-                (None, None) => None,
-            };
-            self.parts.sinks.extend(sink);
-        }
+        self.swap_sinks(std::mem::take(&mut new.sinks), &plan, opened);
 
         // Steps: kept ones carry their instance (and state) over.
         let mut steps = std::mem::take(&mut new.steps);
@@ -339,6 +307,47 @@ impl Supervisor {
             "reload applied"
         );
         executor
+    }
+
+    /// The sinks of a swap: the kept ones, then the new ones, in the new file's order; the rest
+    /// closed (counted in `closed_sinks`).
+    fn swap_sinks(
+        &mut self,
+        configs: Vec<SinkConfig>,
+        plan: &Plan,
+        opened: Vec<Option<SinkRunner>>,
+    ) {
+        let mut running: Vec<Option<OpenSink>> = self.parts.sinks.drain(..).map(Some).collect();
+        let closing: Vec<SinkRunner> = plan
+            .closed_sinks
+            .iter()
+            .filter_map(|&i| running[i].take().map(|s| s.runner))
+            .collect();
+        let closed = close_sinks(closing, Some(Instant::now() + RELOAD_CLOSE_TIMEOUT));
+        for (name, _, result) in &closed {
+            match result {
+                Some(Ok(())) => tracing::info!(sink = %name, "reload: sink closed"),
+                Some(Err(e)) => {
+                    tracing::error!(sink = %name, error = %e, "reload: sink closed with an error")
+                }
+                None => {}
+            }
+        }
+        self.closed_sinks.extend(closed);
+        for ((config, kept), opened) in configs.into_iter().zip(&plan.kept_sinks).zip(opened) {
+            let sink = match (kept, opened) {
+                (Some(i), _) => running[*i].take(),
+                (None, Some(runner)) => {
+                    tracing::info!(sink = %config.name, "reload: sink opened");
+                    Some(OpenSink {
+                        runner,
+                        inputs: config.inputs,
+                    })
+                }
+                (None, None) => None,
+            };
+            self.parts.sinks.extend(sink);
+        }
     }
 
     /// Settings a reload changes without a swap.

@@ -9,7 +9,7 @@ use rumqttc::QoS;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::super::net::{self, Mode, ServerUrl};
+use super::super::common::net::{self, Mode, ServerUrl};
 use super::super::{SinkError, SinkFactory};
 
 use crate::spec::{Diagnostic, Params, Secret, read_password_file};

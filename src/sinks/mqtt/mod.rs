@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rumqttc::{Client, Connection, Event, LastWill, MqttOptions, Outgoing, Packet, QoS, Transport};
 
-use super::net::{self, Backlog, Backoff, Lost, Message, Mode, State};
+use super::common::net::{self, Backlog, Backoff, Lost, Message, Mode, State};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::outcome::FrameResult;
 use crate::spec::{ParamDoc, SinkInput};
@@ -155,7 +155,7 @@ impl SinkFactory for Factory {
         let discovery = self
             .discovery
             .as_ref()
-            .map(|prefix| Discovery::new(prefix, super::stream::host_name(), name));
+            .map(|prefix| Discovery::new(prefix, super::common::stream::host_name(), name));
         if let Some(d) = &discovery {
             options.set_last_will(LastWill::new(&d.availability, OFFLINE, self.qos, true));
         }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::super::net::ServerUrl;
-use super::super::stream::Delivery;
+use super::super::common::net::ServerUrl;
+use super::super::common::stream::Delivery;
 use crate::spec::{Diagnostic, Params, Secret, read_password_file};
 
 #[derive(Debug, Deserialize)]
@@ -128,7 +128,7 @@ pub(super) fn build(params: Params<'_>) -> Result<Box<dyn super::super::SinkFact
         _ => Ok(()),
     };
     positive(&c.ack_timeout_ms, "ack_timeout_ms")?;
-    let batch = super::super::stream::batch(c.batch)?;
+    let batch = super::super::common::stream::batch(c.batch)?;
     Ok(Box::new(Factory {
         servers,
         shown,

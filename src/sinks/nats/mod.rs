@@ -2,7 +2,7 @@
 //! `Nats-Msg-Id` that is the same if a message is sent twice, so the stream drops duplicates.
 //!
 //! Threads: the sink's thread and `vidflow-nats-NAME`, the delivery thread (see
-//! [`super::stream`] and its `deliver` module for the queue, the spool and the stop protocol).
+//! [`super::common::stream`] and its `deliver` module for the queue, the spool and the stop protocol).
 //! The delivery thread owns a current-thread tokio runtime: async-nats's connection task runs
 //! on it only while that thread is inside it, which it is while connecting, while sending a
 //! batch and while idle ([`Transport::idle`] waits inside the runtime on a `Notify` that the
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, stream::StorageType};
 use async_nats::{ConnectOptions, HeaderMap, ServerAddr};
 
-use super::net::PASSWORD_FILE_DOC;
-use super::stream::{self, Outgoing, Partial, Transport, Wake};
+use super::common::net::PASSWORD_FILE_DOC;
+use super::common::stream::{self, Outgoing, Partial, Transport, Wake};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{ParamDoc, SinkInput};
 

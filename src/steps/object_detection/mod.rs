@@ -28,8 +28,8 @@ use opencv::dnn;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::inference::{self, Check, ModelFiles, Network, Request, Tensor, View};
-use super::models::{self, Sizes};
+use super::common::inference::{self, Check, ModelFiles, Network, Request, Tensor, View};
+use super::common::models::{self, Sizes};
 use super::{DETECTIONS_OUT, Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::{BlobSpec, bgr_blob};
 use crate::spec::{Diagnostic, ParamDoc, Params};

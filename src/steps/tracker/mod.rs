@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::per_source::PerSource;
+use super::common::per_source::PerSource;
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};

@@ -7,9 +7,9 @@ use opencv::core::Mat;
 use ort::session::Session;
 use ort::value::TensorRef;
 
-use super::super::StepError;
-use super::super::instances::Instances;
 use super::{Engine, Fill, Read, Tensor, View, blob_parts, runtimes, select_outputs};
+use crate::steps::StepError;
+use crate::steps::common::instances::Instances;
 
 pub(super) struct OrtEngine {
     sessions: Instances<Session>,

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::SinkError;
-use super::jsonl::frame_json;
 use crate::outcome::FrameResult;
+use crate::sinks::SinkError;
+use crate::sinks::jsonl::frame_json;
 use crate::spec::{Address, AddressError, ParamDoc, SinkInput, redact};
 
 /// Messages kept while the far end is away, when the pipeline file does not say (`backlog`).
@@ -27,7 +27,7 @@ const DEFAULT_BACKLOG: usize = 1000;
 
 /// How long closing waits for the backlog to be delivered, when the file does not say
 /// (`flush_timeout_ms`): inside the sinks' share (1/4) of the default 20 s stop deadline.
-pub(super) const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(4);
+pub(in crate::sinks) const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// First wait before another attempt; doubles up to [`BACKOFF_MAX`].
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -35,7 +35,7 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// The `mode` parameter of every network sink.
-pub(super) const MODE_DOC: ParamDoc = ParamDoc {
+pub(in crate::sinks) const MODE_DOC: ParamDoc = ParamDoc {
     name: "mode",
     ty: "\"frames\" | \"events\"",
     default: "\"frames\"",
@@ -43,7 +43,7 @@ pub(super) const MODE_DOC: ParamDoc = ParamDoc {
 };
 
 /// The `password_file` parameter of the sinks that log in with a user.
-pub(super) const PASSWORD_FILE_DOC: ParamDoc = ParamDoc {
+pub(in crate::sinks) const PASSWORD_FILE_DOC: ParamDoc = ParamDoc {
     name: "password_file",
     ty: "path",
     default: "none",
@@ -53,7 +53,7 @@ pub(super) const PASSWORD_FILE_DOC: ParamDoc = ParamDoc {
 /// A server's URL, parsed once as an [`Address`]: the host and port connected to come from
 /// the same parse as what is shown, and the password stays in it as a secret.
 #[derive(Debug)]
-pub(super) struct ServerUrl {
+pub(in crate::sinks) struct ServerUrl {
     pub scheme: String,
     /// The host, without an IPv6 address's brackets.
     pub host: String,
@@ -65,7 +65,7 @@ impl ServerUrl {
     /// Parses `url`, whose scheme must be one of `schemes` (or of `aliases`, not named in
     /// messages); `expected` says what a URL looks like, for the message. Messages quote the
     /// URL without its password.
-    pub(super) fn parse(
+    pub(in crate::sinks) fn parse(
         url: &str,
         schemes: &[&str],
         aliases: &[&str],
@@ -106,7 +106,7 @@ impl ServerUrl {
     }
 
     /// The path after the host, without its leading `/`.
-    pub(super) fn path(&self) -> &str {
+    pub(in crate::sinks) fn path(&self) -> &str {
         self.address
             .without_credentials()
             .path()
@@ -114,7 +114,7 @@ impl ServerUrl {
     }
 
     /// `message` about this URL, quoted without its password.
-    pub(super) fn bad(&self, message: &str) -> String {
+    pub(in crate::sinks) fn bad(&self, message: &str) -> String {
         format!("url \"{}\": {message}", self.address)
     }
 }
@@ -122,7 +122,7 @@ impl ServerUrl {
 /// Which frames a network sink sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(super) enum Mode {
+pub(in crate::sinks) enum Mode {
     /// Every frame, like a `jsonl` line (a failed frame with its error).
     #[default]
     Frames,
@@ -132,7 +132,7 @@ pub(super) enum Mode {
 
 /// One frame's message.
 #[derive(Debug, Clone)]
-pub(super) struct Message {
+pub(in crate::sinks) struct Message {
     pub source: Arc<str>,
     pub frame: u64,
     pub body: Vec<u8>,
@@ -140,12 +140,12 @@ pub(super) struct Message {
 
 /// Builds the message of a frame: the `jsonl` line (without its newline), or `None` when
 /// `mode` leaves the frame out.
-pub(super) fn message(
+pub(in crate::sinks) fn message(
     result: &FrameResult,
     inputs: &[SinkInput],
     mode: Mode,
 ) -> Result<Option<Message>, SinkError> {
-    if mode == Mode::Events && !super::any_non_empty(result, inputs.iter().map(|i| i.from)) {
+    if mode == Mode::Events && !crate::sinks::any_non_empty(result, inputs.iter().map(|i| i.from)) {
         return Ok(None);
     }
     let body = serde_json::to_vec(&frame_json(result, inputs))
@@ -160,14 +160,14 @@ pub(super) fn message(
 
 /// Messages that were not delivered: how many, and the first and last of them.
 #[derive(Debug, Default)]
-pub(super) struct Lost {
+pub(in crate::sinks) struct Lost {
     pub count: u64,
     first: Option<(Arc<str>, u64)>,
     last: Option<(Arc<str>, u64)>,
 }
 
 impl Lost {
-    pub(super) fn add(&mut self, m: &Message) {
+    pub(in crate::sinks) fn add(&mut self, m: &Message) {
         self.count += 1;
         let at = Some((m.source.clone(), m.frame));
         if self.first.is_none() {
@@ -177,7 +177,7 @@ impl Lost {
     }
 
     /// Adds `later`'s messages (lost after these).
-    pub(super) fn merge(&mut self, later: Lost) {
+    pub(in crate::sinks) fn merge(&mut self, later: Lost) {
         self.count += later.count;
         if self.first.is_none() {
             self.first = later.first;
@@ -207,7 +207,7 @@ impl fmt::Display for Lost {
 
 /// What a delivery thread and the sink's thread share under [`Backlog::lock`].
 #[derive(Debug)]
-pub(super) struct State<S> {
+pub(in crate::sinks) struct State<S> {
     /// Messages not handed to the network yet, oldest first.
     pub waiting: VecDeque<Message>,
     capacity: usize,
@@ -223,13 +223,13 @@ pub(super) struct State<S> {
 
 /// The bounded backlog of one network sink and the condvar that wakes its threads.
 #[derive(Debug)]
-pub(super) struct Backlog<S> {
+pub(in crate::sinks) struct Backlog<S> {
     state: Mutex<State<S>>,
     changed: Condvar,
 }
 
 impl<S> Backlog<S> {
-    pub(super) fn new(capacity: usize, link: S) -> Arc<Self> {
+    pub(in crate::sinks) fn new(capacity: usize, link: S) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
                 waiting: VecDeque::new(),
@@ -245,17 +245,17 @@ impl<S> Backlog<S> {
 
     /// The shared state. A panic while it was held leaves it consistent (every change is one
     /// push or pop), so a poisoned lock is taken as it is.
-    pub(super) fn lock(&self) -> MutexGuard<'_, State<S>> {
+    pub(in crate::sinks) fn lock(&self) -> MutexGuard<'_, State<S>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Wakes the threads waiting in [`Backlog::wait`].
-    pub(super) fn notify(&self) {
+    pub(in crate::sinks) fn notify(&self) {
         self.changed.notify_all();
     }
 
     /// Waits for a change, at most until `until` (forever if `None`).
-    pub(super) fn wait<'a>(
+    pub(in crate::sinks) fn wait<'a>(
         &self,
         guard: MutexGuard<'a, State<S>>,
         until: Option<Instant>,
@@ -276,7 +276,7 @@ impl<S> Backlog<S> {
     }
 
     /// Queues a message; a full backlog drops its oldest one.
-    pub(super) fn push(&self, message: Message) {
+    pub(in crate::sinks) fn push(&self, message: Message) {
         let mut state = self.lock();
         if state.waiting.len() >= state.capacity
             && let Some(old) = state.waiting.pop_front()
@@ -297,14 +297,14 @@ impl<S> Backlog<S> {
 
 impl<S> State<S> {
     /// Whether closing has reached its deadline.
-    pub(super) fn out_of_time(&self) -> bool {
+    pub(in crate::sinks) fn out_of_time(&self) -> bool {
         self.closing.is_some_and(|t| Instant::now() >= t)
     }
 }
 
 /// What closing reports: `Ok` if every message was delivered, else what was lost and why (the
 /// daemon logs it with the sink's name and exits non-zero).
-pub(super) fn losses(
+pub(in crate::sinks) fn losses(
     kind: &str,
     overflow: &Lost,
     failed: &Lost,
@@ -321,7 +321,7 @@ pub(super) fn losses(
 }
 
 /// Like [`losses`], with each kind of loss named by the caller.
-pub(super) fn told_losses(kind: &str, lost: &[(&Lost, &str)]) -> Result<(), SinkError> {
+pub(in crate::sinks) fn told_losses(kind: &str, lost: &[(&Lost, &str)]) -> Result<(), SinkError> {
     let parts: Vec<String> = lost
         .iter()
         .filter(|(l, _)| l.count > 0)
@@ -337,7 +337,7 @@ pub(super) fn told_losses(kind: &str, lost: &[(&Lost, &str)]) -> Result<(), Sink
 }
 
 /// The `every_n_frames` parameter: at least 1, 1 (every frame) when not given.
-pub(super) fn every_n_frames(
+pub(in crate::sinks) fn every_n_frames(
     given: Option<toml::Spanned<u64>>,
 ) -> Result<u64, crate::spec::Diagnostic> {
     match given {
@@ -351,7 +351,7 @@ pub(super) fn every_n_frames(
 }
 
 /// The `every_n_frames` parameter of the network sinks.
-pub(super) const EVERY_N_FRAMES_DOC: ParamDoc = ParamDoc {
+pub(in crate::sinks) const EVERY_N_FRAMES_DOC: ParamDoc = ParamDoc {
     name: "every_n_frames",
     ty: "integer >= 1",
     default: "1",
@@ -359,7 +359,7 @@ pub(super) const EVERY_N_FRAMES_DOC: ParamDoc = ParamDoc {
 };
 
 /// The `backlog` parameter: at least 1, [`DEFAULT_BACKLOG`] when not given.
-pub(super) fn backlog(
+pub(in crate::sinks) fn backlog(
     given: Option<toml::Spanned<usize>>,
 ) -> Result<usize, crate::spec::Diagnostic> {
     match given {
@@ -374,7 +374,7 @@ pub(super) fn backlog(
 
 /// Waits between attempts: doubling from [`BACKOFF_FIRST`] to [`BACKOFF_MAX`].
 #[derive(Debug, Clone)]
-pub(super) struct Backoff {
+pub(in crate::sinks) struct Backoff {
     next: Duration,
 }
 
@@ -387,13 +387,13 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub(super) fn next_delay(&mut self) -> Duration {
+    pub(in crate::sinks) fn next_delay(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(BACKOFF_MAX);
         d
     }
 
-    pub(super) fn reset(&mut self) {
+    pub(in crate::sinks) fn reset(&mut self) {
         self.next = BACKOFF_FIRST;
     }
 }

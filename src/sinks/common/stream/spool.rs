@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::super::net::{Lost, Message};
 use super::Outgoing;
+use crate::sinks::common::net::{Lost, Message};
 
 /// How often at most the acknowledged position is written to `head` while messages flow.
 const HEAD_SAVE_INTERVAL: Duration = Duration::from_secs(1);

@@ -13,11 +13,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use super::StepError;
+use crate::steps::StepError;
 
 type Make<T> = Box<dyn Fn() -> Result<T, StepError> + Send + Sync>;
 
-pub(super) struct Instances<T> {
+pub(in crate::steps) struct Instances<T> {
     idle: Mutex<Vec<T>>,
     make: Make<T>,
     /// Instances made so far (the first one included). Written with `Relaxed`: it is a count for
@@ -28,7 +28,7 @@ pub(super) struct Instances<T> {
 impl<T: Send> Instances<T> {
     /// A stock holding `first` (made while the pipeline was loaded, which proved the model
     /// loads); `make` makes the others, lazily.
-    pub(super) fn new<E: Into<StepError>>(
+    pub(in crate::steps) fn new<E: Into<StepError>>(
         first: T,
         make: impl Fn() -> Result<T, E> + Send + Sync + 'static,
     ) -> Self {
@@ -40,7 +40,7 @@ impl<T: Send> Instances<T> {
     }
 
     /// Runs `f` with an instance of its own.
-    pub(super) fn with<R>(
+    pub(in crate::steps) fn with<R>(
         &self,
         f: impl FnOnce(&mut T) -> Result<R, StepError>,
     ) -> Result<R, StepError> {
@@ -67,7 +67,7 @@ impl<T: Send> Instances<T> {
 
     /// How many instances were made so far.
     #[cfg(test)]
-    pub(super) fn made(&self) -> usize {
+    pub(in crate::steps) fn made(&self) -> usize {
         self.made.load(Ordering::Relaxed)
     }
 }

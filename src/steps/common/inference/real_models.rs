@@ -4,7 +4,7 @@
 //! export's outputs on every engine that reads it.
 
 use super::*;
-use crate::steps::models::models_dir;
+use crate::steps::common::models::models_dir;
 
 fn blob(image: &Mat, side: i32) -> Mat {
     opencv::dnn::blob_from_image(

@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 
 #[derive(Debug)]
-pub(super) struct PerSource<T> {
+pub(in crate::steps) struct PerSource<T> {
     states: Mutex<HashMap<Arc<str>, Arc<Mutex<T>>>>,
 }
 
@@ -27,7 +27,7 @@ impl<T> Default for PerSource<T> {
 impl<T> PerSource<T> {
     /// Runs `f` on the state of `source`, made by `make` on its first frame (and on its first
     /// frame after a reset); fails only when `make` does.
-    pub(super) fn with_made<R, E>(
+    pub(in crate::steps) fn with_made<R, E>(
         &self,
         source: &Arc<str>,
         make: impl FnOnce() -> Result<T, E>,
@@ -49,7 +49,7 @@ impl<T> PerSource<T> {
     }
 
     /// Drops the state of `source`: its next frame starts with a fresh one.
-    pub(super) fn reset(&self, source: &str) {
+    pub(in crate::steps) fn reset(&self, source: &str) {
         let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         states.remove(source);
     }
@@ -57,7 +57,7 @@ impl<T> PerSource<T> {
 
 impl<T: Default> PerSource<T> {
     /// Runs `f` on the state of `source`, made empty on its first frame.
-    pub(super) fn with<R>(&self, source: &Arc<str>, f: impl FnOnce(&mut T) -> R) -> R {
+    pub(in crate::steps) fn with<R>(&self, source: &Arc<str>, f: impl FnOnce(&mut T) -> R) -> R {
         match self.with_made(source, || Ok::<T, Infallible>(T::default()), f) {
             Ok(r) => r,
             Err(never) => match never {},

@@ -12,9 +12,9 @@
 
 use std::collections::VecDeque;
 
-use super::super::net::Lost;
 use super::Outgoing;
 use super::spool::Spool;
+use crate::sinks::common::net::Lost;
 
 #[derive(Debug)]
 pub(super) struct Queue {
@@ -220,8 +220,8 @@ pub(super) struct Closed {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::super::net::Message;
     use super::*;
+    use crate::sinks::common::net::Message;
 
     fn msg(frame: u64) -> Outgoing {
         let id = format!("h:cam:r:{frame}");

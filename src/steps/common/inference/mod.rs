@@ -16,7 +16,7 @@
 //! runtime is one warning per process, and OpenCV always runs.
 //!
 //! Threads: an engine keeps one instance per worker that runs it at the same moment
-//! ([`super::instances::Instances`]); each instance uses `threads` threads of its own (default 1:
+//! ([`crate::steps::common::instances::Instances`]); each instance uses `threads` threads of its own (default 1:
 //! the pool's workers are where parallelism comes from, so workers x threads stays at the
 //! cores). ONNX Runtime's threads do not spin while idle; OpenVINO's are TBB's.
 
@@ -26,8 +26,8 @@ use std::path::PathBuf;
 use opencv::core::{Mat, MatTraitConst, MatTraitConstManual, MatTraitManual};
 use toml::Spanned;
 
-use super::StepError;
 use crate::spec::{Diagnostic, ParamDoc};
+use crate::steps::StepError;
 use crate::value::Detection;
 
 mod agree;
@@ -36,20 +36,20 @@ mod check;
 mod onnxruntime;
 mod opencv_dnn;
 mod openvino;
-pub(super) mod runtimes;
+pub(in crate::steps) mod runtimes;
 
-pub(super) use check::check_image;
+pub(in crate::steps) use check::check_image;
 
 /// Which engine runs a network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Backend {
+pub(in crate::steps) enum Backend {
     OpenCv,
     OnnxRuntime,
     OpenVino,
 }
 
 impl Backend {
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::steps) fn name(self) -> &'static str {
         match self {
             Self::OpenCv => "opencv",
             Self::OnnxRuntime => "onnxruntime",
@@ -60,7 +60,7 @@ impl Backend {
 
 /// The arithmetic an engine computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Precision {
+pub(in crate::steps) enum Precision {
     F32,
     Bf16,
     /// The model's quantized copy (`onnx_int8`).
@@ -68,7 +68,7 @@ pub(super) enum Precision {
 }
 
 impl Precision {
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::steps) fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
@@ -78,19 +78,19 @@ impl Precision {
 }
 
 /// The parameters every network step takes, documented once.
-pub(super) const BACKEND_DOC: ParamDoc = ParamDoc {
+pub(in crate::steps) const BACKEND_DOC: ParamDoc = ParamDoc {
     name: "backend",
     ty: "string",
     default: "\"auto\"",
     doc: "\"auto\" (the fastest installed engine that agrees with f32 on the check image), \"opencv\", \"onnxruntime\" or \"openvino\"",
 };
-pub(super) const PRECISION_DOC: ParamDoc = ParamDoc {
+pub(in crate::steps) const PRECISION_DOC: ParamDoc = ParamDoc {
     name: "precision",
     ty: "string",
     default: "f32 (auto: f32, bf16 or int8, whichever agrees and is faster)",
     doc: "\"f32\", \"bf16\" (openvino, on a CPU with bf16 support) or \"int8\" (onnxruntime, openvino; a model with a quantized copy)",
 };
-pub(super) const THREADS_DOC: ParamDoc = ParamDoc {
+pub(in crate::steps) const THREADS_DOC: ParamDoc = ParamDoc {
     name: "threads",
     ty: "integer in [1, 256]",
     default: "1",
@@ -99,17 +99,17 @@ pub(super) const THREADS_DOC: ParamDoc = ParamDoc {
 
 /// What the step's table asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct Request {
+pub(in crate::steps) struct Request {
     /// `None`: auto.
-    pub(super) backend: Option<Backend>,
+    pub(in crate::steps) backend: Option<Backend>,
     /// `None`: f32, or for auto whichever agrees.
-    pub(super) precision: Option<Precision>,
-    pub(super) threads: usize,
+    pub(in crate::steps) precision: Option<Precision>,
+    pub(in crate::steps) threads: usize,
 }
 
 impl Request {
     /// Reads `backend`, `precision` and `threads` as the step's table gives them.
-    pub(super) fn parse(
+    pub(in crate::steps) fn parse(
         backend: Option<&Spanned<String>>,
         precision: Option<&Spanned<String>>,
         threads: Option<&Spanned<u32>>,
@@ -182,36 +182,36 @@ impl Request {
 
 /// A network's files, as the step found them.
 #[derive(Debug, Clone)]
-pub(super) struct ModelFiles {
+pub(in crate::steps) struct ModelFiles {
     /// How messages name the model: `model "yolov3_tiny_coco"`, `model_path "x.onnx"`.
-    pub(super) label: String,
+    pub(in crate::steps) label: String,
     /// A Darknet network: (weights, cfg). OpenCV's DNN only.
-    pub(super) darknet: Option<(PathBuf, PathBuf)>,
+    pub(in crate::steps) darknet: Option<(PathBuf, PathBuf)>,
     /// An ONNX file: every engine.
-    pub(super) onnx: Option<PathBuf>,
+    pub(in crate::steps) onnx: Option<PathBuf>,
     /// Its quantized copy (QDQ), for `precision = "int8"`.
-    pub(super) onnx_int8: Option<PathBuf>,
+    pub(in crate::steps) onnx_int8: Option<PathBuf>,
     /// The outputs the step decodes, in its order; `None`: all, in the network's order.
-    pub(super) outputs: Option<Vec<String>>,
+    pub(in crate::steps) outputs: Option<Vec<String>>,
     /// Why OpenCV cannot run this network, known without trying (`auto` then does not try it,
     /// and OpenCV's importer does not print its errors on every load).
-    pub(super) opencv_refuses: Option<String>,
+    pub(in crate::steps) opencv_refuses: Option<String>,
 }
 
 /// One output of a forward pass.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Tensor {
-    pub(super) shape: Vec<usize>,
-    pub(super) data: Vec<f32>,
+pub(in crate::steps) struct Tensor {
+    pub(in crate::steps) shape: Vec<usize>,
+    pub(in crate::steps) data: Vec<f32>,
 }
 
 /// Writes a network's input (NCHW f32) where the engine reads it.
-pub(super) type Fill<'a> = dyn FnMut(&mut [f32]) -> Result<(), StepError> + 'a;
+pub(in crate::steps) type Fill<'a> = dyn FnMut(&mut [f32]) -> Result<(), StepError> + 'a;
 /// Reads a forward pass's outputs, in the model files' order, where the engine keeps them.
-pub(super) type Read<'a> = dyn FnMut(&[View<'_>]) -> Result<(), StepError> + 'a;
+pub(in crate::steps) type Read<'a> = dyn FnMut(&[View<'_>]) -> Result<(), StepError> + 'a;
 
 /// An output where the engine keeps it: its shape and its values.
-pub(super) struct View<'a> {
+pub(in crate::steps) struct View<'a> {
     pub shape: Vec<usize>,
     pub data: &'a [f32],
 }
@@ -227,7 +227,7 @@ impl<'a> From<&'a Tensor> for View<'a> {
 
 /// Runs a network. Shared by the workers: an engine hands each concurrent caller an instance of
 /// its own.
-pub(super) trait Engine: Send + Sync + fmt::Debug {
+pub(in crate::steps) trait Engine: Send + Sync + fmt::Debug {
     /// Runs the network on `input` (a 4-D NCHW f32 blob, as `dnn::blob_from_image` makes it)
     /// and returns the outputs the model files named, in their order.
     fn forward(&self, input: &Mat) -> Result<Vec<Tensor>, StepError>;
@@ -275,7 +275,7 @@ fn select_outputs(
 }
 
 /// The shape and values of a blob.
-pub(super) fn blob_parts(blob: &Mat) -> Result<(Vec<usize>, &[f32]), StepError> {
+pub(in crate::steps) fn blob_parts(blob: &Mat) -> Result<(Vec<usize>, &[f32]), StepError> {
     let shape: Vec<usize> = blob
         .mat_size()
         .iter()
@@ -341,52 +341,52 @@ fn load_engine(
 }
 
 /// A step's network input for an image, as it makes it on every frame.
-pub(super) type InputOf<'a> = dyn Fn(&Mat) -> Result<Mat, StepError> + 'a;
+pub(in crate::steps) type InputOf<'a> = dyn Fn(&Mat) -> Result<Mat, StepError> + 'a;
 /// A step's decoding of a network's outputs for an image into the detections it would report.
-pub(super) type DetectionsOf<'a> =
+pub(in crate::steps) type DetectionsOf<'a> =
     dyn Fn(&Mat, &[Tensor]) -> Result<Vec<Detection>, StepError> + 'a;
 /// Whether outputs have the shapes the step decodes (its layout and class count): why not.
-pub(super) type FitsOf<'a> = dyn Fn(&[Tensor]) -> Result<(), String> + 'a;
+pub(in crate::steps) type FitsOf<'a> = dyn Fn(&[Tensor]) -> Result<(), String> + 'a;
 
 /// What an engine is checked on when it is loaded, and `auto` judges it on: the model's check
 /// image and clip, and the step's own input and decoding.
-pub(super) struct Check<'a> {
+pub(in crate::steps) struct Check<'a> {
     /// The model's check image, or a synthetic picture.
-    pub(super) image: Mat,
+    pub(in crate::steps) image: Mat,
     /// A real picture with objects the model should find (else a synthetic one: a reduced
     /// precision cannot be judged on it and is not taken).
-    pub(super) real: bool,
+    pub(in crate::steps) real: bool,
     /// The model's check clip (a picture of consecutive frames stacked, and how many), or none:
     /// then no reduced precision is taken by `auto`. Read only when a reduced precision is
     /// judged.
-    pub(super) clip: Option<(PathBuf, u32)>,
-    pub(super) input: &'a InputOf<'a>,
+    pub(in crate::steps) clip: Option<(PathBuf, u32)>,
+    pub(in crate::steps) input: &'a InputOf<'a>,
     /// How messages name the input the step gives: `input_size 416`.
-    pub(super) input_name: String,
-    pub(super) detections: &'a DetectionsOf<'a>,
-    pub(super) fits: &'a FitsOf<'a>,
+    pub(in crate::steps) input_name: String,
+    pub(in crate::steps) detections: &'a DetectionsOf<'a>,
+    pub(in crate::steps) fits: &'a FitsOf<'a>,
     /// What else the detections depend on (classes, thresholds): part of the key `auto`'s
     /// decision is kept under.
-    pub(super) settings: String,
+    pub(in crate::steps) settings: String,
 }
 
 /// The engine a step runs, and what it is.
 #[derive(Debug)]
-pub(super) struct Network {
-    pub(super) engine: Box<dyn Engine>,
-    pub(super) backend: Backend,
-    pub(super) precision: Precision,
+pub(in crate::steps) struct Network {
+    pub(in crate::steps) engine: Box<dyn Engine>,
+    pub(in crate::steps) backend: Backend,
+    pub(in crate::steps) precision: Precision,
 }
 
 impl Network {
     /// What runs it, for logs and `Debug`: `openvino bf16`.
-    pub(super) fn describe(&self) -> String {
+    pub(in crate::steps) fn describe(&self) -> String {
         format!("{} {}", self.backend.name(), self.precision.name())
     }
 }
 
 /// Loads the network the request names; `auto` measures and checks the candidates.
-pub(super) fn load(
+pub(in crate::steps) fn load(
     files: &ModelFiles,
     request: Request,
     check: &Check<'_>,
@@ -395,7 +395,7 @@ pub(super) fn load(
 }
 
 /// [`load`], with other files for OpenCV than for ONNX Runtime and OpenVINO.
-pub(super) fn load_with(
+pub(in crate::steps) fn load_with(
     files: &ModelFiles,
     opencv: &ModelFiles,
     request: Request,

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use opencv::core::{self, Mat, MatTraitConst, MatTraitConstManual, Vector};
 use opencv::dnn::{self, Net, NetTrait, NetTraitConst};
 
-use super::super::StepError;
-use super::super::instances::Instances;
 use super::{Engine, ModelFiles, Tensor};
+use crate::steps::StepError;
+use crate::steps::common::instances::Instances;
 
 #[derive(Debug)]
 pub(super) struct OpenCvEngine {

@@ -13,9 +13,9 @@ use std::sync::{Mutex, PoisonError};
 use opencv::core::Mat;
 use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPropertyKey};
 
-use super::super::StepError;
-use super::super::instances::Instances;
 use super::{Engine, Fill, Precision, Read, Tensor, View, blob_parts, runtimes, select_outputs};
+use crate::steps::StepError;
+use crate::steps::common::instances::Instances;
 
 /// One worker's compiled model, for one input shape.
 struct Compiled {

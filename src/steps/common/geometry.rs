@@ -11,15 +11,15 @@ use crate::spec::{Diagnostic, ParamDoc};
 use crate::value::BBox;
 
 /// A point `[x, y]` in pixels.
-pub(super) type Point = [f32; 2];
+pub(in crate::steps) type Point = [f32; 2];
 
 /// `[[x, y], ...]` as the user typed it, every level with its place in the file.
-pub(super) type RawPoints = toml::Spanned<Vec<toml::Spanned<Vec<toml::Spanned<f64>>>>>;
+pub(in crate::steps) type RawPoints = toml::Spanned<Vec<toml::Spanned<Vec<toml::Spanned<f64>>>>>;
 
 /// The point of a box that zones and lines test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(super) enum Anchor {
+pub(in crate::steps) enum Anchor {
     /// Where a person or vehicle touches the ground ([`BBox::anchor`]).
     #[default]
     BottomCenter,
@@ -28,7 +28,7 @@ pub(super) enum Anchor {
 }
 
 impl Anchor {
-    pub(super) fn of(self, b: &BBox) -> Point {
+    pub(in crate::steps) fn of(self, b: &BBox) -> Point {
         match self {
             Self::BottomCenter => b.anchor(),
             Self::Center => [b.x + b.width / 2.0, b.y + b.height / 2.0],
@@ -37,7 +37,7 @@ impl Anchor {
 }
 
 /// The `anchor` parameter, as `vidflow steps` documents it.
-pub(super) const ANCHOR_DOC: ParamDoc = ParamDoc {
+pub(in crate::steps) const ANCHOR_DOC: ParamDoc = ParamDoc {
     name: "anchor",
     ty: "\"bottom_center\" | \"center\"",
     default: "\"bottom_center\"",
@@ -45,7 +45,7 @@ pub(super) const ANCHOR_DOC: ParamDoc = ParamDoc {
 };
 
 /// The `classes` parameter of the counting kinds.
-pub(super) const CLASSES_DOC: ParamDoc = ParamDoc {
+pub(in crate::steps) const CLASSES_DOC: ParamDoc = ParamDoc {
     name: "classes",
     ty: "list of strings",
     default: "all",
@@ -54,7 +54,7 @@ pub(super) const CLASSES_DOC: ParamDoc = ParamDoc {
 
 /// Turns `[[x, y], ...]` into points: every point exactly two finite numbers, and at least
 /// `min` and at most `max` points. `what` names the list in messages ("zone \"door\"").
-pub(super) fn parse_points(
+pub(in crate::steps) fn parse_points(
     raw: &RawPoints,
     what: &str,
     min: usize,
@@ -106,22 +106,22 @@ fn coordinate(n: &toml::Spanned<f64>, what: &str) -> Result<f32, Diagnostic> {
 
 /// A closed polygon (the last point joins the first).
 #[derive(Debug, Clone)]
-pub(super) struct Polygon {
+pub(in crate::steps) struct Polygon {
     points: Vec<Point>,
 }
 
 impl Polygon {
     /// A polygon of the parsed `points` (at least 3).
-    pub(super) fn new(points: Vec<Point>) -> Self {
+    pub(in crate::steps) fn new(points: Vec<Point>) -> Self {
         Self { points }
     }
 
-    pub(super) fn points(&self) -> &[Point] {
+    pub(in crate::steps) fn points(&self) -> &[Point] {
         &self.points
     }
 
     /// Parses a zone `[[x, y], ...]` of at least 3 points.
-    pub(super) fn parse(raw: &RawPoints, what: &str) -> Result<Self, Diagnostic> {
+    pub(in crate::steps) fn parse(raw: &RawPoints, what: &str) -> Result<Self, Diagnostic> {
         parse_points(raw, what, 3, usize::MAX).map(Self::new)
     }
 
@@ -129,7 +129,7 @@ impl Polygon {
     /// of times). A point exactly on an edge is inside for one of the two polygons that could
     /// share that edge and outside for the other (for a rectangle: left and top edges in, right
     /// and bottom edges out), so two zones side by side never both hold it.
-    pub(super) fn contains(&self, p: Point) -> bool {
+    pub(in crate::steps) fn contains(&self, p: Point) -> bool {
         let [x, y] = p;
         let mut inside = false;
         let n = self.points.len();
@@ -149,14 +149,14 @@ impl Polygon {
 
 /// A segment from `a` (point 1) to `b` (point 2).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Segment {
-    pub(super) a: Point,
-    pub(super) b: Point,
+pub(in crate::steps) struct Segment {
+    pub(in crate::steps) a: Point,
+    pub(in crate::steps) b: Point,
 }
 
 impl Segment {
     /// Parses a line `[[x1, y1], [x2, y2]]` of two distinct points.
-    pub(super) fn parse(raw: &RawPoints, what: &str) -> Result<Self, Diagnostic> {
+    pub(in crate::steps) fn parse(raw: &RawPoints, what: &str) -> Result<Self, Diagnostic> {
         let points = parse_points(raw, what, 2, 2)?;
         let (a, b) = (points[0], points[1]);
         if a == b {
@@ -170,13 +170,13 @@ impl Segment {
 
     /// Signed distance of `p` from the line through the segment, in pixels: positive on the
     /// right of the direction from `a` to `b` as seen on the image (y down), negative on its left.
-    pub(super) fn side(&self, p: Point) -> f32 {
+    pub(in crate::steps) fn side(&self, p: Point) -> f32 {
         let (dx, dy) = (self.b[0] - self.a[0], self.b[1] - self.a[1]);
         (dx * (p[1] - self.a[1]) - dy * (p[0] - self.a[0])) / dx.hypot(dy)
     }
 
     /// Whether the path from `p` to `q` meets the segment itself (not its extension).
-    pub(super) fn crossed_by(&self, p: Point, q: Point) -> bool {
+    pub(in crate::steps) fn crossed_by(&self, p: Point, q: Point) -> bool {
         let path = Self { a: p, b: q };
         let (d1, d2) = (self.cross(p), self.cross(q));
         let (d3, d4) = (path.cross(self.a), path.cross(self.b));
@@ -192,7 +192,7 @@ impl Segment {
 
 /// What a change of the source's size from `from` to `to` means for `places` ("its zones are",
 /// "its line is") given in pixels: they stay at the same pixels, on another part of the scene.
-pub(super) fn stay_in_pixels(places: &str, from: Format, to: Format) -> String {
+pub(in crate::steps) fn stay_in_pixels(places: &str, from: Format, to: Format) -> String {
     let scale = |a: i32, b: i32| f64::from(b) / f64::from(a.max(1));
     format!(
         "{places} in pixels and stay at the same pixels, which now show another part of the \

@@ -22,10 +22,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 use toml::Spanned;
 
-use super::jsonl::frame_json;
-use super::net::{self, Message, Mode};
-use super::{Sink, SinkError};
 use crate::outcome::FrameResult;
+use crate::sinks::common::net::{self, Message, Mode};
+use crate::sinks::jsonl::frame_json;
+use crate::sinks::{Sink, SinkError};
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 
 mod deliver;
@@ -33,12 +33,12 @@ mod queue;
 mod spool;
 
 use deliver::{JOIN_GRACE, Label, Shared};
-pub(super) use deliver::{Partial, Transport, Wake};
+pub(in crate::sinks) use deliver::{Partial, Transport, Wake};
 use queue::Queue;
 use spool::Spool;
 
 /// The version of the payload's layout (`schema`): raised when a field changes meaning.
-pub(super) const SCHEMA: u32 = 1;
+pub(in crate::sinks) const SCHEMA: u32 = 1;
 
 /// `spool_mb` when the file does not say.
 const DEFAULT_SPOOL_MB: u64 = 256;
@@ -53,7 +53,7 @@ pub(in crate::sinks) struct Outgoing {
 }
 
 /// The parameters every stream sink takes, split off from its own (see [`Params::split`]).
-pub(super) const DELIVERY_KEYS: &[&str] = &[
+pub(in crate::sinks) const DELIVERY_KEYS: &[&str] = &[
     "mode",
     "every_n_frames",
     "backlog",
@@ -63,7 +63,7 @@ pub(super) const DELIVERY_KEYS: &[&str] = &[
 ];
 
 /// Their documentation, after each kind's own.
-pub(super) const DELIVERY_DOCS: [ParamDoc; 6] = [
+pub(in crate::sinks) const DELIVERY_DOCS: [ParamDoc; 6] = [
     net::MODE_DOC,
     net::EVERY_N_FRAMES_DOC,
     ParamDoc {
@@ -95,7 +95,7 @@ pub(super) const DELIVERY_DOCS: [ParamDoc; 6] = [
 ];
 
 /// A kind's own parameter docs followed by [`DELIVERY_DOCS`] (`M` = `N` + 6).
-pub(super) const fn with_delivery_docs<const N: usize, const M: usize>(
+pub(in crate::sinks) const fn with_delivery_docs<const N: usize, const M: usize>(
     own: [ParamDoc; N],
 ) -> [ParamDoc; M] {
     assert!(M == N + DELIVERY_DOCS.len(), "M must be N + 6");
@@ -122,7 +122,7 @@ struct DeliveryConfig {
 
 /// How a stream sink delivers (the settings of [`DELIVERY_KEYS`]).
 #[derive(Debug, Clone)]
-pub(super) struct Delivery {
+pub(in crate::sinks) struct Delivery {
     mode: Mode,
     every: u64,
     backlog: usize,
@@ -135,7 +135,7 @@ pub(super) struct Delivery {
 
 impl Delivery {
     /// Parses the delivery settings out of `params`; returns them and the kind's own.
-    pub(super) fn split(params: Params<'_>) -> Result<(Self, Params<'_>), Diagnostic> {
+    pub(in crate::sinks) fn split(params: Params<'_>) -> Result<(Self, Params<'_>), Diagnostic> {
         let (mine, rest) = params.split(DELIVERY_KEYS);
         let c: DeliveryConfig = mine.parse()?;
         let every = net::every_n_frames(c.every_n_frames)?;
@@ -176,7 +176,7 @@ impl Delivery {
 }
 
 /// The `batch` parameter of every stream sink.
-pub(super) const BATCH_DOC: ParamDoc = ParamDoc {
+pub(in crate::sinks) const BATCH_DOC: ParamDoc = ParamDoc {
     name: "batch",
     ty: "integer in [1, 4096]",
     default: "256",
@@ -187,7 +187,7 @@ pub(super) const BATCH_DOC: ParamDoc = ParamDoc {
 const DEFAULT_BATCH: usize = 256;
 
 /// The `batch` parameter of a stream sink: 1 to 4096, [`DEFAULT_BATCH`] when not given.
-pub(super) fn batch(given: Option<Spanned<usize>>) -> Result<usize, Diagnostic> {
+pub(in crate::sinks) fn batch(given: Option<Spanned<usize>>) -> Result<usize, Diagnostic> {
     match given {
         Some(b) if !(1..=4096).contains(b.get_ref()) => {
             Err(Diagnostic::at(b.span(), "batch must be between 1 and 4096"))
@@ -210,7 +210,7 @@ fn run_id() -> &'static str {
 }
 
 /// The machine's host name (`gethostname`), or "localhost" if it has none.
-pub(super) fn host_name() -> &'static str {
+pub(in crate::sinks) fn host_name() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
         let mut buf = [0u8; 256];
@@ -292,7 +292,7 @@ impl Envelope {
 }
 
 /// Starts a stream sink: opens its spool, spawns its delivery thread over `transport`.
-pub(super) fn open(
+pub(in crate::sinks) fn open(
     kind: &'static str,
     name: &str,
     inputs: &[SinkInput],
@@ -368,7 +368,7 @@ impl Sink for StreamSink {
             return Ok(false);
         }
         if self.mode == Mode::Events
-            && !super::any_non_empty(result, self.inputs.iter().map(|i| i.from))
+            && !crate::sinks::any_non_empty(result, self.inputs.iter().map(|i| i.from))
         {
             return Ok(false);
         }

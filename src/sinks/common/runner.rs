@@ -31,12 +31,12 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use serde::Serialize;
 
-use super::{Sink, SinkError};
 use crate::outcome::FrameResult;
+use crate::sinks::{Sink, SinkError};
 use crate::throttle::{self, Say, Throttle};
 
 /// Frame results queued per sink: enough to ride out a slow write without stalling workers.
-pub const SINK_QUEUE: usize = 16;
+pub(crate) const SINK_QUEUE: usize = 16;
 
 /// What delivery does when a sink's queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,9 +21,9 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::super::net::{Backoff, Lost};
 use super::Outgoing;
 use super::queue::Queue;
+use crate::sinks::common::net::{Backoff, Lost};
 
 /// How long closing waits past the flush deadline for the delivery thread to end.
 pub(super) const JOIN_GRACE: Duration = Duration::from_millis(500);
@@ -184,119 +184,159 @@ pub(super) struct Label {
 
 /// The delivery thread (see the module header). Sends `()` on `done` as it ends.
 pub(super) fn deliver(
-    mut transport: Box<dyn Transport>,
+    transport: Box<dyn Transport>,
     shared: &Shared,
     label: &Label,
     batch_size: usize,
     done: &crossbeam_channel::Sender<()>,
 ) {
-    let mut connected = false;
-    let mut ever_connected = false;
-    let mut backoff = Backoff::default();
-    let mut outage: Option<Instant> = None;
-    let mut refused_told = false;
-    transport.attach(&shared.wake);
-    loop {
-        // Wait for something to send, or for the end.
-        let mut state = shared.lock();
+    let mut link = Link {
+        transport,
+        shared,
+        label,
+        batch_size,
+        connected: false,
+        ever_connected: false,
+        backoff: Backoff::default(),
+        outage: None,
+        refused_told: false,
+    };
+    link.transport.attach(&shared.wake);
+    while let Some(until) = link.wait_for_work() {
+        let failed = if link.connected {
+            None
+        } else {
+            link.connect(until).err()
+        };
+        if let Some(error) = failed.or_else(|| link.send_batch(until)) {
+            link.back_off(&error);
+        }
+    }
+    if link.connected {
+        link.transport.disconnect();
+    }
+    let _ = done.send(());
+}
+
+/// The delivery thread's connection to its server, and what it remembers between batches.
+struct Link<'a> {
+    transport: Box<dyn Transport>,
+    shared: &'a Shared,
+    label: &'a Label,
+    batch_size: usize,
+    connected: bool,
+    ever_connected: bool,
+    backoff: Backoff,
+    /// Since when the server has been unreachable (until the next delivery).
+    outage: Option<Instant>,
+    /// Whether the first refused message was logged (the others are only counted).
+    refused_told: bool,
+}
+
+impl Link<'_> {
+    /// Waits for something to send; `None` at the end (out of time, or closing with nothing
+    /// left), else the closing deadline, if any.
+    fn wait_for_work(&mut self) -> Option<Option<Instant>> {
+        let mut state = self.shared.lock();
         while !state.out_of_time() && !state.queue.has_unsent() {
             if state.closing.is_some() && state.queue.len() == 0 {
                 break;
             }
             let until = state.closing;
             drop(state);
-            transport.idle(&shared.wake, until);
-            state = shared.lock();
+            self.transport.idle(&self.shared.wake, until);
+            state = self.shared.lock();
         }
         if state.out_of_time() || !state.queue.has_unsent() {
-            break;
+            return None;
         }
-        let until = state.closing;
-        drop(state);
-        let failed = if connected {
-            None
-        } else {
-            match transport.connect(until) {
-                Ok(()) => {
-                    connected = true;
-                    if !ever_connected {
-                        ever_connected = true;
-                        tracing::info!(
-                            sink = %label.sink,
-                            server = %label.server,
-                            backlog = shared.lock().queue.len(),
-                            "{} connected",
-                            label.kind
-                        );
-                    }
-                    None
+        Some(state.closing)
+    }
+
+    fn connect(&mut self, until: Option<Instant>) -> Result<(), String> {
+        self.transport.connect(until)?;
+        self.connected = true;
+        if !self.ever_connected {
+            self.ever_connected = true;
+            tracing::info!(
+                sink = %self.label.sink,
+                server = %self.label.server,
+                backlog = self.shared.lock().queue.len(),
+                "{} connected",
+                self.label.kind
+            );
+        }
+        Ok(())
+    }
+
+    /// Sends the next batch and takes what the server acknowledged off the queue; the error,
+    /// if the server was not reached.
+    fn send_batch(&mut self, until: Option<Instant>) -> Option<String> {
+        let label = self.label;
+        let batch = self.shared.lock().queue.take(self.batch_size);
+        if batch.is_empty() {
+            return None;
+        }
+        let sent = self.transport.send(&batch, until);
+        let mut state = self.shared.lock();
+        if state.stop {
+            return None;
+        }
+        match sent {
+            Ok(()) => {
+                state.queue.ack(batch.len());
+                self.backoff.reset();
+                // The outage ends with the first delivery, not the first connect (a cluster
+                // electing a leader accepts connections but not messages).
+                if let Some(since) = self.outage.take() {
+                    tracing::info!(
+                        sink = %label.sink,
+                        server = %label.server,
+                        outage_s = since.elapsed().as_secs_f64(),
+                        backlog = state.queue.len(),
+                        "{} server reachable again; sending the backlog",
+                        label.kind
+                    );
                 }
-                Err(e) => Some(e),
+                None
             }
-        };
-        let failed = failed.or_else(|| {
-            let batch = shared.lock().queue.take(batch_size);
-            if batch.is_empty() {
-                return None;
-            }
-            let sent = transport.send(&batch, until);
-            let mut state = shared.lock();
-            if state.stop {
-                return None;
-            }
-            match sent {
-                Ok(()) => {
-                    state.queue.ack(batch.len());
-                    backoff.reset();
-                    // The outage ends with the first delivery, not the first connect (a
-                    // cluster electing a leader accepts connections but not messages).
-                    if let Some(since) = outage.take() {
-                        tracing::info!(
-                            sink = %label.sink,
-                            server = %label.server,
-                            outage_s = since.elapsed().as_secs_f64(),
-                            backlog = state.queue.len(),
-                            "{} server reachable again; sending the backlog",
-                            label.kind
-                        );
-                    }
-                    None
+            Err(p) if p.refused => {
+                state.queue.ack(p.acked);
+                if let Some(m) = batch.get(p.acked) {
+                    state.refused.add(&m.message);
                 }
-                Err(p) if p.refused => {
-                    state.queue.ack(p.acked);
-                    if let Some(m) = batch.get(p.acked) {
-                        state.refused.add(&m.message);
-                    }
-                    state.queue.ack(1);
-                    state.queue.rewind();
-                    if !refused_told {
-                        refused_told = true;
-                        tracing::error!(
-                            sink = %label.sink,
-                            server = %label.server,
-                            error = %p.error,
-                            "{} server refused a message; it is lost", label.kind
-                        );
-                    }
-                    None
+                state.queue.ack(1);
+                state.queue.rewind();
+                if !self.refused_told {
+                    self.refused_told = true;
+                    tracing::error!(
+                        sink = %label.sink,
+                        server = %label.server,
+                        error = %p.error,
+                        "{} server refused a message; it is lost", label.kind
+                    );
                 }
-                Err(p) => {
-                    state.queue.ack(p.acked);
-                    state.queue.rewind();
-                    Some(p.error)
-                }
+                None
             }
-        });
-        let Some(error) = failed else {
-            continue;
-        };
-        if connected {
-            transport.disconnect();
-            connected = false;
+            Err(p) => {
+                state.queue.ack(p.acked);
+                state.queue.rewind();
+                Some(p.error)
+            }
+        }
+    }
+
+    /// After a failed attempt: drops the connection, says the outage once, and waits out the
+    /// backoff (or until the stop runs out of time).
+    fn back_off(&mut self, error: &str) {
+        let label = self.label;
+        if self.connected {
+            self.transport.disconnect();
+            self.connected = false;
         }
         tracing::debug!(sink = %label.sink, error = %error, "attempt failed");
-        if outage.is_none() {
-            outage = Some(Instant::now());
+        if self.outage.is_none() {
+            self.outage = Some(Instant::now());
             tracing::warn!(
                 sink = %label.sink,
                 server = %label.server,
@@ -305,19 +345,15 @@ pub(super) fn deliver(
                 label.kind
             );
         }
-        let retry_at = Instant::now() + backoff.next_delay();
+        let retry_at = Instant::now() + self.backoff.next_delay();
         loop {
-            let state = shared.lock();
+            let state = self.shared.lock();
             if state.out_of_time() || Instant::now() >= retry_at {
                 break;
             }
             let until = state.closing.map_or(retry_at, |c| c.min(retry_at));
             drop(state);
-            transport.idle(&shared.wake, Some(until));
+            self.transport.idle(&self.shared.wake, Some(until));
         }
     }
-    if connected {
-        transport.disconnect();
-    }
-    let _ = done.send(());
 }

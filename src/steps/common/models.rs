@@ -18,62 +18,62 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 /// The registry, as committed in `models/models.toml`.
-const MODELS_TOML: &str = include_str!("../../models/models.toml");
+const MODELS_TOML: &str = include_str!("../../../models/models.toml");
 
 /// The command that puts the registry's files in place, quoted by every error about them.
-pub(super) const FETCH_COMMAND: &str = "scripts/fetch-assets (or make setup)";
+pub(in crate::steps) const FETCH_COMMAND: &str = "scripts/fetch-assets (or make setup)";
 
 /// Environment variable naming the directory that holds the model files.
-pub(super) const MODELS_DIR_VAR: &str = "VIDFLOW_MODELS_DIR";
+pub(in crate::steps) const MODELS_DIR_VAR: &str = "VIDFLOW_MODELS_DIR";
 
 /// One entry of `models.toml`: what the detectors use of it. Its other keys (`source`,
 /// `licence`, `output`) document the model for people; a unit test checks they are there.
 #[derive(Debug, Deserialize)]
-pub(super) struct Model {
+pub(in crate::steps) struct Model {
     /// How the step decodes the outputs: `darknet`, `yolov5`, `yolox`, `yolov8`, `yunet`.
-    pub(super) layout: String,
+    pub(in crate::steps) layout: String,
     /// The default square input size, in pixels (none: the image's own size).
-    pub(super) input_size: Option<u32>,
+    pub(in crate::steps) input_size: Option<u32>,
     /// The input sizes the network can take (none: [`Sizes::ANY`]).
-    pub(super) input_sizes: Option<Sizes>,
+    pub(in crate::steps) input_sizes: Option<Sizes>,
     /// A file of class names, one a line (in the models directory).
-    pub(super) class_names: Option<String>,
+    pub(in crate::steps) class_names: Option<String>,
     /// The class names themselves, for a model with few.
-    pub(super) classes: Option<Vec<String>>,
+    pub(in crate::steps) classes: Option<Vec<String>>,
     /// A picture with objects the model finds (in the models directory), on which `backend =
     /// "auto"` judges the engines. An input, not a trust anchor: it has no sha256, and without
     /// it `auto` judges f32 engines on a synthetic picture and takes no reduced precision.
-    pub(super) check_image: Option<String>,
+    pub(in crate::steps) check_image: Option<String>,
     /// Consecutive frames of a video stacked top to bottom in one picture (in the models
     /// directory), on which `auto` runs the tracker over f32's and a reduced precision's
     /// detections: a reduced precision is taken only where both give the same tracks. An input,
     /// like the check image: without it no reduced precision is taken.
-    pub(super) check_clip: Option<ClipFile>,
+    pub(in crate::steps) check_clip: Option<ClipFile>,
     /// Role (`model`, `config`, `onnx`) -> file name in the models directory.
-    pub(super) files: BTreeMap<String, String>,
+    pub(in crate::steps) files: BTreeMap<String, String>,
     /// File name -> sha256 (every file the entry names).
-    pub(super) sha256: BTreeMap<String, String>,
+    pub(in crate::steps) sha256: BTreeMap<String, String>,
 }
 
 /// The square input sizes a network can take: multiples of `multiple` from `from` to `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Sizes {
-    pub(super) from: u32,
-    pub(super) to: u32,
-    pub(super) multiple: u32,
+pub(in crate::steps) struct Sizes {
+    pub(in crate::steps) from: u32,
+    pub(in crate::steps) to: u32,
+    pub(in crate::steps) multiple: u32,
 }
 
 impl Sizes {
     /// What a network without `input_sizes` may be given (a YOLO's largest stride is 32).
-    pub(super) const ANY: Self = Self {
+    pub(in crate::steps) const ANY: Self = Self {
         from: 32,
         to: 4096,
         multiple: 32,
     };
 
     /// Whether `side` is one of them.
-    pub(super) fn takes(self, side: u32) -> bool {
+    pub(in crate::steps) fn takes(self, side: u32) -> bool {
         (self.from..=self.to).contains(&side) && side.is_multiple_of(self.multiple.max(1))
     }
 }
@@ -91,14 +91,14 @@ impl std::fmt::Display for Sizes {
 /// `check_clip`: the picture and how many frames it stacks.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct ClipFile {
-    pub(super) file: String,
-    pub(super) frames: u32,
+pub(in crate::steps) struct ClipFile {
+    pub(in crate::steps) file: String,
+    pub(in crate::steps) frames: u32,
 }
 
 /// Why a model cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum ModelError {
+pub(in crate::steps) enum ModelError {
     #[error("unknown model \"{0}\"{1}; known models: {2}")]
     Unknown(String, String, String),
     #[error("model \"{model}\": {} is missing; fetch it with {FETCH_COMMAND}", .path.display())]
@@ -131,20 +131,20 @@ fn registry() -> &'static BTreeMap<String, Model> {
 }
 
 /// The directory holding model files.
-pub(super) fn models_dir() -> PathBuf {
+pub(in crate::steps) fn models_dir() -> PathBuf {
     std::env::var_os(MODELS_DIR_VAR).map_or_else(|| PathBuf::from("models"), PathBuf::from)
 }
 
 /// A model of the registry whose files are all present with their recorded sha256.
 #[derive(Debug)]
-pub(super) struct Checked {
-    pub(super) model: &'static Model,
-    pub(super) dir: PathBuf,
+pub(in crate::steps) struct Checked {
+    pub(in crate::steps) model: &'static Model,
+    pub(in crate::steps) dir: PathBuf,
 }
 
 impl Checked {
     /// The model's check image, if it names one and the file is there.
-    pub(super) fn check_image(&self) -> Option<PathBuf> {
+    pub(in crate::steps) fn check_image(&self) -> Option<PathBuf> {
         self.model
             .check_image
             .as_ref()
@@ -154,7 +154,7 @@ impl Checked {
 
     /// The model's check clip, if it names one and the file is there: its path and how many
     /// frames it stacks.
-    pub(super) fn check_clip(&self) -> Option<(PathBuf, u32)> {
+    pub(in crate::steps) fn check_clip(&self) -> Option<(PathBuf, u32)> {
         self.model
             .check_clip
             .as_ref()
@@ -163,17 +163,17 @@ impl Checked {
     }
 
     /// The input sizes the model takes.
-    pub(super) fn input_sizes(&self) -> Sizes {
+    pub(in crate::steps) fn input_sizes(&self) -> Sizes {
         self.model.input_sizes.unwrap_or(Sizes::ANY)
     }
 
     /// The path of the file with this role (`model`, `config`, `onnx`).
-    pub(super) fn file(&self, role: &str) -> Option<PathBuf> {
+    pub(in crate::steps) fn file(&self, role: &str) -> Option<PathBuf> {
         self.model.files.get(role).map(|f| self.dir.join(f))
     }
 
     /// The model's class names, in output order.
-    pub(super) fn class_names(&self, name: &str) -> Result<Vec<String>, ModelError> {
+    pub(in crate::steps) fn class_names(&self, name: &str) -> Result<Vec<String>, ModelError> {
         match (&self.model.classes, &self.model.class_names) {
             (Some(classes), _) => Ok(classes.clone()),
             (None, Some(file)) => {
@@ -191,7 +191,7 @@ impl Checked {
 }
 
 /// Looks `name` up and checks every file it names against its sha256.
-pub(super) fn checked(name: &str) -> Result<Checked, ModelError> {
+pub(in crate::steps) fn checked(name: &str) -> Result<Checked, ModelError> {
     let model = registry().get(name).ok_or_else(|| {
         let known: Vec<_> = registry().keys().map(|k| format!("\"{k}\"")).collect();
         let nearest = crate::spec::did_you_mean(name, registry().keys().map(String::as_str));
@@ -224,7 +224,7 @@ pub(super) fn checked(name: &str) -> Result<Checked, ModelError> {
 }
 
 /// Reads a file of class names, one a line (blank lines ignored).
-pub(super) fn read_class_names(path: &Path) -> Result<Vec<String>, String> {
+pub(in crate::steps) fn read_class_names(path: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read class names {}: {e}", path.display()))?;
     let names: Vec<String> = text
