@@ -142,13 +142,14 @@ pub(super) static METRICS: &[Metric] = &[
     Metric {
         name: "vidflow_record_bytes_total",
         kind: "counter",
-        help: "Bytes of the camera's stream a record sink wrote.",
+        help: "Bytes of the camera's stream a record sink (or a packets clip, in finished \
+               clips) wrote.",
         read: Read::RecordSink(|s| &s.bytes),
     },
     Metric {
         name: "vidflow_record_segments_total",
         kind: "counter",
-        help: "Segments a record sink started.",
+        help: "Segments a record sink started (for a packets clip: clips finished).",
         read: Read::RecordSink(|s| &s.segments),
     },
     Metric {
@@ -161,7 +162,7 @@ pub(super) static METRICS: &[Metric] = &[
     Metric {
         name: "vidflow_record_keyframes_total",
         kind: "counter",
-        help: "Keyframes the camera sent to a record sink.",
+        help: "Keyframes the camera sent to a record sink or a packets clip.",
         read: Read::RecordSink(|s| &s.keyframes),
     },
     Metric {
