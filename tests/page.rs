@@ -264,16 +264,25 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
         "the street's counts",
         "window.vidflow.live.street.crossing",
     );
-    let totals = wait_js(
-        &tab,
-        "the chart's totals",
-        "(loadCounts(), window.vidflow.counts && Object.keys(window.vidflow.counts.totals).length >= 2 \
-         && window.vidflow.counts.totals)",
-    );
     let expect = serde_json::json!({
         "street walkway in": live["in"],
         "street walkway out": live["out"],
     });
+    // The store is written behind the frame path (its own thread): the page reads the counts
+    // again until they hold the last crossing; one that never arrives fails below, both shown.
+    let asked = std::time::Instant::now();
+    let totals = loop {
+        let totals = wait_js(
+            &tab,
+            "the chart's totals",
+            "(loadCounts(), window.vidflow.counts && Object.keys(window.vidflow.counts.totals).length >= 2 \
+             && window.vidflow.counts.totals)",
+        );
+        if totals == expect || asked.elapsed() > DEADLINE {
+            break totals;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     assert_eq!(totals, expect, "chart totals against the line counter's");
     let series = js(&tab, "chart && chart.series.length");
     assert_eq!(series, 3, "the chart draws in and out over time");
