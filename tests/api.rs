@@ -2,8 +2,8 @@
 //! counted across a line, with snapshots and clips of its crossings and the event store):
 //! bad parameters get 400 with a message naming them, a wrong token 401, a path outside the
 //! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
-//! is served in the byte range asked for, a thousand live clients at once each get frames, and
-//! a browser that opens the page once as `/?token=TOKEN` keeps the token in a cookie.
+//! is served in the byte range asked for, a thousand live clients at once each get frames (the
+//! live thread below the frame path's priority), and a browser that opens the page once as `/?token=TOKEN` keeps the token in a cookie.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -291,6 +291,56 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
         );
     }
     drop(clients);
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// The nice value of each of `pid`'s threads, by the name /proc shows (15 bytes of it).
+#[cfg(target_os = "linux")]
+fn nice_by_thread(pid: u32) -> Vec<(String, i64)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.ok()?.path();
+            let name = std::fs::read_to_string(task.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+            // Field 19 of stat(5); the name, field 2, is in parentheses and may hold spaces.
+            let (_, fields) = stat.rsplit_once(')')?;
+            let nice = fields.split_whitespace().nth(16)?.parse().ok()?;
+            Some((name.trim().to_owned(), nice))
+        })
+        .collect()
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_live_thread_yields_the_cores_to_the_frame_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    wait_until("the endpoint", DEADLINE, || {
+        http_client::get(port, "/healthz").filter(|(s, _)| *s == 200)
+    });
+    let mut reader = live_client(port);
+    let frame = next_frame(&mut reader);
+    assert_eq!(frame["source"], "cam");
+    // The live thread's writes (one per client per frame) run below the executor's priority,
+    // so that a thousand clients take their cores from the live stream, not from the frames.
+    let threads = nice_by_thread(run.pid());
+    let nice = |name: &str| {
+        threads
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no thread {name:?} in {threads:?}"))
+            .1
+    };
+    // 10 steps below, or the lowest priority there is (19) for a daemon already niced.
+    assert_eq!(
+        nice("vidflow-http-li"),
+        (nice("vidflow-executo") + 10).min(19),
+        "{threads:?}"
+    );
+    drop(reader);
     run.signal("TERM");
     let finished = run.finish(DEADLINE);
     assert!(finished.status.success(), "{}", finished.stderr);

@@ -11,6 +11,13 @@
 //! [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames while
 //! a client is connected (`Feed::set_listeners`).
 //!
+//! Nothing of the frame path waits on this thread (the feed is a `try_send`), but its writes
+//! share the cores with it: a write per client per frame, and on loopback the reader's side of
+//! TCP runs in the writer's system call too. So the thread runs [`NICENESS`] steps below the
+//! daemon's priority: when the cores are busy the frame path goes first, the frames that came
+//! meanwhile wait in the feed and go out together, in one write per client (and past
+//! [`FEED_QUEUE`] the feed drops and counts them, as it does for any thread behind).
+//!
 //! Stop protocol: the [`LiveThread`]'s drop drops the stop channel's sender, which wakes the
 //! thread; it closes every client and is joined.
 
@@ -35,6 +42,10 @@ pub(super) const CLIENT_BUFFER: usize = 256 * 1024;
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Clients waiting to be taken in by the thread.
 const ARRIVALS: usize = 256;
+/// How far below the daemon's the thread's priority is (nice steps): weighed against a thread
+/// of the frame path, it gets about a tenth of a core both want (the kernel's weights for
+/// nice 0 and 10: 1024 and 110).
+const NICENESS: i32 = 10;
 
 /// A new client and the source it follows (`None`: all).
 #[derive(Debug)]
@@ -142,7 +153,20 @@ const HEAD: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
 X-Accel-Buffering: no\r\nConnection: close\r\n\r\nretry: 2000\n\n";
 
+/// Lowers the calling thread's priority by [`NICENESS`]; on Linux only, where the nice value is
+/// a thread's own (setpriority(2), "Bugs"): elsewhere it would lower the whole daemon's.
+fn yield_to_the_frames() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: nice(2) takes an integer and touches no memory of ours. On Linux it sets the
+        // calling thread's nice value (getpriority and setpriority on who = 0, the caller);
+        // raising it is never refused, so its result (the new value) is not checked.
+        unsafe { libc::nice(NICENESS) };
+    }
+}
+
 fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
+    yield_to_the_frames();
     let feed = &shared.live.feed;
     let frames = feed.receiver();
     let mut clients: Vec<Client> = Vec::new();
