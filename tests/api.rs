@@ -3,7 +3,9 @@
 //! bad parameters get 400 with a message naming them, a wrong token 401, a path outside the
 //! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
 //! is served in the byte range asked for, a thousand live clients at once each get frames (the
-//! live thread below the frame path's priority), and a browser that opens the page once as `/?token=TOKEN` keeps the token in a cookie.
+//! live thread below the frame path's priority), a browser that opens the page once as
+//! `/?token=TOKEN` keeps the token in a cookie, and an event store deleted under the run is made
+//! again while frames go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -402,4 +404,52 @@ fn a_browser_opens_the_page_with_the_token_once_and_keeps_it_in_a_cookie() {
     run.signal("TERM");
     let finished = run.finish(DEADLINE);
     assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// The event store's file deleted under a running daemon (as a user cleaning a disk would):
+/// frames go on, the loss is logged once, and the store is made again and written to.
+#[test]
+fn an_event_store_deleted_under_the_run_is_made_again_and_frames_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    let health = || -> serde_json::Value {
+        let (status, body) = get(port, "/api/health");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    wait_until("the endpoint answers", DEADLINE, || {
+        request(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    });
+    let stored = |h: &serde_json::Value| h["events"]["events"].as_u64().unwrap();
+    let decoded = |h: &serde_json::Value| h["run"]["sources"][0]["decoded"].as_u64().unwrap();
+    wait_until("events in the store", DEADLINE, || {
+        (stored(&health()) > 0).then_some(())
+    });
+    let db = dir.path().join("events.db");
+    for name in ["events.db", "events.db-wal", "events.db-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(name));
+    }
+    let before = health();
+    let again = wait_until("the store made again", DEADLINE, || {
+        let h = health();
+        (h["events"]["reopened"].as_u64().unwrap() >= 1 && db.exists()).then_some(h)
+    });
+    wait_until("events written to the new file", DEADLINE, || {
+        (stored(&health()) > stored(&again)).then_some(())
+    });
+    assert!(decoded(&health()) > decoded(&before), "{}", health());
+    let rows: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert!(rows > 0, "the new file holds no event");
+    run.signal("TERM");
+    let out = run.finish(DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("the database file is gone").count(),
+        1,
+        "{}",
+        out.stderr
+    );
 }
