@@ -156,8 +156,7 @@ path = "out/{{source}}.mp4"
     screenshot(&tab, "health-back.png");
     drop(tab);
     run.signal("TERM");
-    // Not its exit status: the record sink fails to mux this server's stream once it is cut
-    // ("Buffer has no PTS" from mp4mux, a defect of src/sinks/record/, reported apart).
     let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
     assert!(!finished.stderr.contains(PASSWORD));
 }
