@@ -264,28 +264,45 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
         "the street's counts",
         "window.vidflow.live.street.crossing",
     );
-    let expect = serde_json::json!({
-        "street walkway in": live["in"],
-        "street walkway out": live["out"],
-    });
+    // The store keeps a row per crossing, so a direction nobody crossed in has no key (which
+    // direction the street's first crossings go depends on the detector's precision on this CPU).
+    let expect: serde_json::Map<String, serde_json::Value> = ["in", "out"]
+        .into_iter()
+        .filter(|d| live[d].as_u64().unwrap_or(0) > 0)
+        .map(|d| (format!("street walkway {d}"), live[d].clone()))
+        .collect();
+    assert!(!expect.is_empty(), "no crossing counted: {live}");
+    let expect = serde_json::Value::Object(expect);
     // The store is written behind the frame path (its own thread): the page reads the counts
     // again until they hold the last crossing; one that never arrives fails below, both shown.
     let asked = std::time::Instant::now();
     let totals = loop {
-        let totals = wait_js(
+        js(&tab, "(loadCounts(), 1)");
+        std::thread::sleep(Duration::from_millis(250));
+        let totals = js(
             &tab,
-            "the chart's totals",
-            "(loadCounts(), window.vidflow.counts && Object.keys(window.vidflow.counts.totals).length >= 2 \
-             && window.vidflow.counts.totals)",
+            "window.vidflow.counts && window.vidflow.counts.totals",
         );
         if totals == expect || asked.elapsed() > DEADLINE {
             break totals;
         }
-        std::thread::sleep(Duration::from_millis(250));
     };
-    assert_eq!(totals, expect, "chart totals against the line counter's");
+    assert_eq!(
+        totals,
+        expect,
+        "chart totals against the line counter's; the chart said {:?}; GET /api/counts: {:?}",
+        js(
+            &tab,
+            "document.getElementById('chart').textContent.slice(0, 200)"
+        ),
+        get(port, "/api/counts?bucket=minute"),
+    );
     let series = js(&tab, "chart && chart.series.length");
-    assert_eq!(series, 3, "the chart draws in and out over time");
+    assert_eq!(
+        series,
+        expect.as_object().unwrap().len() + 1,
+        "the chart draws each counted direction over time (and its time axis)"
+    );
     screenshot(&tab, "4-counts.png");
 
     run.signal("TERM");
