@@ -130,6 +130,24 @@ fn validate_refuses_bad_zones_and_lines_at_their_place_with_exit_78() {
     }
 }
 
+/// `clip`'s image may be left out in packets mode (the camera's own stream, copied), and only
+/// there: an encoding clip without it is refused where the sink is declared.
+#[test]
+fn validate_takes_a_packet_clip_without_image_and_refuses_an_encoding_one_with_exit_78() {
+    let packets = fixture("valid-clip-packets-no-image.toml");
+    let (code, stdout, stderr) = run(vidflow().arg("validate").arg(&packets));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let encode = fixture("invalid-clip-encode-no-image.toml");
+    let (code, _, stderr) = run(vidflow().arg("validate").arg(&encode));
+    assert_eq!(code, EXIT_CONFIG, "{stderr}");
+    let want = "6:8: sink \"clips\": missing input \"image\" (it may be left out only with \
+                mode = \"packets\")";
+    assert!(
+        stderr.contains(&format!("{}:{want}", encode.display())),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn validate_reports_the_problems_of_every_file_given() {
     let valid = fixture("valid-minimal.toml");

@@ -57,9 +57,13 @@ fn scene() -> Scene {
     }
 }
 
-/// The clip sink's keys of the encode mode.
+/// The clip sink's keys of the encode mode: the images it encodes, and its keyframes. (Packets
+/// mode takes no image: the clips of the camera's own stream below have none.)
 fn encode_keys() -> String {
-    format!("keyframe_s = {}", KEYFRAME_FRAMES as f64 / FPS as f64)
+    format!(
+        "image = \"$frame\"\nkeyframe_s = {}",
+        KEYFRAME_FRAMES as f64 / FPS as f64
+    )
 }
 
 /// Motion on the frames of `uri` triggers a `clip` sink with `keys` added.
@@ -93,7 +97,6 @@ include = ["$steps.moving.detections"]
 [sinks.clips]
 kind = "clip"
 dir = "out/clips"
-image = "$frame"
 when = "$steps.moving.detections"
 pre_roll_s = {}
 post_roll_s = {}

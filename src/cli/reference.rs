@@ -71,7 +71,11 @@ fn params_text(out: &mut String, params: &[ParamDoc]) {
 
 fn sink_port_type(p: &sinks::SinkPort) -> String {
     let ty = p.ty.map_or_else(|| "any".to_owned(), |t| t.to_string());
-    if p.list { format!("list of {ty}") } else { ty }
+    match p.optional_with {
+        _ if p.list => format!("list of {ty}"),
+        Some((key, value)) => format!("{ty} (optional with {key} = \"{value}\")"),
+        None => ty,
+    }
 }
 
 /// docs/reference/steps.md.

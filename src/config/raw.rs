@@ -130,6 +130,13 @@ impl<'i> RawComponent<'i> {
         Some(self.keys.remove(at))
     }
 
+    /// Whether the component says `key = "value"` (a string).
+    pub(super) fn has(&self, key: &str, value: &str) -> bool {
+        self.keys
+            .iter()
+            .any(|(k, v)| k.get_ref() == key && v.get_ref().as_str() == Some(value))
+    }
+
     /// What is left, as one table value for the kind to deserialize.
     pub(super) fn into_params(self) -> Spanned<DeValue<'i>> {
         let mut table = DeTable::new();

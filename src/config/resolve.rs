@@ -629,13 +629,27 @@ fn port_texts(
 ) -> Option<Vec<Spanned<String>>> {
     Some(match c.take(port.name) {
         None if port.list => Vec::new(),
-        None => {
-            diags.push(Diagnostic::at(
-                c.name.span(),
-                format!("{what}: missing input \"{}\"", port.name),
-            ));
-            return None;
-        }
+        None => match port.optional_with {
+            Some((key, value)) if c.has(key, value) => Vec::new(),
+            Some((key, value)) => {
+                diags.push(Diagnostic::at(
+                    c.name.span(),
+                    format!(
+                        "{what}: missing input \"{}\" (it may be left out only with \
+                         {key} = \"{value}\")",
+                        port.name
+                    ),
+                ));
+                return None;
+            }
+            None => {
+                diags.push(Diagnostic::at(
+                    c.name.span(),
+                    format!("{what}: missing input \"{}\"", port.name),
+                ));
+                return None;
+            }
+        },
         Some((key, value)) if port.list => match value.get_ref() {
             DeValue::Array(items) => items
                 .iter()

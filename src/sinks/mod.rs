@@ -46,6 +46,9 @@ pub struct SinkPort {
     /// `None` accepts any type.
     pub ty: Option<ValueType>,
     pub list: bool,
+    /// A key and value of the sink's table with which this single input may be left out (the
+    /// kind then reads none: `clip`'s `image` with `mode = "packets"`); `None`: required.
+    pub optional_with: Option<(&'static str, &'static str)>,
 }
 
 pub type BuildSink = fn(Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic>;
@@ -165,6 +168,7 @@ const IMAGE_PORT: SinkPort = SinkPort {
     name: "image",
     ty: Some(ValueType::Image),
     list: false,
+    optional_with: None,
 };
 
 /// The values a sink that sends each frame's JSON puts in it (`jsonl`, `mqtt`, `webhook`,
@@ -173,6 +177,7 @@ const INCLUDE_PORT: SinkPort = SinkPort {
     name: "include",
     ty: None,
     list: true,
+    optional_with: None,
 };
 
 /// What triggers a `snapshot` or `clip`: any of these values non-empty.
@@ -180,6 +185,7 @@ const WHEN_PORT: SinkPort = SinkPort {
     name: "when",
     ty: None,
     list: true,
+    optional_with: None,
 };
 
 /// Whether any of `refs` has a value on this frame that is not empty (a detection, a track, an

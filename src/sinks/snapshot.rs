@@ -34,6 +34,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             name: "crops",
             ty: Some(ValueType::Detections),
             list: true,
+            optional_with: None,
         },
     ],
     params: &[

@@ -29,7 +29,14 @@ pub(super) static KIND: SinkKind = SinkKind {
     name: "clip",
     summary: "one MP4 clip per event, from pre_roll_s before it to post_roll_s after it: \
               encoded from images, or the camera's own packets",
-    inputs: &[super::IMAGE_PORT, super::WHEN_PORT],
+    inputs: &[
+        // Packets mode copies the camera's own stream: it reads no image.
+        super::SinkPort {
+            optional_with: Some(("mode", "packets")),
+            ..super::IMAGE_PORT
+        },
+        super::WHEN_PORT,
+    ],
     params: &[
         ParamDoc {
             name: "dir",
@@ -41,9 +48,9 @@ pub(super) static KIND: SinkKind = SinkKind {
             name: "mode",
             ty: "\"encode\" | \"packets\"",
             default: "\"encode\"",
-            doc: "encode: the images given, encoded with x264; packets: the camera's own \
-                  H.264/H.265 stream (record_uri, else uri), copied as sent, never encoded \
-                  (image is then only what makes the frames; $frame)",
+            doc: "encode: the images given (image), encoded with x264; packets: the camera's \
+                  own H.264/H.265 stream (record_uri, else uri), copied as sent, never \
+                  encoded (image is then not needed)",
         },
         ParamDoc {
             name: "pre_roll_s",
@@ -232,11 +239,7 @@ impl SinkFactory for Factory {
             path: dir.clone(),
             message,
         })?;
-        let image = inputs
-            .iter()
-            .find(|i| i.port == "image")
-            .map(|i| i.from)
-            .ok_or_else(|| SinkError::Other("clip: no image input".to_owned()))?;
+        let image = inputs.iter().find(|i| i.port == "image").map(|i| i.from);
         let when = inputs
             .iter()
             .filter(|i| i.port == "when")
@@ -245,7 +248,13 @@ impl SinkFactory for Factory {
         let files = storage.sink(name, self.policy);
         let settings = self.settings.clone();
         Ok(match &self.packets {
-            None => Box::new(encode::ClipSink::new(files, settings, image, when)),
+            None => {
+                // Validation refuses an encoding clip without image (`optional_with`).
+                let image = image.ok_or_else(|| {
+                    SinkError::Other(format!("sink \"{name}\": no image input to encode"))
+                })?;
+                Box::new(encode::ClipSink::new(files, settings, image, when))
+            }
             Some(sources) => Box::new(packets::PacketClips::open(
                 name, sources, files, settings, when,
             )?),

@@ -43,6 +43,7 @@ pub(super) static KIND: SinkKind = SinkKind {
         name: "image",
         ty: Some(ValueType::Image),
         list: false,
+        optional_with: None,
     }],
     params: &[
         SEGMENT_PATH_DOC,
