@@ -306,7 +306,7 @@ fn a_packet_clip_is_the_cameras_own_frames_from_the_keyframe_before_its_pre_roll
 /// the two connections to the test server start the file apart by the time one takes to
 /// connect after the other (a camera's two streams run together), plus jitter: 1 frame when
 /// measured (the post-roll's end at slack 0). By the camera's clock: 0.2 frames measured
-/// between /sub and /main (docs/guides/recording.md). 0.3 s at 10 fps, within the accuracy
+/// between /sub and /main, 0.7 in a connection's first 1.5 s (tests/rtcp.rs). 0.3 s at 10 fps, within the accuracy
 /// docs/guides/recording.md gives, and below what tells a clip opened at the keyframe before
 /// its trigger (at most [`CAMERA_KEYFRAME_FRAMES`] before it) from one opened before the
 /// pre-roll (20), or from one placed [`MAIN_LAG_FRAMES`] off.
@@ -344,9 +344,9 @@ const MAIN_LAG_FRAMES: u64 = 10;
 /// A camera whose main-stream encoder lags: detection on `/sub`, clips from `/main`
 /// (`record_uri`), whose packets leave the server 1 s after the sub-stream's of the same
 /// capture. Both streams are placed on the camera's clock by its RTCP sender reports, which
-/// gst-rtsp-server sends by itself: the first came 1 to 3 s after each connection, and both
-/// events (frames 60 and 150) come later, and their pre-rolls too, once the start's burst is
-/// over (the server sends what it holds of the second connection's file at once).
+/// gst-rtsp-server sends by itself: the first came 2 to 3 s after each connection here (its
+/// first interval is random, 1.25 to 3.75 s), before the first event's pre-roll (frame 40);
+/// packets that came before it are placed too.
 #[test]
 fn a_packet_clip_of_a_lagging_main_stream_is_placed_by_the_cameras_clock() {
     let dir = tempfile::tempdir().unwrap();
