@@ -2,7 +2,8 @@
 //! gst-rtsp-server camera: `/sub` and `/main` play one file on one timeline, `/main` sent 1 s
 //! late (a slow main-stream encoder). Frame k of the decoded `/sub` and packet k of the
 //! recorded `/main` are the same capture: the camera's clock puts them together, where their
-//! arrival times are 10 frames apart. Prints the spread docs/guides/recording.md quotes.
+//! arrival times are 10 frames apart; and again on the connections after the camera restarted,
+//! each on its own reports. Prints the spread docs/guides/recording.md quotes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -20,8 +21,8 @@ use vidflow::packets::Carried;
 use vidflow::source::{SourceConfig, SourceOptions, SourceUri};
 
 const FPS: u64 = 10;
-/// Frames compared: 8 s, past the first sender report of both streams.
-const FRAMES: usize = 80;
+/// Frames compared per connection: 6 s, past the first sender report of both streams.
+const FRAMES: usize = 60;
 /// How late `/main` leaves the server.
 const LAG: Duration = Duration::from_secs(1);
 /// Farthest apart the same frame of the two streams may be on the camera's clock: as
@@ -60,7 +61,7 @@ fn the_cameras_clock_places_the_same_frame_of_two_streams_together() {
          filesink location={}",
         video.display()
     ));
-    let server = FileServer::start_camera(&[
+    let mut server = FileServer::start_camera(&[
         ("/sub", video.clone(), Duration::ZERO),
         ("/main", video, LAG),
     ])
@@ -79,36 +80,92 @@ fn the_cameras_clock_places_the_same_frame_of_two_streams_together() {
     let subscription = vidflow::packets::hub().subscribe("rtcp-cam");
     let (tx, rx) = crossbeam_channel::bounded(FRAMES * 2);
     let source = vidflow::source::start(&config, tx, &rx, None).unwrap();
+    let mut streams = Streams::default();
+    streams.take(&rx, &subscription, |s| s.on_connection(1).is_some());
 
-    let (mut frames, mut packets) = (Vec::new(), Vec::new());
-    let until = Instant::now() + DEADLINE;
-    while (frames.len() < FRAMES || packets.len() < FRAMES) && Instant::now() < until {
-        crossbeam_channel::select! {
-            recv(rx) -> frame => {
-                let frame = frame.unwrap();
-                frames.push(Seen {
-                    pts: frame.pts.unwrap(),
-                    clock: frame.clock.clone().expect("an rtsp frame without a clock"),
-                    came: frame.captured,
-                });
-            }
-            recv(subscription.packets) -> item => {
-                if let Ok(Carried::Packet(p)) = item {
-                    packets.push(Seen {
-                        pts: p.buffer.pts().unwrap().into(),
-                        clock: p.clock.clone().expect("an rtsp packet without a clock"),
-                        came: p.arrival,
-                    });
-                }
-            }
-            default(Duration::from_millis(100)) => {}
-        }
-    }
+    // The camera restarts: each stream's new connection is placed by its own reports, never by
+    // the last connection's offset (which would put its frames back at the camera's start).
+    server.restart().unwrap();
+    streams.take(&rx, &subscription, |s| {
+        s.on_connection(2)
+            .is_some_and(|(f, p)| f[0].clock.known() && p[0].clock.known())
+    });
     source.control().abort();
     drop(rx);
     source.join().unwrap();
-    assert!(frames.len() >= FRAMES && packets.len() >= FRAMES);
+    let first = streams.on_connection(1).unwrap();
+    let (frames, packets) = streams.on_connection(2).expect("no second connection");
+    assert!(!Arc::ptr_eq(&frames[0].clock, &first.0[0].clock));
+    assert!(!Arc::ptr_eq(&packets[0].clock, &first.1[0].clock));
+    let last_before = first.0[FRAMES - 1].camera();
+    assert!(
+        frames[0].camera() > last_before,
+        "the new connection placed before the old one's end"
+    );
+    assert_same_frames_together(first, 1);
+    assert_same_frames_together((frames, packets), 2);
+}
 
+/// Frames and packets seen, in order, each stream's split by connection (as the source says:
+/// a frame's `reconnected`, a packet's `connection`).
+#[derive(Default)]
+struct Streams {
+    frames: Vec<Vec<Seen>>,
+    packets: Vec<Vec<Seen>>,
+    /// The connection of the last packet.
+    connection: Option<u64>,
+}
+
+impl Streams {
+    /// Takes frames and packets until `done` says (or [`DEADLINE`]).
+    fn take(
+        &mut self,
+        frames: &crossbeam_channel::Receiver<vidflow::frame::Frame>,
+        subscription: &vidflow::packets::Subscription,
+        done: impl Fn(&Self) -> bool,
+    ) {
+        let until = Instant::now() + DEADLINE;
+        while !done(self) && Instant::now() < until {
+            crossbeam_channel::select! {
+                recv(frames) -> frame => {
+                    let frame = frame.unwrap();
+                    let clock = frame.clock.clone().expect("an rtsp frame without a clock");
+                    let seen = Seen { pts: frame.pts.unwrap(), clock, came: frame.captured };
+                    add(&mut self.frames, seen, frame.reconnected.is_some());
+                }
+                recv(subscription.packets) -> item => {
+                    if let Ok(Carried::Packet(p)) = item {
+                        let clock = p.clock.clone().expect("an rtsp packet without a clock");
+                        let pts = p.buffer.pts().unwrap().into();
+                        let new = self.connection.replace(p.connection).is_some_and(|c| c != p.connection);
+                        add(&mut self.packets, Seen { pts, clock, came: p.arrival }, new);
+                    }
+                }
+                default(Duration::from_millis(100)) => {}
+            }
+        }
+    }
+
+    /// The first [`FRAMES`] frames and packets of both streams' `n`th connections (from 1),
+    /// once there are as many.
+    fn on_connection(&self, n: usize) -> Option<(&[Seen], &[Seen])> {
+        let frames = self.frames.get(n - 1).filter(|f| f.len() >= FRAMES)?;
+        let packets = self.packets.get(n - 1).filter(|p| p.len() >= FRAMES)?;
+        Some((&frames[..FRAMES], &packets[..FRAMES]))
+    }
+}
+
+/// Appends `seen` to the last connection's list, or to a `new` one.
+fn add(connections: &mut Vec<Vec<Seen>>, seen: Seen, new: bool) {
+    match connections.last_mut() {
+        Some(c) if !new => c.push(seen),
+        _ => connections.push(vec![seen]),
+    }
+}
+
+/// Frame k of `/sub` and packet k of `/main` (one connection each) are within [`SLACK`] on
+/// the camera's clock, while their arrival times are about [`LAG`] apart.
+fn assert_same_frames_together((frames, packets): (&[Seen], &[Seen]), connection: usize) {
     let camera: Vec<i128> = (0..FRAMES)
         .map(|k| ms(packets[k].camera(), frames[k].camera()))
         .collect();
@@ -123,7 +180,8 @@ fn the_cameras_clock_places_the_same_frame_of_two_streams_together() {
         .collect();
     let range = |v: &[i128]| (*v.iter().min().unwrap(), *v.iter().max().unwrap());
     println!(
-        "/main against /sub, same frame, ms (min, max): on the camera's clock {:?}, by arrival {:?}",
+        "connection {connection}: /main against /sub, same frame, ms (min, max): on the \
+         camera's clock {:?}, by arrival {:?}",
         range(&camera),
         range(&arrival)
     );
