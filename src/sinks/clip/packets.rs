@@ -43,7 +43,7 @@ use gstreamer as gst;
 
 use super::Settings;
 use super::file::{ClipFile, append_index};
-use super::timing::{Moment, Timing, on_camera_clock, packet_time};
+use super::timing::{Moment, Timing, packet_time};
 use crate::outcome::FrameResult;
 use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription, Timeline};
 use crate::sinks::{Sink, SinkError};
@@ -348,22 +348,13 @@ impl Work {
     /// live stream the camera's clock once the decoded stream's latest trigger (or frame) and
     /// the record stream's ring are both on it, else arrival time (see `timing.rs`).
     fn timing(&self) -> Timing {
-        if let Some(clip) = &self.clip {
-            return clip.timing;
-        }
-        if !self.live {
-            return Timing::Timestamps;
-        }
-        let frames = self
-            .trigger
-            .as_ref()
-            .or(self.progress.as_ref())
-            .is_some_and(|m| m.time(Timing::Rtcp).is_some());
-        let packets = self.ring.back().is_some_and(|h| on_camera_clock(&h.packet));
-        if frames && packets {
-            Timing::Rtcp
-        } else {
-            Timing::Arrival
+        match &self.clip {
+            Some(clip) => clip.timing,
+            None => Timing::choose(
+                self.live,
+                self.trigger.as_ref().or(self.progress.as_ref()),
+                self.ring.back().map(|h| &h.packet),
+            ),
         }
     }
 

@@ -29,6 +29,22 @@ pub(super) enum Timing {
 }
 
 impl Timing {
+    /// The timing for a record stream that is `live` or not, whose newest packet is `packet`,
+    /// and a decoded stream whose latest trigger (or frame) is `moment`: a file's timestamps,
+    /// the camera's clock once both are on it, else arrival time.
+    pub(super) fn choose(live: bool, moment: Option<&Moment>, packet: Option<&Packet>) -> Self {
+        if !live {
+            return Self::Timestamps;
+        }
+        let frames = moment.is_some_and(|m| m.time(Self::Rtcp).is_some());
+        let packets = packet.is_some_and(|p| p.clock.as_ref().is_some_and(|c| c.known()));
+        if frames && packets {
+            Self::Rtcp
+        } else {
+            Self::Arrival
+        }
+    }
+
     /// Its name in `clips.jsonl`.
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -74,18 +90,13 @@ impl Moment {
 /// The time of `packet` by `timing`: its place in decoding order if `decoding` (what is cut at
 /// the post-roll's end: every packet shown up to then is decoded before it), else when it is
 /// shown (what is measured against the pre-roll's start). Zero on the camera's clock before
-/// its connection had a sender report (a timing never chosen then: [`on_camera_clock`]).
+/// its connection had a sender report (a timing never chosen then: [`Timing::choose`]).
 pub(super) fn packet_time(packet: &Packet, timing: Timing, decoding: bool) -> Duration {
     match timing {
         Timing::Timestamps => timestamp_of(&packet.buffer, decoding),
         Timing::Rtcp => packet.camera_time(decoding).unwrap_or_default(),
         Timing::Arrival => since_epoch(packet.arrival),
     }
-}
-
-/// Whether `packet`'s connection is on the camera's clock (it had a sender report).
-pub(super) fn on_camera_clock(packet: &Packet) -> bool {
-    packet.clock.as_ref().is_some_and(|c| c.known())
 }
 
 fn since_epoch(t: SystemTime) -> Duration {
@@ -99,4 +110,67 @@ fn timestamp_of(buffer: &gst::BufferRef, decoding: bool) -> Duration {
         buffer.pts().or(buffer.dts())
     };
     t.map(Duration::from).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet of a live connection whose clock had a report or not.
+    fn packet(reported: bool) -> Packet {
+        gst::init().unwrap();
+        let clock = CameraClock::new(Duration::ZERO);
+        if reported {
+            clock.report(1_000_000_000, 0);
+        }
+        let mut buffer = gst::Buffer::new();
+        buffer
+            .get_mut()
+            .unwrap()
+            .set_pts(gst::ClockTime::from_seconds(2));
+        Packet {
+            buffer,
+            caps: gst::Caps::new_empty_simple("video/x-h264"),
+            connection: 1,
+            arrival: SystemTime::now(),
+            clock: Some(Arc::new(clock)),
+            live: true,
+        }
+    }
+
+    /// A trigger on a live connection whose clock had a report or not.
+    fn moment(reported: bool) -> Moment {
+        let clock = CameraClock::new(Duration::ZERO);
+        if reported {
+            clock.report(1_000_000_000, 0);
+        }
+        Moment {
+            captured: SystemTime::now(),
+            pts: Some(Duration::from_secs(2)),
+            clock: Some(Arc::new(clock)),
+            triggered: true,
+        }
+    }
+
+    #[test]
+    fn the_cameras_clock_places_a_trigger_only_when_both_streams_are_on_it() {
+        let choose = |m: bool, p: bool| Timing::choose(true, Some(&moment(m)), Some(&packet(p)));
+        assert_eq!(choose(true, true), Timing::Rtcp);
+        // One clock alone cannot be compared with arrival time: arrival for both.
+        assert_eq!(choose(true, false), Timing::Arrival);
+        assert_eq!(choose(false, true), Timing::Arrival);
+        assert_eq!(choose(false, false), Timing::Arrival);
+        assert_eq!(
+            Timing::choose(true, None, Some(&packet(true))),
+            Timing::Arrival
+        );
+        assert_eq!(
+            Timing::choose(false, Some(&moment(true)), Some(&packet(true))),
+            Timing::Timestamps
+        );
+        // Both on the camera's clock: 1 s + 2 s.
+        let (m, p) = (moment(true), packet(true));
+        assert_eq!(m.time(Timing::Rtcp), Some(Duration::from_secs(3)));
+        assert_eq!(packet_time(&p, Timing::Rtcp, false), Duration::from_secs(3));
+    }
 }
