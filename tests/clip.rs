@@ -306,10 +306,10 @@ fn a_packet_clip_is_the_cameras_own_frames_from_the_keyframe_before_its_pre_roll
 /// the two connections to the test server start the file apart by the time one takes to
 /// connect after the other (a camera's two streams run together), plus jitter: 1 frame when
 /// measured (the post-roll's end at slack 0). By the camera's clock: 0.2 frames measured
-/// between /sub and /main, 0.7 in a connection's first 1.5 s (tests/rtcp.rs). 0.3 s at 10 fps, within the accuracy
-/// docs/guides/recording.md gives, and below what tells a clip opened at the keyframe before
-/// its trigger (at most [`CAMERA_KEYFRAME_FRAMES`] before it) from one opened before the
-/// pre-roll (20), or from one placed [`MAIN_LAG_FRAMES`] off.
+/// between /sub and /main, 0.7 in a connection's first 1.5 s (tests/rtcp.rs). 0.3 s at
+/// 10 fps, within the accuracy docs/guides/recording.md gives, and below what tells a clip
+/// opened at the keyframe before its trigger (at most [`CAMERA_KEYFRAME_FRAMES`] before it)
+/// from one opened before the pre-roll (20), or from one placed [`MAIN_LAG_FRAMES`] off.
 const LIVE_SLACK_FRAMES: u64 = 3;
 
 /// The same from a live camera that sends no RTCP: a real RTSP server replaying the file,

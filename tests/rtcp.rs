@@ -137,7 +137,8 @@ impl Streams {
                     if let Ok(Carried::Packet(p)) = item {
                         let clock = p.clock.clone().expect("an rtsp packet without a clock");
                         let pts = p.buffer.pts().unwrap().into();
-                        let new = self.connection.replace(p.connection).is_some_and(|c| c != p.connection);
+                        let before = self.connection.replace(p.connection);
+                        let new = before.is_some_and(|c| c != p.connection);
                         add(&mut self.packets, Seen { pts, clock, came: p.arrival }, new);
                     }
                 }

@@ -3,16 +3,19 @@
 //! `filesrc ! qtdemux ! h264parse ! rtph264pay` (`h265` for an H.265 file), paced by the
 //! server's clock. Media are not
 //! shared: every client gets the file from its first frame, and at its end an end of stream.
-//! A server may be one camera ([`FileServer::start_camera`]): its mounts' files play on one
-//! timeline, from [`TIMELINE_AHEAD`] after the first client came (frame k of every mount is
-//! captured at one time, whenever its client connected within [`TIMELINE_JOIN`]: one who came
-//! later starts a timeline of its own, rather than getting the file's past at once), each
-//! client on a thread of its own (a lagging mount's client waits that long for its first
-//! packet, and holds its thread meanwhile), and a mount may lag: its packets leave the server that long after their
-//! capture time (their timestamps, on which the RTCP sender reports' clock stays), like a
-//! camera whose main-stream encoder is slower than its sub-stream's. A server may also send no
-//! RTCP at all ([`FileServer::start_without_rtcp`]), like a camera that gives no sender
-//! reports.
+//! A server may be one camera ([`FileServer::start_camera`]):
+//! - its mounts' files play on one timeline, from [`TIMELINE_AHEAD`] after the first client
+//!   came: frame k of every mount is captured at one time, whatever its client's connection
+//!   time within [`TIMELINE_JOIN`] (a client who comes later starts a timeline of its own,
+//!   rather than getting the file's past at once);
+//! - a mount may lag: its packets leave the server that long after their capture time (their
+//!   timestamps, on which the RTCP sender reports' clock stays), like a camera whose
+//!   main-stream encoder is slower than its sub-stream's;
+//! - each client has a thread of its own (a lagging mount's client waits that long for its
+//!   first packet, and holds its thread meanwhile).
+//!
+//! A server may also send no RTCP at all ([`FileServer::start_without_rtcp`]), like a camera
+//! that gives no sender reports.
 //!
 //! Threads and stop protocol: as `rtsp.rs` (one `vidflow-test-rtsp` loop thread on a context of
 //! its own; `stop` destroys the listener, removes clients and sessions, quits the loop and joins
