@@ -27,6 +27,8 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use gstreamer as gst;
 
+use crate::frame::CameraClock;
+
 /// Packets queued for one subscriber: about 8 s of a 30 fps stream, far more than a segment
 /// change takes on a busy disk.
 pub const SUBSCRIPTION_PACKETS: usize = 256;
@@ -43,12 +45,15 @@ pub struct Packet {
     /// every loss and every restart of the source, so the packets of one connection share one
     /// timeline.
     pub connection: u64,
-    /// When it reached vidflow (wall clock): what maps a decoded frame's time onto the record
-    /// stream (see docs/guides/recording.md).
+    /// When it reached vidflow (wall clock): what maps a decoded frame's time onto a live
+    /// record stream whose camera sent no RTCP sender report (see docs/guides/recording.md).
     pub arrival: SystemTime,
+    /// The camera's clock on its connection (a live RTSP stream): what maps a decoded frame's
+    /// time onto the record stream once both have one ([`Packet::camera_time`]).
+    pub clock: Option<Arc<CameraClock>>,
     /// Whether the record stream is live (a camera): its packets are placed against the
-    /// decoded stream by arrival time; a file's by their timestamps, which the decoded
-    /// stream's frames share (see docs/guides/recording.md).
+    /// decoded stream by the camera's clock or arrival time; a file's by their timestamps,
+    /// which the decoded stream's frames share (see docs/guides/recording.md).
     pub live: bool,
 }
 
@@ -56,6 +61,18 @@ impl Packet {
     /// Whether a decoder can start here.
     pub fn keyframe(&self) -> bool {
         !self.buffer.flags().contains(gst::BufferFlags::DELTA_UNIT)
+    }
+
+    /// Its time on the camera's clock once the camera sent a sender report on its connection:
+    /// its decoding time if `decoding` (else its presentation time), when it has one.
+    pub fn camera_time(&self, decoding: bool) -> Option<Duration> {
+        let b = &self.buffer;
+        let t = if decoding {
+            b.dts().or(b.pts())
+        } else {
+            b.pts().or(b.dts())
+        };
+        self.clock.as_ref()?.time(t?.into())
     }
 
     /// The parser that takes this stream into a muxer (H.264 or H.265); `Err`: the media type
@@ -349,6 +366,7 @@ mod tests {
             caps: gst::Caps::new_empty_simple("video/x-h264"),
             connection: 1,
             arrival: SystemTime::now(),
+            clock: None,
             live: true,
         }
     }

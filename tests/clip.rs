@@ -3,7 +3,9 @@
 //! to `post_roll_s` after its last (measured by decoding the clips), listed in `clips.jsonl`;
 //! a second run keeps the first run's clips. In packets mode the clips are the camera's own
 //! H.264 stream, copied: their frames decode to its file's bit for bit, from a keyframe, from a
-//! file and from a real RTSP server replaying it live.
+//! file and from a real RTSP server replaying it live, with RTCP sender reports (the main
+//! stream 1 s behind the sub-stream, placed by the camera's clock) and without (placed by
+//! arrival time).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -68,13 +70,18 @@ fn encode_keys() -> String {
 
 /// Motion on the frames of `uri` triggers a `clip` sink with `keys` added.
 fn pipeline(dir: &Path, uri: &str, keys: &str) -> std::path::PathBuf {
+    pipeline_of(dir, &format!("uri = \"{uri}\""), keys)
+}
+
+/// [`pipeline`] with the source table's keys given (`source`).
+fn pipeline_of(dir: &Path, source: &str, keys: &str) -> std::path::PathBuf {
     write(
         dir,
         "p.toml",
         &format!(
             r#"
 [sources.cam]
-uri = "{uri}"
+{source}
 
 [executor]
 workers = 1
@@ -237,8 +244,9 @@ fn camera_file(dir: &Path) -> (std::path::PathBuf, Vec<[u8; 32]>) {
 /// Checks the packet clips of the scene's two events (the first two in `clips.jsonl`): each
 /// clip's frames are the file's own, bit for bit, from a keyframe, the latest at least the
 /// pre-roll before the event's first trigger, through the post-roll after its last; each
-/// bound within `slack` frames (the mapping of a trigger onto the record stream).
-fn assert_packet_clips(dir: &Path, reference: &[[u8; 32]], slack: u64, stderr: &str) {
+/// bound within `slack` frames (the mapping of a trigger onto the record stream), which is
+/// `timing` (the clips' `timing` in `clips.jsonl`).
+fn assert_packet_clips(dir: &Path, reference: &[[u8; 32]], slack: u64, timing: &str, stderr: &str) {
     let lines = jsonl(&dir.join("out/events.jsonl"));
     let events: Vec<(u64, u64)> = events(&lines)
         .into_iter()
@@ -249,6 +257,7 @@ fn assert_packet_clips(dir: &Path, reference: &[[u8; 32]], slack: u64, stderr: &
     let index = jsonl(&clips_dir.join("clips.jsonl"));
     assert!(index.len() >= events.len(), "{index:?}\n{stderr}");
     for ((first_trigger, last_trigger), clip) in events.iter().zip(&index) {
+        assert_eq!(clip["timing"], timing, "{clip}");
         let got = frame_hashes(&clips_dir.join(clip["path"].as_str().unwrap()));
         assert_eq!(clip["frames"].as_u64(), Some(got.len() as u64), "{clip}");
         // Where the clip's first frame is in the file (one place): its frames are the
@@ -293,24 +302,27 @@ fn a_packet_clip_is_the_cameras_own_frames_from_the_keyframe_before_its_pre_roll
     let p = pipeline(dir.path(), &uri, "mode = \"packets\"");
     let out = spawn_run(&p, &[], dir.path()).finish(RUN_DEADLINE);
     assert!(out.status.success(), "{}", out.stderr);
-    assert_packet_clips(dir.path(), &reference, 0, &out.stderr);
+    assert_packet_clips(dir.path(), &reference, 0, "timestamps", &out.stderr);
 }
 
-/// Frames a trigger on a live camera may land off on its record stream here: the two
-/// connections to the test server start the file apart by the time one takes to connect after
-/// the other (a camera's two streams run together), plus jitter: 1 frame when measured (the
-/// post-roll's end at slack 0). 0.3 s at 10 fps, within the accuracy docs/guides/recording.md
-/// gives, and below what tells a clip opened at the keyframe before its trigger (at most
-/// [`CAMERA_KEYFRAME_FRAMES`] before it) from one opened before the pre-roll (20).
+/// Frames a trigger on a live camera may land off on its record stream here. By arrival time:
+/// the two connections to the test server start the file apart by the time one takes to
+/// connect after the other (a camera's two streams run together), plus jitter: 1 frame when
+/// measured (the post-roll's end at slack 0). By the camera's clock: 0.2 frames measured
+/// between /sub and /main, 0.7 in a connection's first 1.5 s (tests/rtcp.rs). 0.3 s at
+/// 10 fps, within the accuracy docs/guides/recording.md gives, and below what tells a clip
+/// opened at the keyframe before its trigger (at most [`CAMERA_KEYFRAME_FRAMES`] before it)
+/// from one opened before the pre-roll (20), or from one placed [`MAIN_LAG_FRAMES`] off.
 const LIVE_SLACK_FRAMES: u64 = 3;
 
-/// The same from a live camera: a real RTSP server replaying the file, decoded on one
-/// connection and copied from another (no record_uri), a trigger mapped by arrival time.
+/// The same from a live camera that sends no RTCP: a real RTSP server replaying the file,
+/// decoded on one connection and copied from another (no record_uri), a trigger mapped by
+/// arrival time, the fallback.
 #[test]
 fn a_packet_clip_of_a_live_camera_is_its_own_frames_around_the_event() {
     let dir = tempfile::tempdir().unwrap();
     let (video, reference) = camera_file(dir.path());
-    let server = FileServer::start(&[("/cam", video)]).unwrap();
+    let server = FileServer::start_without_rtcp(&[("/cam", video)]).unwrap();
     let p = pipeline(dir.path(), &server.url("/cam"), "mode = \"packets\"");
     let running = spawn_run(&p, &[], dir.path());
     // The file's 20 s, played live; then the server ends it and the source connects again.
@@ -318,7 +330,62 @@ fn a_packet_clip_of_a_live_camera_is_its_own_frames_around_the_event() {
     running.signal("TERM");
     let out = running.finish(RUN_DEADLINE);
     assert!(out.status.success(), "{}", out.stderr);
-    assert_packet_clips(dir.path(), &reference, LIVE_SLACK_FRAMES, &out.stderr);
+    assert_packet_clips(
+        dir.path(),
+        &reference,
+        LIVE_SLACK_FRAMES,
+        "arrival",
+        &out.stderr,
+    );
+}
+
+/// How far the camera's main stream lags its sub-stream in the next test: its packets leave
+/// the server this long after their capture. By arrival time a clip would be cut that much
+/// early.
+const MAIN_LAG_FRAMES: u64 = 10;
+
+/// A camera whose main-stream encoder lags: detection on `/sub`, clips from `/main`
+/// (`record_uri`), whose packets leave the server 1 s after the sub-stream's of the same
+/// capture. Both streams are placed on the camera's clock by its RTCP sender reports, which
+/// gst-rtsp-server sends by itself: the first came 2 to 3 s after each connection here (its
+/// first interval is random, 1.25 to 3.75 s), before the first event's pre-roll (frame 40);
+/// packets that came before it are placed too.
+#[test]
+fn a_packet_clip_of_a_lagging_main_stream_is_placed_by_the_cameras_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let (video, reference) = camera_file(dir.path());
+    let lag = Duration::from_millis(MAIN_LAG_FRAMES * 1000 / FPS);
+    let server = FileServer::start_camera(&[
+        ("/sub", video.clone(), Duration::ZERO),
+        ("/main", video, lag),
+    ])
+    .unwrap();
+    let source = format!(
+        "uri = \"{}\"\nrecord_uri = \"{}\"",
+        server.url("/sub"),
+        server.url("/main")
+    );
+    let p = pipeline_of(dir.path(), &source, "mode = \"packets\"");
+    let running = spawn_run(&p, &[], dir.path());
+    wait_for_lines(&dir.path().join("out/events.jsonl"), 200, RUN_DEADLINE);
+    // The main stream's last packets come a second after the sub-stream's last frame: the
+    // second clip is finished once they are in (the end of the stream).
+    wait_for_lines(&dir.path().join("out/clips/clips.jsonl"), 2, RUN_DEADLINE);
+    running.signal("TERM");
+    let out = running.finish(RUN_DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("times from the camera's clock"),
+        "{}",
+        out.stderr
+    );
+    assert_packet_clips(
+        dir.path(),
+        &reference,
+        LIVE_SLACK_FRAMES,
+        "rtcp",
+        &out.stderr,
+    );
 }
 
 /// An event longer than `max_clip_s` goes on in new clips, each cut at the camera's keyframe

@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 pub use blob::{BlobSpec, bgr_blob};
+pub use clock::CameraClock;
 use gstreamer as gst;
 use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
@@ -32,6 +33,7 @@ use opencv::imgproc;
 pub use pins::{Pins, PoolSize, UNKNOWN_POOL_PINS};
 
 mod blob;
+mod clock;
 mod convert;
 mod pins;
 #[cfg(test)]
@@ -134,6 +136,9 @@ pub struct Frame {
     pub pts: Option<Duration>,
     /// Wall-clock time at which the frame left the decoder.
     pub captured: SystemTime,
+    /// The camera's clock on the frame's connection (a live RTSP stream), which places `pts`
+    /// on it once the camera sent a sender report.
+    pub clock: Option<Arc<CameraClock>>,
     /// Nominal frame rate of the stream (numerator, denominator), when the source knows it.
     pub fps: Option<(i32, i32)>,
     /// Set on the first frame after the source reconnected: how long no frame came.
@@ -341,6 +346,7 @@ impl Frame {
             seq,
             pts,
             captured: SystemTime::now(),
+            clock: None,
             fps,
             reconnected: None,
             width: w,
@@ -361,6 +367,7 @@ impl Frame {
             seq,
             pts,
             captured: SystemTime::now(),
+            clock: None,
             fps: None,
             reconnected: None,
             width: mat.cols(),

@@ -40,6 +40,7 @@ mod last_error;
 mod options;
 mod pipeline;
 mod record;
+mod rtcp;
 mod stream;
 mod supervisor;
 mod teardown;

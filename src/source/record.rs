@@ -25,6 +25,7 @@ use gstreamer as gst;
 use gstreamer_app as gst_app;
 
 use super::{RUN, Resume, STOP, Shared, SourceConfig, SourceError, SourceState, SourceUri};
+use crate::frame::CameraClock;
 use crate::packets::Packet;
 
 /// The record stream of a running source.
@@ -95,7 +96,10 @@ impl RecordStream {
 /// without timestamps is joined to the one before it, and a unit is published when the next
 /// begins, or at the end of the stream. A connection that breaks loses the unit it held: it
 /// is in the gap the break makes anyway.
-pub(super) fn callbacks(shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
+pub(super) fn callbacks(
+    shared: Arc<Shared>,
+    clock: Option<Arc<CameraClock>>,
+) -> gst_app::AppSinkCallbacks {
     let wait = !shared.uri.is_live();
     let connection = crate::packets::new_connection();
     let held: Arc<Mutex<Option<Packet>>> = Arc::default();
@@ -125,6 +129,7 @@ pub(super) fn callbacks(shared: Arc<Shared>) -> gst_app::AppSinkCallbacks {
                 caps,
                 connection,
                 arrival: SystemTime::now(),
+                clock: clock.clone(),
                 live: !wait,
             };
             let done = {

@@ -15,7 +15,7 @@ use super::cut::{Opened, Server};
 use super::ended::{Ended, Waiting, classify, too_big};
 use super::pipeline::TOO_BIG;
 use super::{ABORT, CONTROL_MESSAGE, RUN, STOP, STOP_GRACE, Shared, SourceError, SourceUri};
-use crate::frame::{Format, Frame, Pins, PoolSize};
+use crate::frame::{CameraClock, Format, Frame, Pins, PoolSize};
 
 /// How long to look for the error that explains a pipeline refusing to start.
 const START_ERROR_WAIT: gst::ClockTime = gst::ClockTime::from_seconds(1);
@@ -71,12 +71,24 @@ impl Connection {
                         message,
                     })
                 })?;
-        shared
-            .pts_offset
-            .store(shared.pts_end.load(Ordering::Acquire), Ordering::Release);
+        let pts_base = shared.pts_end.load(Ordering::Acquire);
+        shared.pts_offset.store(pts_base, Ordering::Release);
+        // A clock of this connection's own: a reconnection never keeps the last one's offset.
+        let clock = matches!(shared.uri, SourceUri::Rtsp { .. }).then(|| {
+            // A record stream's packets keep their PTS as the connection gave them.
+            let base = if shared.packets.is_some() {
+                0
+            } else {
+                pts_base
+            };
+            Arc::new(CameraClock::new(Duration::from_nanos(base)))
+        });
+        if let Some(clock) = &clock {
+            super::rtcp::follow(&pipeline, clock, &shared.name);
+        }
         appsink.set_callbacks(match shared.packets {
-            Some(_) => super::record::callbacks(shared.clone()),
-            None => callbacks(shared.clone(), frames.clone(), oldest.cloned()),
+            Some(_) => super::record::callbacks(shared.clone(), clock),
+            None => callbacks(shared.clone(), frames.clone(), oldest.cloned(), clock),
         });
         let bus = pipeline.bus().ok_or_else(|| {
             Ended::Fatal(SourceError::Gstreamer {
@@ -229,6 +241,7 @@ fn callbacks(
     shared: Arc<Shared>,
     frames: Sender<Frame>,
     oldest: Option<Receiver<Frame>>,
+    clock: Option<Arc<CameraClock>>,
 ) -> gst_app::AppSinkCallbacks {
     // The stream's caps, their video info, and the count of the buffers this pipeline's frames
     // hold, made again when the caps change (a renegotiation makes a new pool).
@@ -268,6 +281,7 @@ fn callbacks(
             if !frame.is_zero_copy() {
                 count_copy(&shared, pins);
             }
+            frame.clock.clone_from(&clock);
             if let Some(pts) = frame.pts {
                 let pts = pts + Duration::from_nanos(shared.pts_offset.load(Ordering::Acquire));
                 frame.pts = Some(pts);

@@ -24,6 +24,7 @@ use crate::storage::{Class, FilePolicy, Retention};
 mod encode;
 mod file;
 mod packets;
+mod timing;
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "clip",

@@ -11,10 +11,9 @@
 //! opens the next clip of the same event), a new connection, new caps or a break.
 //!
 //! Time: a trigger is a decoded frame; a packet is of the record stream, another connection
-//! and maybe another stream of the camera. A live stream's packets are placed by the wall clock
-//! time they arrived, against the time the decoded frame left its decoder; a file's by their
-//! timestamps, which the decoded frames of the same file share. docs/guides/recording.md says
-//! what that costs.
+//! and maybe another stream of the camera. Both are placed on one clock (`timing.rs`): a
+//! file's timestamps, a camera's own clock from its RTCP sender reports, or else arrival
+//! time. docs/guides/recording.md says what each costs.
 //!
 //! Counts: the sink's `crate::packets::RecordStats` (the `vidflow_record_*` metrics of this
 //! sink) count what finished clips hold: packets, bytes and clips are added when a clip's file
@@ -44,6 +43,7 @@ use gstreamer as gst;
 
 use super::Settings;
 use super::file::{ClipFile, append_index};
+use super::timing::{Moment, Timing, packet_time};
 use crate::outcome::FrameResult;
 use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription, Timeline};
 use crate::sinks::{Sink, SinkError};
@@ -55,31 +55,6 @@ use crate::storage::SinkFiles;
 const MOMENTS: usize = 1024;
 /// Most bytes a source's ring holds: minutes of a 4 Mbit/s camera.
 const RING_BYTES: usize = 64 << 20;
-
-/// A frame of the decoded stream, as a source's thread needs it.
-#[derive(Debug, Clone, Copy)]
-struct Moment {
-    /// When the frame left its decoder.
-    captured: SystemTime,
-    pts: Option<Duration>,
-    triggered: bool,
-}
-
-impl Moment {
-    /// Its time in the clock of a record stream that is `live` or not (see the module header).
-    fn time(&self, live: bool) -> Duration {
-        let wall = || {
-            self.captured
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default()
-        };
-        if live {
-            wall()
-        } else {
-            self.pts.unwrap_or_else(wall)
-        }
-    }
-}
 
 /// An open `clip` sink in packets mode.
 pub(super) struct PacketClips {
@@ -126,11 +101,8 @@ impl Sink for PacketClips {
         let Some(source) = self.sources.get(&frame.source) else {
             return Ok(false);
         };
-        let moment = Moment {
-            captured: frame.captured,
-            pts: frame.pts,
-            triggered: crate::sinks::any_non_empty(result, self.when.iter().copied()),
-        };
+        let triggered = crate::sinks::any_non_empty(result, self.when.iter().copied());
+        let moment = Moment::of(frame, triggered);
         // Fails only when the thread ended; close reports why.
         let _ = source.moments.send(moment);
         // The clips come from the packets, on the sources' threads.
@@ -192,14 +164,21 @@ impl SourceThread {
     }
 }
 
-/// A packet waiting in the ring, placed on the decoded stream's clock.
+/// A packet waiting in the ring.
 struct Held {
     packet: Packet,
-    /// Its place in decoding order: what is cut at the post-roll's end (every packet shown up
-    /// to then is decoded before it).
-    at: Duration,
-    /// When it is shown: what is measured against the pre-roll's start.
-    shown: Duration,
+}
+
+impl Held {
+    /// Its place in decoding order by `timing` (see [`packet_time`]).
+    fn at(&self, timing: Timing) -> Duration {
+        packet_time(&self.packet, timing, true)
+    }
+
+    /// When it is shown by `timing` (see [`packet_time`]).
+    fn shown(&self, timing: Timing) -> Duration {
+        packet_time(&self.packet, timing, false)
+    }
 }
 
 /// A clip being written.
@@ -207,6 +186,8 @@ struct Clip {
     file: ClipFile,
     connection: u64,
     caps: gst::Caps,
+    /// How its trigger was placed on the record stream, from its opening on.
+    timing: Timing,
     /// Ring time of its first packet (a keyframe).
     start: Duration,
     timeline: Timeline,
@@ -236,15 +217,6 @@ struct Work {
     /// The ring outgrew [`RING_BYTES`] once already (said once).
     said_far_ahead: bool,
     first_error: Option<SinkError>,
-}
-
-fn timestamp_of(buffer: &gst::BufferRef, decoding: bool) -> Duration {
-    let t = if decoding {
-        buffer.dts().or(buffer.pts())
-    } else {
-        buffer.pts().or(buffer.dts())
-    };
-    t.map(Duration::from).unwrap_or_default()
 }
 
 impl Work {
@@ -285,10 +257,10 @@ impl Work {
     }
 
     fn moment(&mut self, m: Moment) {
-        self.progress = Some(m);
         if m.triggered {
-            self.trigger = Some(m);
+            self.trigger = Some(m.clone());
         }
+        self.progress = Some(m);
         self.advance(false);
     }
 
@@ -331,20 +303,8 @@ impl Work {
         {
             self.clear_ring();
         }
-        let (at, shown) = if packet.live {
-            let wall = packet
-                .arrival
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default();
-            (wall, wall)
-        } else {
-            (
-                timestamp_of(&packet.buffer, true),
-                timestamp_of(&packet.buffer, false),
-            )
-        };
         self.ring_bytes += packet.buffer.size();
-        self.ring.push_back(Held { packet, at, shown });
+        self.ring.push_back(Held { packet });
         self.advance(false);
     }
 
@@ -352,15 +312,15 @@ impl Work {
     /// then prunes the ring. `ended`: no frame nor packet comes any more.
     fn advance(&mut self, ended: bool) {
         let (pre_roll, post_roll) = (self.settings.pre_roll, self.settings.post_roll);
-        while let Some(trigger) = self.trigger.map(|t| t.time(self.live)) {
+        let timing = self.timing();
+        while let Some(trigger) = self.trigger.as_ref().and_then(|t| t.time(timing)) {
             let end = trigger + post_roll;
             if self.clip.is_none() {
-                let reached = self
-                    .ring
-                    .back()
-                    .is_some_and(|h| h.at >= trigger.saturating_sub(pre_roll));
-                if !(reached || ended) || !self.open(trigger.saturating_sub(pre_roll), end) {
-                    if ended || self.past(end) && self.ring.back().is_some_and(|h| h.at > end) {
+                let from = trigger.saturating_sub(pre_roll);
+                let reached = self.ring.back().is_some_and(|h| h.at(timing) >= from);
+                if !(reached || ended) || !self.open(from, end, timing) {
+                    let beyond = self.ring.back().is_some_and(|h| h.at(timing) > end);
+                    if ended || self.past(end, timing) && beyond {
                         // No keyframe to start from before the post-roll ran out.
                         self.trigger = None;
                     }
@@ -372,8 +332,8 @@ impl Work {
                 self.finish_clip();
                 continue;
             }
-            let written = ended || self.ring.front().is_some_and(|h| h.at > end);
-            if written && (ended || self.past(end)) {
+            let written = ended || self.ring.front().is_some_and(|h| h.at(timing) > end);
+            if written && (ended || self.past(end, timing)) {
                 self.finish_clip();
                 self.trigger = None;
             }
@@ -384,21 +344,45 @@ impl Work {
         }
     }
 
-    /// Whether the decoded stream is past `t`.
-    fn past(&self, t: Duration) -> bool {
-        self.progress.is_some_and(|p| p.time(self.live) > t)
+    /// The timing that places a trigger now: the open clip's, a file's timestamps, or for a
+    /// live stream the camera's clock once the decoded stream's latest trigger (or frame) and
+    /// the record stream's ring are both on it, else arrival time (see `timing.rs`).
+    fn timing(&self) -> Timing {
+        match &self.clip {
+            Some(clip) => clip.timing,
+            None => Timing::choose(
+                self.live,
+                self.trigger.as_ref().or(self.progress.as_ref()),
+                self.ring.back().map(|h| &h.packet),
+            ),
+        }
+    }
+
+    /// Whether the decoded stream is past `end`, the trigger's post-roll. A frame of a new
+    /// connection not on the camera's clock yet is compared by when it and the trigger left
+    /// their decoder.
+    fn past(&self, end: Duration, timing: Timing) -> bool {
+        let Some(progress) = &self.progress else {
+            return false;
+        };
+        match progress.time(timing) {
+            Some(t) => t > end,
+            None => self.trigger.as_ref().is_some_and(|trigger| {
+                progress.captured > trigger.captured + self.settings.post_roll
+            }),
+        }
     }
 
     /// Opens a clip at the latest keyframe shown at or before `from`, or the ring's first
     /// keyframe if it does not reach back that far (dropping what is before it), if it is not
     /// after `end`. False: no clip (no keyframe, a full disk, a failure).
-    fn open(&mut self, from: Duration, end: Duration) -> bool {
+    fn open(&mut self, from: Duration, end: Duration, timing: Timing) -> bool {
         let start = self
             .ring
             .iter()
-            .rposition(|h| h.packet.keyframe() && h.shown <= from)
+            .rposition(|h| h.packet.keyframe() && h.shown(timing) <= from)
             .or_else(|| self.ring.iter().position(|h| h.packet.keyframe()));
-        let Some(start) = start.filter(|&i| self.ring[i].at <= end) else {
+        let Some(start) = start.filter(|&i| self.ring[i].at(timing) <= end) else {
             return false;
         };
         self.drop_front(start);
@@ -437,7 +421,8 @@ impl Work {
             file,
             connection: packet.connection,
             caps: packet.caps.clone(),
-            start: first.at,
+            timing,
+            start: first.at(timing),
             timeline: Timeline::starting_at(packet),
             end: gst::ClockTime::ZERO,
             packets: 0,
@@ -454,10 +439,11 @@ impl Work {
             let Some(clip) = &mut self.clip else {
                 return true;
             };
-            if held.at > end {
+            let at = held.at(clip.timing);
+            if at > end {
                 return true;
             }
-            let too_long = held.at.saturating_sub(clip.start) >= self.settings.max_clip;
+            let too_long = at.saturating_sub(clip.start) >= self.settings.max_clip;
             if too_long && held.packet.keyframe() && clip.packets > 0 {
                 return false;
             }
@@ -477,17 +463,19 @@ impl Work {
     /// stream's time, or a pending trigger's, minus the pre-roll), and the oldest keyframe
     /// intervals beyond [`RING_BYTES`].
     fn prune(&mut self) {
-        let earliest = [self.progress, self.trigger]
+        let timing = self.timing();
+        let earliest = [&self.progress, &self.trigger]
             .into_iter()
             .flatten()
-            .map(|m| m.time(self.live).saturating_sub(self.settings.pre_roll))
+            .filter_map(|m| m.time(timing))
+            .map(|t| t.saturating_sub(self.settings.pre_roll))
             .min();
         // Before the decoded stream's first frame, any packet may still be asked for.
         if let Some(horizon) = earliest {
             let keep = self
                 .ring
                 .iter()
-                .rposition(|h| h.packet.keyframe() && h.shown <= horizon)
+                .rposition(|h| h.packet.keyframe() && h.shown(timing) <= horizon)
                 .unwrap_or(0);
             self.drop_front(keep);
         }
@@ -537,6 +525,7 @@ impl Work {
             "source": &*self.source,
             "path": path.file_name().map(|n| n.to_string_lossy().into_owned()),
             "mode": "packets",
+            "timing": clip.timing.name(),
             "frames": clip.packets,
             "time": humantime::format_rfc3339_millis(clip.arrival).to_string(),
             "duration_s": clip.end.seconds_f64(),
