@@ -20,6 +20,12 @@ use gstreamer as gst;
 use crate::frame::{CameraClock, Frame};
 use crate::packets::Packet;
 
+/// Most by which the two streams' delays (each its camera time against its arrival) may differ
+/// for their reports to be taken as one clock: a main-stream encoder that lags, jitter
+/// buffers and networks stay far below it; beyond, the camera stamps its streams from two
+/// clocks (or one report is wrong), and arrival time places the trigger instead.
+const MOST_SKEW: Duration = Duration::from_secs(10);
+
 /// How a clip's trigger was placed on its record stream (see the module header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Timing {
@@ -31,17 +37,15 @@ pub(super) enum Timing {
 impl Timing {
     /// The timing for a record stream that is `live` or not, whose newest packet is `packet`,
     /// and a decoded stream whose latest trigger (or frame) is `moment`: a file's timestamps,
-    /// the camera's clock once both are on it, else arrival time.
+    /// the camera's clock once both are on it and agree within [`MOST_SKEW`], else arrival
+    /// time.
     pub(super) fn choose(live: bool, moment: Option<&Moment>, packet: Option<&Packet>) -> Self {
         if !live {
             return Self::Timestamps;
         }
-        let frames = moment.is_some_and(|m| m.time(Self::Rtcp).is_some());
-        let packets = packet.is_some_and(|p| p.clock.as_ref().is_some_and(|c| c.known()));
-        if frames && packets {
-            Self::Rtcp
-        } else {
-            Self::Arrival
+        match moment.zip(packet).and_then(|(m, p)| skew(m, p)) {
+            Some(skew) if skew <= MOST_SKEW => Self::Rtcp,
+            _ => Self::Arrival,
         }
     }
 
@@ -99,6 +103,18 @@ pub(super) fn packet_time(packet: &Packet, timing: Timing, decoding: bool) -> Du
     }
 }
 
+/// How far apart the two streams' delays are on the camera's clock: the frame's camera time
+/// less the time it left its decoder, against the packet's camera time less its arrival.
+/// `None` until both connections had a sender report.
+fn skew(moment: &Moment, packet: &Packet) -> Option<Duration> {
+    let ns = |d: Duration| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX);
+    let frame = ns(moment.time(Timing::Rtcp)?) - ns(since_epoch(moment.captured));
+    let record = ns(packet.camera_time(false)?) - ns(since_epoch(packet.arrival));
+    u64::try_from((frame - record).unsigned_abs())
+        .ok()
+        .map(Duration::from_nanos)
+}
+
 fn since_epoch(t: SystemTime) -> Duration {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default()
 }
@@ -118,10 +134,15 @@ mod tests {
 
     /// A packet of a live connection whose clock had a report or not.
     fn packet(reported: bool) -> Packet {
+        packet_on(reported.then_some(1_000_000_000))
+    }
+
+    /// A packet of a live connection whose clock's report put PTS 0 at `camera_ns`, if any.
+    fn packet_on(camera_ns: Option<i128>) -> Packet {
         gst::init().unwrap();
         let clock = CameraClock::new(Duration::ZERO);
-        if reported {
-            clock.report(1_000_000_000, 0);
+        if let Some(camera_ns) = camera_ns {
+            clock.report(camera_ns, 0);
         }
         let mut buffer = gst::Buffer::new();
         buffer
@@ -172,5 +193,16 @@ mod tests {
         let (m, p) = (moment(true), packet(true));
         assert_eq!(m.time(Timing::Rtcp), Some(Duration::from_secs(3)));
         assert_eq!(packet_time(&p, Timing::Rtcp, false), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn two_streams_whose_clocks_disagree_by_more_than_the_most_skew_are_placed_by_arrival() {
+        // The frame and the packet arrived together, and each had a report: the record
+        // stream's camera time 9 s after the frame's, then 11 s (a camera that stamps its two
+        // streams from two clocks).
+        let choose =
+            |ns: i128| Timing::choose(true, Some(&moment(true)), Some(&packet_on(Some(ns))));
+        assert_eq!(choose(1_000_000_000 + 9_000_000_000), Timing::Rtcp);
+        assert_eq!(choose(1_000_000_000 + 11_000_000_000), Timing::Arrival);
     }
 }
