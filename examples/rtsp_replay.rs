@@ -4,7 +4,7 @@
 //! for an H.265 file), paced by the server's clock as a camera is. Nothing is decoded or
 //! encoded: a client costs the server a demux and a packet copy. Media are not shared, so each
 //! client gets its file from the first frame (a keyframe) and, at its end, an end of stream.
-//! The same launch line as tests/common/rtsp_files.rs (`FileServer`), which the tests use.
+//! The same launch line as the tests' `FileServer` (tests/common/replay.rs, included here).
 //!
 //! Run:  cargo run --example rtsp_replay -- --port P /main1=MAIN.mp4 /sub1=SUB.mp4 ...
 //! `--port 0` (the default) lets the kernel pick; the bound port is printed on stdout as
@@ -19,6 +19,9 @@ use gstreamer as gst;
 use gstreamer::glib;
 use gstreamer_rtsp_server as rtsp_server;
 use gstreamer_rtsp_server::prelude::*;
+
+#[path = "../tests/common/replay.rs"]
+mod replay;
 
 fn main() -> anyhow::Result<()> {
     let mut port = String::from("0");
@@ -46,19 +49,16 @@ fn main() -> anyhow::Result<()> {
         .mount_points()
         .ok_or_else(|| anyhow!("the server has no mount points"))?;
     // K cameras are K mounts of the same two files: each file is read once.
-    let mut codecs = HashMap::new();
+    let mut launches = HashMap::new();
     for (mount, file) in &mounts {
-        let codec = match codecs.get(file) {
-            Some(codec) => codec,
-            None => codecs
+        let launch = match launches.get(file) {
+            Some(launch) => launch,
+            None => launches
                 .entry(file.clone())
-                .or_insert(codec_of(Path::new(file))?),
+                .or_insert(replay::launch(Path::new(file), "")?),
         };
         let factory = rtsp_server::RTSPMediaFactory::new();
-        factory.set_launch(&format!(
-            "( filesrc location=\"{file}\" ! qtdemux ! {codec}parse ! \
-             rtp{codec}pay name=pay0 pt=96 config-interval=-1 )"
-        ));
+        factory.set_launch(launch);
         factory.set_shared(false);
         points.add_factory(mount, factory);
     }
@@ -73,12 +73,4 @@ fn main() -> anyhow::Result<()> {
     );
     main_loop.run();
     Ok(())
-}
-
-/// `"h265"` for an MP4 file whose video is H.265 (its sample entry `hvc1` or `hev1`), else
-/// `"h264"`.
-fn codec_of(file: &Path) -> anyhow::Result<&'static str> {
-    let bytes = std::fs::read(file).with_context(|| format!("reading {file:?}"))?;
-    let h265 = bytes.windows(4).any(|w| w == b"hvc1" || w == b"hev1");
-    Ok(if h265 { "h265" } else { "h264" })
 }

@@ -66,13 +66,19 @@ impl Packet {
     /// Its time on the camera's clock once the camera sent a sender report on its connection:
     /// its decoding time if `decoding` (else its presentation time), when it has one.
     pub fn camera_time(&self, decoding: bool) -> Option<Duration> {
+        self.clock.as_ref()?.time(self.timestamp(decoding)?)
+    }
+
+    /// Its decoding time if `decoding` (else its presentation time), or the other when it has
+    /// only that one.
+    pub fn timestamp(&self, decoding: bool) -> Option<Duration> {
         let b = &self.buffer;
         let t = if decoding {
             b.dts().or(b.pts())
         } else {
             b.pts().or(b.dts())
         };
-        self.clock.as_ref()?.time(t?.into())
+        t.map(Duration::from)
     }
 
     /// The parser that takes this stream into a muxer (H.264 or H.265); `Err`: the media type

@@ -629,27 +629,20 @@ fn port_texts(
 ) -> Option<Vec<Spanned<String>>> {
     Some(match c.take(port.name) {
         None if port.list => Vec::new(),
-        None => match port.optional_with {
-            Some((key, value)) if c.has(key, value) => Vec::new(),
-            Some((key, value)) => {
-                diags.push(Diagnostic::at(
-                    c.name.span(),
-                    format!(
-                        "{what}: missing input \"{}\" (it may be left out only with \
-                         {key} = \"{value}\")",
-                        port.name
-                    ),
-                ));
-                return None;
-            }
-            None => {
-                diags.push(Diagnostic::at(
-                    c.name.span(),
-                    format!("{what}: missing input \"{}\"", port.name),
-                ));
-                return None;
-            }
-        },
+        None => {
+            let unless = match port.optional_with {
+                Some((key, value)) if c.has(key, value) => return Some(Vec::new()),
+                Some((key, value)) => {
+                    format!(" (it may be left out only with {key} = \"{value}\")")
+                }
+                None => String::new(),
+            };
+            diags.push(Diagnostic::at(
+                c.name.span(),
+                format!("{what}: missing input \"{}\"{unless}", port.name),
+            ));
+            return None;
+        }
         Some((key, value)) if port.list => match value.get_ref() {
             DeValue::Array(items) => items
                 .iter()

@@ -36,6 +36,9 @@ use gstreamer_rtsp_server::prelude::*;
 
 use super::rtsp::{run_loop, shut_down};
 
+#[path = "replay.rs"]
+mod replay;
+
 #[derive(Debug)]
 pub struct FileServer {
     mounts: Vec<Mount>,
@@ -82,24 +85,16 @@ struct Serving {
 impl FileServer {
     /// Serves each (mount, MP4 file with H.264 or H.265) on a port the kernel picks.
     pub fn start(mounts: &[(&str, PathBuf)]) -> anyhow::Result<Self> {
-        let mounts: Vec<(&str, PathBuf, Duration)> = mounts
-            .iter()
-            .map(|(m, f)| (*m, f.clone(), Duration::ZERO))
-            .collect();
-        Self::serve(&mounts, Options::default())
+        Self::serve(&without_lag(mounts), Options::default())
     }
 
     /// As [`FileServer::start`], sending no RTCP (so no sender report).
     pub fn start_without_rtcp(mounts: &[(&str, PathBuf)]) -> anyhow::Result<Self> {
-        let mounts: Vec<(&str, PathBuf, Duration)> = mounts
-            .iter()
-            .map(|(m, f)| (*m, f.clone(), Duration::ZERO))
-            .collect();
         let options = Options {
             no_rtcp: true,
             ..Options::default()
         };
-        Self::serve(&mounts, options)
+        Self::serve(&without_lag(mounts), options)
     }
 
     /// Serves each (mount, file, lag) as the streams of one camera (see the module header):
@@ -174,7 +169,6 @@ impl Serving {
         }
         for mount in mounts {
             let factory = rtsp_server::RTSPMediaFactory::new();
-            let codec = codec_of(&mount.file)?;
             // identity holds each unit until its lag past its capture time (its timestamp,
             // which it leaves as it is: the payloader's RTP times and the sender reports
             // stay on the capture time); the sinks then send it at once, late.
@@ -183,11 +177,7 @@ impl Serving {
             } else {
                 format!("identity sync=true ts-offset={} ! ", mount.lag.as_nanos())
             };
-            factory.set_launch(&format!(
-                "( filesrc location={} ! qtdemux ! {codec}parse ! {lag}\
-                 rtp{codec}pay name=pay0 pt=96 config-interval=-1 )",
-                mount.file.display()
-            ));
+            factory.set_launch(&replay::launch(&mount.file, &lag)?);
             factory.set_shared(false);
             if options.no_rtcp {
                 factory.set_property("enable-rtcp", false);
@@ -262,10 +252,10 @@ fn one_timeline(
     pipeline.set_base_time(base);
 }
 
-/// `"h265"` for an MP4 file whose video is H.265 (its sample entry `hvc1` or `hev1`), else
-/// `"h264"`.
-fn codec_of(file: &std::path::Path) -> anyhow::Result<&'static str> {
-    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let h265 = bytes.windows(4).any(|w| w == b"hvc1" || w == b"hev1");
-    Ok(if h265 { "h265" } else { "h264" })
+/// (mount, file) pairs as mounts that do not lag.
+fn without_lag<'a>(mounts: &[(&'a str, PathBuf)]) -> Vec<(&'a str, PathBuf, Duration)> {
+    mounts
+        .iter()
+        .map(|(m, f)| (*m, f.clone(), Duration::ZERO))
+        .collect()
 }

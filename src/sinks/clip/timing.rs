@@ -15,8 +15,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use gstreamer as gst;
-
 use crate::frame::{CameraClock, Frame};
 use crate::packets::Packet;
 
@@ -97,7 +95,7 @@ impl Moment {
 /// its connection had a sender report (a timing never chosen then: [`Timing::choose`]).
 pub(super) fn packet_time(packet: &Packet, timing: Timing, decoding: bool) -> Duration {
     match timing {
-        Timing::Timestamps => timestamp_of(&packet.buffer, decoding),
+        Timing::Timestamps => packet.timestamp(decoding).unwrap_or_default(),
         Timing::Rtcp => packet.camera_time(decoding).unwrap_or_default(),
         Timing::Arrival => since_epoch(packet.arrival),
     }
@@ -119,17 +117,10 @@ fn since_epoch(t: SystemTime) -> Duration {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default()
 }
 
-fn timestamp_of(buffer: &gst::BufferRef, decoding: bool) -> Duration {
-    let t = if decoding {
-        buffer.dts().or(buffer.pts())
-    } else {
-        buffer.pts().or(buffer.dts())
-    };
-    t.map(Duration::from).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
+    use gstreamer as gst;
+
     use super::*;
 
     /// A packet of a live connection whose clock had a report or not.
