@@ -7,6 +7,7 @@ THROUGHPUT hint; each finished request's callback decodes the boxes of the wante
 numpy, NMSBoxes per class, and writes one JSON line. No video is written.
 
     ov_detect.py VIDEO MODEL.onnx LAYOUT SIZE PRECISION OUT.jsonl VIDEO_OUT FRAMES
+    SIZE: the square input's side, or WIDTHxHEIGHT (an input of the frame's shape)
     LAYOUT: darknet (yolov3-tiny.onnx: rows of cx cy w h (0..1) obj scores) or
             yolov8 ([1, 4 + classes, candidates], input pixels)
     PRECISION: the INFERENCE_PRECISION_HINT, bf16 or f32
@@ -23,12 +24,13 @@ import numpy as np
 import openvino as ov
 
 video, model, layout, size, precision, out_path, video_out, frames = sys.argv[1:9]
-size, frames = int(size), int(frames)
+width, height = map(int, size.split("x")) if "x" in size else (int(size), int(size))
+frames = int(frames)
 names = open("models/coco.names").read().splitlines()
 wanted = [names.index("person")]
 core = ov.Core()
 net = core.read_model(model)
-net.reshape([1, 3, size, size])
+net.reshape([1, 3, height, width])
 compiled = core.compile_model(net, "CPU", {
     "PERFORMANCE_HINT": "THROUGHPUT",
     "INFERENCE_PRECISION_HINT": precision,
@@ -53,7 +55,7 @@ def done(request, userdata):
     h, w = image.shape[:2]
     if layout == "yolov8":
         rows = request.get_output_tensor(0).data[0].T  # candidates x (4 + classes)
-        xywh, scores = rows[:, :4] * [w / size, h / size, w / size, h / size], rows[:, 4:]
+        xywh, scores = rows[:, :4] * [w / width, h / height, w / width, h / height], rows[:, 4:]
     else:
         rows = np.concatenate([t.data.reshape(-1, 85) for t in request.output_tensors])
         xywh, scores = rows[:, :4] * [w, h, w, h], rows[:, 5:]
@@ -87,7 +89,7 @@ for index in range(frames):
     if video_out != "-" and writer is None:
         h, w = frame.shape[:2]
         writer = cv2.VideoWriter(video_out, cv2.VideoWriter_fourcc(*"mp4v"), 10, (w, h))
-    blob = cv2.dnn.blobFromImage(frame, 1 / 255, (size, size), swapRB=True)
+    blob = cv2.dnn.blobFromImage(frame, 1 / 255, (width, height), swapRB=True)
     queue.start_async({0: blob}, (index, frame))
 queue.wait_all()
 out.close()

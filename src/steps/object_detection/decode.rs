@@ -73,8 +73,9 @@ const YOLOX_STRIDES: [usize; 3] = [8, 16, 32];
 pub(super) struct Geometry {
     pub(super) image_width: f32,
     pub(super) image_height: f32,
-    /// Input of the network (square), pixels.
-    pub(super) input: usize,
+    /// Input of the network, pixels: width and height (equal unless `keep_aspect`).
+    pub(super) input_width: usize,
+    pub(super) input_height: usize,
 }
 
 impl Geometry {
@@ -114,10 +115,11 @@ pub(super) enum DecodeError {
         classes: usize,
         expected: String,
     },
-    #[error("yolox output has {rows} rows; an input of {input} pixels gives {expected}")]
+    #[error("yolox output has {rows} rows; an input of {width}x{height} pixels gives {expected}")]
     YoloxRows {
         rows: usize,
-        input: usize,
+        width: usize,
+        height: usize,
         expected: usize,
     },
 }
@@ -174,10 +176,10 @@ pub(super) fn decode(
     let row = 5 + classes;
     let rows = values.len() / row;
     let grid = match layout {
-        Layout::Yolox => Some(yolox_grid(rows, geometry.input)?),
+        Layout::Yolox => Some(yolox_grid(rows, geometry)?),
         Layout::Darknet | Layout::Yolov5 | Layout::Yolov8 => None,
     };
-    let input = geometry.input as f32;
+    let (iw, ih) = (geometry.input_width as f32, geometry.input_height as f32);
     let wanted: Vec<usize> = (0..classes)
         .filter(|c| wanted.get(*c).copied().unwrap_or(false))
         .collect();
@@ -199,14 +201,14 @@ pub(super) fn decode(
             (Layout::Yolox, Some(grid)) => {
                 let (column, line, stride) = grid[i];
                 (
-                    (r[0] + column) * stride / input,
-                    (r[1] + line) * stride / input,
-                    r[2].exp() * stride / input,
-                    r[3].exp() * stride / input,
+                    (r[0] + column) * stride / iw,
+                    (r[1] + line) * stride / ih,
+                    r[2].exp() * stride / iw,
+                    r[3].exp() * stride / ih,
                 )
             }
             (Layout::Yolov5 | Layout::Yolox | Layout::Yolov8, _) => {
-                (r[0] / input, r[1] / input, r[2] / input, r[3] / input)
+                (r[0] / iw, r[1] / ih, r[2] / iw, r[3] / ih)
             }
         };
         push_finite(out, geometry.candidate(class, score, [cx, cy, w, h]));
@@ -261,10 +263,10 @@ fn decode_yolov8(
             }
         }
     }
-    let input = geometry.input as f32;
+    let input = [geometry.input_width, geometry.input_height].map(|side| side as f32);
     for (i, (&score, &class)) in best_score.iter().zip(&best_class).enumerate() {
         if score >= threshold {
-            let [cx, cy, w, h] = [0, 1, 2, 3].map(|k| values[k * n + i] / input);
+            let [cx, cy, w, h] = [0, 1, 2, 3].map(|k| values[k * n + i] / input[k % 2]);
             push_finite(out, geometry.candidate(class, score, [cx, cy, w, h]));
         }
     }
@@ -280,12 +282,11 @@ fn best_class(scores: &[f32], wanted: &[usize]) -> Option<(usize, f32)> {
 }
 
 /// Column, line and stride of every YOLOX row, in row order.
-fn yolox_grid(rows: usize, input: usize) -> Result<Vec<(f32, f32, f32)>, DecodeError> {
+fn yolox_grid(rows: usize, geometry: Geometry) -> Result<Vec<(f32, f32, f32)>, DecodeError> {
     let mut grid = Vec::with_capacity(rows);
     for stride in YOLOX_STRIDES {
-        let side = input / stride;
-        for line in 0..side {
-            for column in 0..side {
+        for line in 0..geometry.input_height / stride {
+            for column in 0..geometry.input_width / stride {
                 grid.push((column as f32, line as f32, stride as f32));
             }
         }
@@ -293,7 +294,8 @@ fn yolox_grid(rows: usize, input: usize) -> Result<Vec<(f32, f32, f32)>, DecodeE
     if grid.len() != rows {
         return Err(DecodeError::YoloxRows {
             rows,
-            input,
+            width: geometry.input_width,
+            height: geometry.input_height,
             expected: grid.len(),
         });
     }
@@ -307,7 +309,8 @@ mod tests {
     const GEOMETRY: Geometry = Geometry {
         image_width: 800.0,
         image_height: 400.0,
-        input: 64,
+        input_width: 64,
+        input_height: 64,
     };
 
     fn close(a: BBox, b: [f32; 4]) {
@@ -399,6 +402,68 @@ mod tests {
         assert_eq!((out[0].class, out[0].score), (1, 0.9));
         close(out[0].bbox, [300.0, 0.0, 200.0, 200.0]);
         assert!(decoded(Layout::Yolov8, &values[..13], &[true; 3], 0.4).is_err());
+    }
+
+    #[test]
+    fn a_non_square_input_scales_each_axis_by_its_own_side() {
+        // 64 x 32 input (keep_aspect) -> 800x400 image: x and y both scale by 12.5.
+        let wide = Geometry {
+            input_width: 64,
+            input_height: 32,
+            ..GEOMETRY
+        };
+        let values = [32.0, 16.0, 16.0, 16.0, 0.9];
+        let mut out = Vec::new();
+        decode(
+            Layout::Yolov8,
+            &[1, 5, 1],
+            &values,
+            1,
+            &[true],
+            0.4,
+            wide,
+            &mut out,
+        )
+        .unwrap();
+        close(out[0].bbox, [300.0, 100.0, 200.0, 200.0]);
+        // YOLOX: 64 x 32 -> 8x4 + 4x2 + 2x1 = 42 rows; stride 8, line 3, column 1 (row 25):
+        // centre (12, 28) in input pixels.
+        let mut values = vec![0.0; 42 * 6];
+        values[25 * 6..26 * 6].copy_from_slice(&[0.5, 0.5, 0.0, 0.0, 1.0, 0.9]);
+        let mut out = Vec::new();
+        decode(
+            Layout::Yolox,
+            &[1, 42, 6],
+            &values,
+            1,
+            &[true],
+            0.4,
+            wide,
+            &mut out,
+        )
+        .unwrap();
+        close(
+            out[0].bbox,
+            [(12.0 - 4.0) * 12.5, (28.0 - 4.0) * 12.5, 100.0, 100.0],
+        );
+        let square_rows = decode(
+            Layout::Yolox,
+            &[1, 84, 6],
+            &[0.0; 84 * 6],
+            1,
+            &[true],
+            0.4,
+            wide,
+            &mut out,
+        );
+        assert!(matches!(
+            square_rows,
+            Err(DecodeError::YoloxRows {
+                rows: 84,
+                expected: 42,
+                ..
+            })
+        ));
     }
 
     /// The candidate-by-candidate reading of the yolov8 layout that `decode_yolov8` speeds up.

@@ -8,7 +8,8 @@
 //! corrupt model, an `input_size` it cannot take (a named model's `input_sizes`; for a file of the
 //! user's, what its engine says) and outputs that do not fit its layout and class names are
 //! `validate` errors, never a failure on every frame. The image is resized to the square input without
-//! letterbox, scaled to 0..1 with R and B swapped; the outputs are decoded by layout
+//! letterbox (with `keep_aspect`, to an input of its own shape: [`Decoder::input_of`]), scaled
+//! to 0..1 with R and B swapped; the outputs are decoded by layout
 //! ([`decode`]) and reduced by non-maximum suppression per class. Boxes are in pixels of the
 //! image the step was given.
 //!
@@ -94,6 +95,12 @@ pub(super) static KIND: StepKind = StepKind {
             doc: "side of the square network input, a multiple of 32 the model takes (smaller is faster)",
         },
         ParamDoc {
+            name: "keep_aspect",
+            ty: "bool",
+            default: "false",
+            doc: "input of the frame's shape: input_size its long side, the other the nearest size the model takes (a 4:3 frame at 640 runs 640x480: a quarter less work)",
+        },
+        ParamDoc {
             name: "confidence",
             ty: "float in [0, 1]",
             default: "0.4",
@@ -135,6 +142,7 @@ struct Config {
     layout: Option<Spanned<String>>,
     class_names: Option<Spanned<PathBuf>>,
     input_size: Option<Spanned<u32>>,
+    keep_aspect: Option<Spanned<bool>>,
     confidence: Option<Spanned<f32>>,
     nms_iou: Option<Spanned<f32>>,
     classes: Option<Vec<Spanned<String>>>,
@@ -176,7 +184,10 @@ struct Decoder {
     layout: Layout,
     class_names: Vec<Arc<str>>,
     wanted: Vec<bool>,
+    /// Side of the square input; with `aspect`, the long side of the input.
     input: usize,
+    /// `keep_aspect`: the sizes the short side is rounded to; else the input is square.
+    aspect: Option<Sizes>,
     confidence: f32,
     nms_iou: f32,
 }
@@ -186,6 +197,7 @@ impl std::fmt::Debug for ObjectDetection {
         f.debug_struct("ObjectDetection")
             .field("layout", &self.decoder.layout)
             .field("input", &self.decoder.input)
+            .field("keep_aspect", &self.decoder.aspect.is_some())
             .field("classes", &self.decoder.class_names.len())
             .field("network", &self.network.describe())
             .finish_non_exhaustive()
@@ -212,6 +224,19 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         }
         Some(s) => *s.get_ref(),
         None => source.input_size,
+    };
+    let aspect = match &c.keep_aspect {
+        Some(k) if *k.get_ref() && source.input_sizes.from >= source.input_sizes.to => {
+            return Err(Diagnostic::at(
+                k.span(),
+                format!(
+                    "{} takes only input_size {}: keep_aspect needs a model whose input takes other sizes",
+                    source.label, source.input_sizes.from
+                ),
+            ));
+        }
+        Some(k) if *k.get_ref() => Some(source.input_sizes),
+        Some(_) | None => None,
     };
     let wanted = match &c.classes {
         None => vec![true; source.class_names.len()],
@@ -262,6 +287,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         class_names: source.class_names.into_iter().map(Arc::from).collect(),
         wanted,
         input: input_size as usize,
+        aspect,
         confidence,
         nms_iou,
     };
@@ -280,7 +306,14 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
                 real,
                 clip: source.check_clip.clone(),
                 input: &input,
-                input_name: format!("input_size {input_size}"),
+                input_name: format!(
+                    "input_size {input_size}{}",
+                    if aspect.is_some() {
+                        " and keep_aspect"
+                    } else {
+                        ""
+                    }
+                ),
                 detections: &detections,
                 fits: &fits,
                 settings: format!(
@@ -423,26 +456,49 @@ fn registry_source(model: Option<&Spanned<String>>) -> Result<Source, Diagnostic
 }
 
 impl Decoder {
-    /// The network's input: the square input side, scale and channel order the layout wants.
-    fn spec(&self) -> BlobSpec {
-        let side = i32::try_from(self.input).unwrap_or(i32::MAX);
+    /// The network's input size (width, height) for an image of `width` x `height`: square, or
+    /// with `keep_aspect` of the image's shape, the short side rounded to the nearest size the
+    /// model takes (the image is stretched by less than half that step).
+    fn input_of(&self, width: f32, height: f32) -> (usize, usize) {
+        let Some(sizes) = self.aspect else {
+            return (self.input, self.input);
+        };
+        let step = sizes.multiple.max(1) as usize;
+        let scaled = self.input as f32 * width.min(height) / width.max(height).max(1.0);
+        // Never above the long side, never below the model's least (nor 0).
+        let side = ((scaled / step as f32).round() as usize * step)
+            .max(sizes.from as usize)
+            .min(self.input)
+            .max(step);
+        if width >= height {
+            (self.input, side)
+        } else {
+            (side, self.input)
+        }
+    }
+
+    /// The network's input for an image of `width` x `height`: its size, scale and channel
+    /// order the layout wants.
+    fn spec(&self, width: f32, height: f32) -> BlobSpec {
+        let (w, h) = self.input_of(width, height);
+        let side = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
         let (scale, rgb) = match self.layout {
             Layout::Darknet | Layout::Yolov5 | Layout::Yolov8 => (1.0 / 255.0, true),
             // YOLOX exports take BGR 0..255.
             Layout::Yolox => (1.0, false),
         };
         BlobSpec {
-            width: side,
-            height: side,
+            width: side(w),
+            height: side(h),
             scale,
             rgb,
         }
     }
 
-    /// The network's input for `image`: resized to the square input without letterbox, scaled
-    /// as the layout wants.
+    /// The network's input for `image`: resized to the input without letterbox, scaled as the
+    /// layout wants.
     fn blob(&self, image: &Mat) -> opencv::Result<Mat> {
-        let spec = self.spec();
+        let spec = self.spec(image.cols() as f32, image.rows() as f32);
         dnn::blob_from_image(
             image,
             f64::from(spec.scale),
@@ -457,10 +513,12 @@ impl Decoder {
     /// Writes the network's input for `image` into `out` (as [`Decoder::blob`] makes it, but
     /// a frame goes from its planes: `frame::BlobSpec`).
     fn fill(&self, image: &Image, out: &mut [f32]) -> Result<(), StepError> {
+        let (width, height, _) = image.shape();
+        let spec = self.spec(width as f32, height as f32);
         let written = match image {
-            Image::Frame(frame) => frame.write_blob(self.spec(), out),
+            Image::Frame(frame) => frame.write_blob(spec, out),
             Image::Luma(_) | Image::Owned(_) => {
-                bgr_blob(image.mat().map_err(StepError::Frame)?, self.spec(), out)
+                bgr_blob(image.mat().map_err(StepError::Frame)?, spec, out)
             }
         };
         written.map_err(StepError::Frame)
@@ -485,10 +543,12 @@ impl Decoder {
         width: f32,
         height: f32,
     ) -> Result<Vec<Detection>, StepError> {
+        let (input_width, input_height) = self.input_of(width, height);
         let geometry = Geometry {
             image_width: width,
             image_height: height,
-            input: self.input,
+            input_width,
+            input_height,
         };
         let mut candidates = Vec::new();
         for output in outputs {
@@ -537,10 +597,10 @@ impl Step for ObjectDetection {
         }
         let image = input.get::<Image>(0)?;
         let (width, height, _) = image.shape();
-        let side = self.decoder.input;
+        let (input_width, input_height) = self.decoder.input_of(width as f32, height as f32);
         let mut detections = Vec::new();
         self.network.engine.forward_with(
-            [1, 3, side, side],
+            [1, 3, input_height, input_width],
             &mut |blob| self.decoder.fill(image, blob),
             &mut |outputs| {
                 detections = self
@@ -626,5 +686,51 @@ mod tests {
         .unwrap();
         let got: Vec<_> = kept.iter().map(|c| (c.class, c.score)).collect();
         assert_eq!(got, vec![(0, 0.9), (1, 0.7), (0, 0.6)]);
+    }
+
+    fn decoder(input: usize, aspect: Option<Sizes>) -> Decoder {
+        Decoder {
+            layout: Layout::Yolov8,
+            class_names: Vec::new(),
+            wanted: Vec::new(),
+            input,
+            aspect,
+            confidence: 0.4,
+            nms_iou: 0.45,
+        }
+    }
+
+    #[test]
+    fn keep_aspect_gives_the_frames_shape_with_the_short_side_to_the_nearest_size_the_model_takes()
+    {
+        let square = decoder(640, None);
+        assert_eq!(square.input_of(768.0, 576.0), (640, 640));
+        let aspect = decoder(640, Some(Sizes::ANY));
+        // 4:3 -> 640x480 exactly; 16:9 -> 360, to 352 (nearer than 384); portrait swaps.
+        assert_eq!(aspect.input_of(768.0, 576.0), (640, 480));
+        assert_eq!(aspect.input_of(1920.0, 1080.0), (640, 352));
+        assert_eq!(aspect.input_of(1080.0, 1920.0), (352, 640));
+        assert_eq!(aspect.input_of(500.0, 500.0), (640, 640));
+        // 320 on a 4:3 frame: 240, to 256 (halfway rounds up); never under the model's least.
+        assert_eq!(
+            decoder(320, Some(Sizes::ANY)).input_of(768.0, 576.0),
+            (320, 256)
+        );
+        let from_64 = Sizes {
+            from: 64,
+            to: 1280,
+            multiple: 32,
+        };
+        assert_eq!(
+            decoder(320, Some(from_64)).input_of(4000.0, 100.0),
+            (320, 64)
+        );
+        assert_eq!(
+            decoder(320, Some(Sizes::ANY)).input_of(4000.0, 1.0),
+            (320, 32)
+        );
+        // The blob is made at that size.
+        let spec = aspect.spec(1920.0, 1080.0);
+        assert_eq!((spec.width, spec.height), (640, 352));
     }
 }
