@@ -1,6 +1,7 @@
 //! The detectors' models through the real binary: YOLOv12n (`yolov12n_coco`) decoded as an
 //! independent decoder decodes it (tests/fixtures/vision/make-yolov12n-references.py: Python
 //! ONNX Runtime on the export as downloaded, numpy), at input sizes other than its export's 640;
+//! an input of the frame's shape (`keep_aspect`) on every engine that runs each model;
 //! an input size a model cannot take, and a model file whose outputs are not the layout or the
 //! class count the step was told, are `validate` errors (exit 78) naming the model, never a
 //! failure on every frame. Models come from `scripts/fetch-assets`, runtimes from
