@@ -210,34 +210,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
     let confidence = fraction("confidence", c.confidence.as_ref(), 0.4)?;
     let nms_iou = fraction("nms_iou", c.nms_iou.as_ref(), 0.45)?;
     let source = source(&c)?;
-    let input_size = match &c.input_size {
-        Some(s) if !source.input_sizes.takes(*s.get_ref()) => {
-            return Err(Diagnostic::at(
-                s.span(),
-                format!(
-                    "{} cannot take input_size {}; it takes {}",
-                    source.label,
-                    s.get_ref(),
-                    source.input_sizes
-                ),
-            ));
-        }
-        Some(s) => *s.get_ref(),
-        None => source.input_size,
-    };
-    let aspect = match &c.keep_aspect {
-        Some(k) if *k.get_ref() && source.input_sizes.from >= source.input_sizes.to => {
-            return Err(Diagnostic::at(
-                k.span(),
-                format!(
-                    "{} takes only input_size {}: keep_aspect needs a model whose input takes other sizes",
-                    source.label, source.input_sizes.from
-                ),
-            ));
-        }
-        Some(k) if *k.get_ref() => Some(source.input_sizes),
-        Some(_) | None => None,
-    };
+    let (input_size, aspect) = input_shape(&c, &source)?;
     let wanted = match &c.classes {
         None => vec![true; source.class_names.len()],
         Some(names) => {
@@ -332,6 +305,40 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         gated,
         decoder,
     }))
+}
+
+/// The `input_size` the step runs (checked against the model's sizes) and, with `keep_aspect`,
+/// the sizes the short side is rounded to (refused for a model of one size).
+fn input_shape(c: &Config, source: &Source) -> Result<(u32, Option<Sizes>), Diagnostic> {
+    let input_size = match &c.input_size {
+        Some(s) if !source.input_sizes.takes(*s.get_ref()) => {
+            return Err(Diagnostic::at(
+                s.span(),
+                format!(
+                    "{} cannot take input_size {}; it takes {}",
+                    source.label,
+                    s.get_ref(),
+                    source.input_sizes
+                ),
+            ));
+        }
+        Some(s) => *s.get_ref(),
+        None => source.input_size,
+    };
+    let aspect = match &c.keep_aspect {
+        Some(k) if *k.get_ref() && source.input_sizes.from >= source.input_sizes.to => {
+            return Err(Diagnostic::at(
+                k.span(),
+                format!(
+                    "{} takes only input_size {}: keep_aspect needs a model whose input takes other sizes",
+                    source.label, source.input_sizes.from
+                ),
+            ));
+        }
+        Some(k) if *k.get_ref() => Some(source.input_sizes),
+        Some(_) | None => None,
+    };
+    Ok((input_size, aspect))
 }
 
 fn fraction(key: &str, v: Option<&Spanned<f32>>, default: f32) -> Result<f32, Diagnostic> {
