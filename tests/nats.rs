@@ -73,10 +73,14 @@ fn check_stream(stored: &[Stored], lines: &[Value], subject_of: impl Fn(&str) ->
     got.sort_by_key(key);
     let mut want = lines.to_vec();
     want.sort_by_key(key);
+    let keys = |v: &[Value]| v.iter().map(key).collect::<std::collections::BTreeSet<_>>();
+    let (got_keys, want_keys) = (keys(&got), keys(&want));
     assert_eq!(
         got.len(),
         want.len(),
-        "messages stored once per id vs jsonl lines"
+        "messages stored once per id vs jsonl lines; lines not stored: {:?}; stored, no line: {:?}",
+        want_keys.difference(&got_keys).collect::<Vec<_>>(),
+        got_keys.difference(&want_keys).collect::<Vec<_>>()
     );
     assert_eq!(got, want, "each message is its jsonl line");
     copies
