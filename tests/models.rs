@@ -131,42 +131,44 @@ fn yolov12n_gives_the_detections_an_independent_decoder_gives() {
 
 #[test]
 fn yolov12n_runs_at_sizes_other_than_640_and_finds_the_reference_people() {
-    let refs = references("vtest-people.json");
-    let last = *refs.keys().max().unwrap();
     for (size, backend) in [(416, "openvino"), (320, "onnxruntime"), (800, "openvino")] {
-        let table = format!(
-            "model = \"yolov12n_coco\"\nclasses = [\"person\"]\ninput_size = {size}\nbackend = \"{backend}\""
-        );
-        let (lines, stderr) = run_with(&pipeline(&table), last + 1, &[]);
-        assert!(!stderr.contains("WARN"), "{size}: {stderr}");
-        let (matched, total) = recall(&lines, "steps.detect.detections", "person", &refs);
-        assert!(
-            matched as f64 >= MIN_RECALL * total as f64,
-            "{size} on {backend}: {matched} of {total} reference people"
+        finds_the_reference_people(
+            &format!(
+                "model = \"yolov12n_coco\"\nclasses = [\"person\"]\ninput_size = {size}\nbackend = \"{backend}\""
+            ),
+            &format!("{size} on {backend}"),
         );
     }
+}
+
+/// Runs the step `table` on vtest.avi: no warning, and at least MIN_RECALL of the reference
+/// people found.
+fn finds_the_reference_people(table: &str, what: &str) {
+    let refs = references("vtest-people.json");
+    let last = *refs.keys().max().unwrap();
+    let (lines, stderr) = run_with(&pipeline(table), last + 1, &[]);
+    assert!(!stderr.contains("WARN"), "{what}: {stderr}");
+    let (matched, total) = recall(&lines, "steps.detect.detections", "person", &refs);
+    assert!(
+        matched as f64 >= MIN_RECALL * total as f64,
+        "{what}: {matched} of {total} reference people"
+    );
 }
 
 #[test]
 fn keep_aspect_runs_an_input_of_the_frames_shape_and_finds_the_reference_people() {
     // vtest.avi is 768x576: 640x480 for yolov12n, 416x320 for yolov3-tiny (OpenCV reads its
     // Darknet files). Boxes decoded with one axis's scale on the other miss the people.
-    let refs = references("vtest-people.json");
-    let last = *refs.keys().max().unwrap();
     for (model, size, backend) in [
         ("yolov12n_coco", 640, "openvino"),
         ("yolov12n_coco", 640, "onnxruntime"),
         ("yolov3_tiny_coco", 416, "opencv"),
     ] {
-        let table = format!(
-            "model = \"{model}\"\nclasses = [\"person\"]\ninput_size = {size}\nkeep_aspect = true\nbackend = \"{backend}\""
-        );
-        let (lines, stderr) = run_with(&pipeline(&table), last + 1, &[]);
-        assert!(!stderr.contains("WARN"), "{model} on {backend}: {stderr}");
-        let (matched, total) = recall(&lines, "steps.detect.detections", "person", &refs);
-        assert!(
-            matched as f64 >= MIN_RECALL * total as f64,
-            "{model} on {backend}: {matched} of {total} reference people"
+        finds_the_reference_people(
+            &format!(
+                "model = \"{model}\"\nclasses = [\"person\"]\ninput_size = {size}\nkeep_aspect = true\nbackend = \"{backend}\""
+            ),
+            &format!("{model} on {backend}"),
         );
     }
 }

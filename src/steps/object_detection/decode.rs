@@ -404,6 +404,17 @@ mod tests {
         assert!(decoded(Layout::Yolov8, &values[..13], &[true; 3], 0.4).is_err());
     }
 
+    /// Decodes an output of one class, of `shape`, for an input of `geometry`.
+    fn decoded_one_class(
+        layout: Layout,
+        shape: &[usize],
+        values: &[f32],
+        geometry: Geometry,
+    ) -> Result<Vec<Candidate>, DecodeError> {
+        let mut out = Vec::new();
+        decode(layout, shape, values, 1, &[true], 0.4, geometry, &mut out).map(|()| out)
+    }
+
     #[test]
     fn a_non_square_input_scales_each_axis_by_its_own_side() {
         // 64 x 32 input (keep_aspect) -> 800x400 image: x and y both scale by 12.5.
@@ -413,49 +424,18 @@ mod tests {
             ..GEOMETRY
         };
         let values = [32.0, 16.0, 16.0, 16.0, 0.9];
-        let mut out = Vec::new();
-        decode(
-            Layout::Yolov8,
-            &[1, 5, 1],
-            &values,
-            1,
-            &[true],
-            0.4,
-            wide,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded_one_class(Layout::Yolov8, &[1, 5, 1], &values, wide).unwrap();
         close(out[0].bbox, [300.0, 100.0, 200.0, 200.0]);
         // YOLOX: 64 x 32 -> 8x4 + 4x2 + 2x1 = 42 rows; stride 8, line 3, column 1 (row 25):
         // centre (12, 28) in input pixels.
         let mut values = vec![0.0; 42 * 6];
         values[25 * 6..26 * 6].copy_from_slice(&[0.5, 0.5, 0.0, 0.0, 1.0, 0.9]);
-        let mut out = Vec::new();
-        decode(
-            Layout::Yolox,
-            &[1, 42, 6],
-            &values,
-            1,
-            &[true],
-            0.4,
-            wide,
-            &mut out,
-        )
-        .unwrap();
+        let out = decoded_one_class(Layout::Yolox, &[1, 42, 6], &values, wide).unwrap();
         close(
             out[0].bbox,
             [(12.0 - 4.0) * 12.5, (28.0 - 4.0) * 12.5, 100.0, 100.0],
         );
-        let square_rows = decode(
-            Layout::Yolox,
-            &[1, 84, 6],
-            &[0.0; 84 * 6],
-            1,
-            &[true],
-            0.4,
-            wide,
-            &mut out,
-        );
+        let square_rows = decoded_one_class(Layout::Yolox, &[1, 84, 6], &[0.0; 84 * 6], wide);
         assert!(matches!(
             square_rows,
             Err(DecodeError::YoloxRows {
