@@ -353,3 +353,42 @@ fn forward_with_writes_and_reads_in_place_what_forward_gives() {
         }
     }
 }
+
+/// The real yolov3-tiny on OpenVINO: two workers starting at once compile the model once
+/// between them, each with a request of its own giving the same outputs, and a shape seen
+/// before is not compiled again.
+#[test]
+fn openvino_workers_share_one_compiled_model_a_shape() {
+    availability(Backend::OpenVino).unwrap();
+    let path = models_dir().join("yolov3-tiny.onnx");
+    let engine = openvino::OvEngine::load(&path, None, Precision::F32, 1).unwrap();
+    let (small, large) = (yolo_blob(320), yolo_blob(416));
+    let barrier = std::sync::Barrier::new(2);
+    let outputs: Vec<Vec<Tensor>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    engine.forward(&small).unwrap()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(
+        engine.requests_made(),
+        2,
+        "two workers at once: two requests"
+    );
+    assert_eq!(engine.shapes(), vec![vec![1, 3, 320, 320]]);
+    assert!(outputs[0].iter().any(|t| t.data.iter().any(|v| *v > 0.5)));
+    assert_eq!(outputs[0], outputs[1]);
+    // Another size, then the first again: one more model, and the first is reused.
+    engine.forward(&large).unwrap();
+    let again = engine.forward(&small).unwrap();
+    assert_eq!(
+        engine.shapes(),
+        vec![vec![1, 3, 320, 320], vec![1, 3, 416, 416]]
+    );
+    assert_eq!(again, outputs[0]);
+}
