@@ -1,18 +1,14 @@
 //! OpenVINO as an [`Engine`]: the ONNX file compiled for the CPU device, f32 or bf16 (the
 //! `INFERENCE_PRECISION_HINT`; bf16 runs on AMX or AVX-512 BF16 units, and is refused on a
-//! CPU without them), no CPU pinning (the pool's workers share the cores).
+//! CPU without them), one stream of `threads` threads per concurrent worker, no CPU pinning
+//! (the pool's workers share the cores).
 //!
-//! OpenVINO runs fastest on a static shape, so the model is compiled for each shape of input it
-//! is given (a camera that changed size; YuNet's input follows the image), once for all the
-//! workers: one compiled model of as many streams of `threads` threads as the cores hold, and a
-//! request of its own for each worker, whose synchronous inference runs in one of those
-//! streams. Against a model compiled per worker (1 stream each) that is one compile instead of
-//! one per worker (yolov12n at 640x480 bf16 on 2 cores: 0.3 s against 0.87 s, while a live
-//! camera's first frames wait) and one model in memory, at the same throughput (51.0 against
-//! 49.8 inferences/s).
+//! OpenVINO runs fastest on a static shape, so each instance compiles the model for the shape
+//! of the input it is given and compiles again only if a later input has another shape (a
+//! camera that changed size; YuNet's input follows the image).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use opencv::core::Mat;
 use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPropertyKey};
@@ -21,19 +17,12 @@ use super::{Engine, Fill, Precision, Read, Tensor, View, blob_parts, runtimes, s
 use crate::steps::StepError;
 use crate::steps::common::instances::Instances;
 
-/// A model compiled for one input shape, shared by the workers.
-type Shared = Arc<Mutex<CompiledModel>>;
-
-/// Shapes whose compiled model is kept for the workers that will ask for it next; an older one
-/// lives on only in the requests that hold it.
-const SHAPES_KEPT: usize = 4;
-
-/// One worker's request, for one input shape.
+/// One worker's compiled model, for one input shape.
 struct Compiled {
     shape: Vec<i64>,
     request: InferRequest,
     /// Kept alive as long as its request.
-    _model: Shared,
+    _model: CompiledModel,
 }
 
 pub(super) struct OvEngine {
@@ -41,13 +30,8 @@ pub(super) struct OvEngine {
     path: PathBuf,
     precision: Precision,
     threads: usize,
-    /// Streams of each compiled model: the cores over `threads`, at least one.
-    streams: usize,
     outputs: Vec<String>,
-    /// The compiled models, one a shape, the newest last.
-    models: Mutex<Vec<(Vec<i64>, Shared)>>,
-    /// Each worker's requests, one a shape it ran, the newest last.
-    compiled: Instances<Vec<Compiled>>,
+    compiled: Instances<Option<Compiled>>,
 }
 
 impl std::fmt::Debug for OvEngine {
@@ -56,7 +40,6 @@ impl std::fmt::Debug for OvEngine {
             .field("path", &self.path)
             .field("precision", &self.precision)
             .field("threads", &self.threads)
-            .field("streams", &self.streams)
             .field("compiled", &self.compiled)
             .finish_non_exhaustive()
     }
@@ -86,9 +69,6 @@ impl OvEngine {
         precision: Precision,
         threads: usize,
     ) -> Result<Self, String> {
-        let streams = std::thread::available_parallelism()
-            .map_or(1, |n| n.get() / threads.max(1))
-            .max(1);
         runtimes::guarded("openvino", || {
             let mut core = Core::new().map_err(ov)?;
             let cpu = DeviceType::CPU;
@@ -117,11 +97,8 @@ impl OvEngine {
                             Precision::F32 | Precision::Int8 => "f32",
                         },
                     ),
-                    (RwPropertyKey::NumStreams, &streams.to_string()),
-                    (
-                        RwPropertyKey::InferenceNumThreads,
-                        &(streams * threads).to_string(),
-                    ),
+                    (RwPropertyKey::NumStreams, "1"),
+                    (RwPropertyKey::InferenceNumThreads, &threads.to_string()),
                     (RwPropertyKey::HintEnableCpuPinning, "NO"),
                     (RwPropertyKey::HintPerformanceMode, "LATENCY"),
                 ],
@@ -145,67 +122,29 @@ impl OvEngine {
                 path: path.to_owned(),
                 precision,
                 threads,
-                streams,
                 outputs,
-                models: Mutex::new(Vec::new()),
-                compiled: Instances::new(Vec::new(), || Ok::<_, StepError>(Vec::new())),
+                compiled: Instances::new(None, || Ok::<_, StepError>(None)),
             })
         })
     }
 
-    /// The model compiled for `shape`: compiled by the first worker to ask; a worker that asks
-    /// meanwhile waits for it rather than compiling it again.
-    fn model(&self, shape: &[i64]) -> Result<Shared, String> {
-        let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, model)) = models.iter().find(|(s, _)| s == shape) {
-            return Ok(Arc::clone(model));
-        }
-        let compiled = runtimes::guarded("openvino", || {
+    /// Compiles the model for `shape`.
+    fn compile(&self, shape: &[i64]) -> Result<Compiled, String> {
+        runtimes::guarded("openvino", || {
             let mut core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
             let mut model = core
                 .read_model_from_file(&self.path.to_string_lossy(), "")
                 .map_err(ov)?;
             let static_shape = PartialShape::new_static(shape.len() as i64, shape).map_err(ov)?;
             model.reshape_single_input(&static_shape).map_err(ov)?;
-            core.compile_model(&model, DeviceType::CPU).map_err(ov)
-        })?;
-        let model = Arc::new(Mutex::new(compiled));
-        if models.len() == SHAPES_KEPT {
-            models.remove(0);
-        }
-        models.push((shape.to_vec(), Arc::clone(&model)));
-        Ok(model)
-    }
-
-    /// A request of the model compiled for `shape`.
-    fn compile(&self, shape: &[i64]) -> Result<Compiled, String> {
-        let model = self.model(shape)?;
-        let request = runtimes::guarded("openvino", || {
-            model
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .create_infer_request()
-                .map_err(ov)
-        })?;
-        Ok(Compiled {
-            shape: shape.to_vec(),
-            request,
-            _model: model,
+            let mut compiled = core.compile_model(&model, DeviceType::CPU).map_err(ov)?;
+            let request = compiled.create_infer_request().map_err(ov)?;
+            Ok(Compiled {
+                shape: shape.to_vec(),
+                request,
+                _model: compiled,
+            })
         })
-    }
-}
-
-#[cfg(test)]
-impl OvEngine {
-    /// The shapes compiled models are kept for, oldest first.
-    pub(super) fn shapes(&self) -> Vec<Vec<i64>> {
-        let models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
-        models.iter().map(|(s, _)| s.clone()).collect()
-    }
-
-    /// The requests the workers have made so far.
-    pub(super) fn requests_made(&self) -> usize {
-        self.compiled.made()
     }
 }
 
@@ -216,20 +155,11 @@ impl OvEngine {
         shape: &[i64],
         f: impl FnOnce(&mut InferRequest) -> Result<R, StepError>,
     ) -> Result<R, StepError> {
-        self.compiled.with(|requests| {
-            match requests.iter().position(|c| c.shape == shape) {
-                Some(i) => {
-                    let newest = requests.remove(i);
-                    requests.push(newest);
-                }
-                None => {
-                    if requests.len() == SHAPES_KEPT {
-                        requests.remove(0);
-                    }
-                    requests.push(self.compile(shape).map_err(StepError::Other)?);
-                }
+        self.compiled.with(|slot| {
+            if slot.as_ref().is_none_or(|c| c.shape != shape) {
+                *slot = Some(self.compile(shape).map_err(StepError::Other)?);
             }
-            let Some(compiled) = requests.last_mut() else {
+            let Some(compiled) = slot.as_mut() else {
                 return Err(StepError::Other("openvino: no compiled model".to_owned()));
             };
             f(&mut compiled.request)
