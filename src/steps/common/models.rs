@@ -135,7 +135,13 @@ pub(in crate::steps) fn models_dir() -> PathBuf {
     std::env::var_os(MODELS_DIR_VAR).map_or_else(|| PathBuf::from("models"), PathBuf::from)
 }
 
-/// A model of the registry whose files are all present with their recorded sha256.
+/// The roles of files a model runs without: the int8 copy, which only `precision = "int8"`
+/// needs (scripts/fetch-assets does not keep one that is not the pinned bytes). Present, it is
+/// checked like the others.
+const OPTIONAL_ROLES: [&str; 1] = ["onnx_int8"];
+
+/// A model of the registry whose files are all present with their recorded sha256 (an optional
+/// one may be missing).
 #[derive(Debug)]
 pub(in crate::steps) struct Checked {
     pub(in crate::steps) model: &'static Model,
@@ -167,9 +173,14 @@ impl Checked {
         self.model.input_sizes.unwrap_or(Sizes::ANY)
     }
 
-    /// The path of the file with this role (`model`, `config`, `onnx`).
+    /// The path of the file with this role (`model`, `config`, `onnx`, `onnx_int8`); `None`
+    /// where the model has none, or where an optional one is not there.
     pub(in crate::steps) fn file(&self, role: &str) -> Option<PathBuf> {
-        self.model.files.get(role).map(|f| self.dir.join(f))
+        self.model
+            .files
+            .get(role)
+            .map(|f| self.dir.join(f))
+            .filter(|p| !OPTIONAL_ROLES.contains(&role) || p.is_file())
     }
 
     /// The model's class names, in output order.
@@ -192,14 +203,25 @@ impl Checked {
 
 /// Looks `name` up and checks every file it names against its sha256.
 pub(in crate::steps) fn checked(name: &str) -> Result<Checked, ModelError> {
+    checked_in(name, models_dir())
+}
+
+/// [`checked`], in the directory `dir`.
+fn checked_in(name: &str, dir: PathBuf) -> Result<Checked, ModelError> {
     let model = registry().get(name).ok_or_else(|| {
         let known: Vec<_> = registry().keys().map(|k| format!("\"{k}\"")).collect();
         let nearest = crate::spec::did_you_mean(name, registry().keys().map(String::as_str));
         ModelError::Unknown(name.to_owned(), nearest, known.join(", "))
     })?;
-    let dir = models_dir();
+    let optional: Vec<&String> = OPTIONAL_ROLES
+        .iter()
+        .filter_map(|role| model.files.get(*role))
+        .collect();
     for (file, expected) in &model.sha256 {
         let path = dir.join(file);
+        if optional.contains(&file) && !path.exists() {
+            continue;
+        }
         let found = sha256_of(&path).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => ModelError::Missing {
                 model: name.to_owned(),
@@ -411,6 +433,34 @@ mod tests {
         let file = models_dir().join(&model.files["onnx"]);
         let onnx = std::fs::read(&file).expect("run scripts/fetch-assets");
         assert_eq!(&metadata_names(&onnx), classes);
+    }
+
+    #[test]
+    fn a_model_runs_without_its_int8_copy_but_never_with_an_altered_one() {
+        let model = &registry()["yolov3_tiny_coco"];
+        let int8 = &model.files["onnx_int8"];
+        let dir = tempfile::tempdir().unwrap();
+        for file in model.sha256.keys().filter(|f| *f != int8) {
+            std::os::unix::fs::symlink(
+                models_dir().join(file).canonicalize().unwrap(),
+                dir.path().join(file),
+            )
+            .unwrap();
+        }
+        // No int8 copy (fetch-assets did not keep one): the model checks, without int8.
+        let checked = checked_in("yolov3_tiny_coco", dir.path().to_owned()).unwrap();
+        assert_eq!(checked.file("onnx_int8"), None);
+        assert!(checked.file("onnx").unwrap().is_file());
+        // A required file missing is still an error.
+        let onnx = dir.path().join(&model.files["onnx"]);
+        std::fs::rename(&onnx, dir.path().join("aside")).unwrap();
+        let e = checked_in("yolov3_tiny_coco", dir.path().to_owned()).unwrap_err();
+        assert!(matches!(e, ModelError::Missing { .. }), "{e}");
+        std::fs::rename(dir.path().join("aside"), &onnx).unwrap();
+        // An int8 copy that is there is checked like the rest.
+        std::fs::write(dir.path().join(int8), b"not the pinned bytes").unwrap();
+        let e = checked_in("yolov3_tiny_coco", dir.path().to_owned()).unwrap_err();
+        assert!(matches!(e, ModelError::Checksum { .. }), "{e}");
     }
 
     /// sha256sum (coreutils) of `path`: an implementation independent of this module's.
