@@ -95,6 +95,10 @@ pub enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Print this CPU's vector extensions and each inference engine (opencv, onnxruntime,
+    /// openvino) with its version and the precisions it computes in on this machine, or why it
+    /// cannot run (not installed). A pipeline's `precision` list takes the first one listed here.
+    Engines,
     /// Print the Argon2 hash of a password read from standard input, for [http]
     /// basic_password_hash (e.g. `vidflow hash-password < file`; on a terminal it asks, twice,
     /// without echo). A fresh random salt each time: two hashes of one password differ.
@@ -136,6 +140,10 @@ pub fn main(cli: Cli) -> u8 {
             reference::sources_markdown,
             reference::sources_text,
         ),
+        Command::Engines => {
+            print!("{}", crate::steps::engines_here());
+            exit::OK
+        }
         Command::HashPassword => password::hash_password(),
     }
 }

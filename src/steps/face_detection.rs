@@ -73,7 +73,7 @@ struct Config {
     confidence: Option<Spanned<f32>>,
     nms_iou: Option<Spanned<f32>>,
     backend: Option<Spanned<String>>,
-    precision: Option<Spanned<String>>,
+    precision: Option<Spanned<inference::PrecisionText>>,
     threads: Option<Spanned<u32>>,
 }
 

@@ -49,6 +49,12 @@ pub static KINDS: &[&StepKind] = &[
     &annotate::KIND,
 ];
 
+/// What this machine runs, for `vidflow engines`: the CPU's vector extensions and each
+/// inference engine with the precisions it computes in here.
+pub fn engines_here() -> String {
+    common::inference::here::report()
+}
+
 /// Looks a kind up by the name used in `kind = "..."`.
 pub fn kind(name: &str) -> Option<&'static StepKind> {
     KINDS.iter().copied().find(|k| k.name == name)

@@ -20,6 +20,43 @@ pub fn models_dir() -> PathBuf {
     repo_root().join("models")
 }
 
+/// What `vidflow engines` says this machine runs: its lines, once a test binary.
+fn engines_here() -> &'static str {
+    static HERE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HERE.get_or_init(|| {
+        let out = super::vidflow().arg("engines").output().unwrap();
+        assert!(out.status.success(), "vidflow engines: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    })
+}
+
+/// Whether `backend` computes in `precision` on this CPU, as `vidflow engines` lists it
+/// (bf16: AMX or AVX-512 BF16; not on an AVX2-only CPU, or under `scripts/cpu-as avx2`).
+pub fn runs_here(backend: &str, precision: &str) -> bool {
+    engines_here().lines().any(|line| {
+        line.strip_prefix(backend)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|rest| rest.split_once(": "))
+            .is_some_and(|(_, list)| list.split(' ').any(|p| p == precision))
+    })
+}
+
+/// Says that a test checks less on this CPU than on one with every extension: on stderr, and in
+/// a line of target/tmp/skipped-here.txt that scripts/test prints at the end.
+pub fn skipped_here(test: &str, why: &str) {
+    use std::io::Write;
+    let cpu = engines_here().lines().next().unwrap_or("cpu: unknown");
+    let line = format!("{test}: {why} ({cpu})");
+    eprintln!("skipped here: {line}");
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("skipped-here.txt");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    writeln!(file, "{line}").unwrap();
+}
+
 /// Reference boxes by frame number.
 pub fn references(name: &str) -> BTreeMap<u64, Vec<BBox>> {
     let path = repo_root().join("tests/fixtures/vision").join(name);

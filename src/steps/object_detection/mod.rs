@@ -147,7 +147,7 @@ struct Config {
     nms_iou: Option<Spanned<f32>>,
     classes: Option<Vec<Spanned<String>>>,
     backend: Option<Spanned<String>>,
-    precision: Option<Spanned<String>>,
+    precision: Option<Spanned<inference::PrecisionText>>,
     threads: Option<Spanned<u32>>,
 }
 

@@ -33,6 +33,7 @@ use crate::value::Detection;
 mod agree;
 mod auto;
 mod check;
+pub(in crate::steps) mod here;
 mod onnxruntime;
 mod opencv_dnn;
 mod openvino;
@@ -86,9 +87,9 @@ pub(in crate::steps) const BACKEND_DOC: ParamDoc = ParamDoc {
 };
 pub(in crate::steps) const PRECISION_DOC: ParamDoc = ParamDoc {
     name: "precision",
-    ty: "string",
+    ty: "string, or list of strings",
     default: "f32 (auto: f32, bf16 or int8, whichever agrees and is faster)",
-    doc: "\"f32\", \"bf16\" (openvino, on a CPU with bf16 support) or \"int8\" (onnxruntime, openvino; a model with a quantized copy)",
+    doc: "\"f32\", \"bf16\" (openvino, on a CPU with bf16 support) or \"int8\" (onnxruntime, openvino; a model with a quantized copy); a list is an order of preference: the first this CPU runs (with auto: that agrees), e.g. [\"bf16\", \"f32\"]",
 };
 pub(in crate::steps) const THREADS_DOC: ParamDoc = ParamDoc {
     name: "threads",
@@ -97,13 +98,76 @@ pub(in crate::steps) const THREADS_DOC: ParamDoc = ParamDoc {
     doc: "threads of one forward pass (onnxruntime, openvino); the pool's workers run frames side by side",
 };
 
+/// The precisions a step accepts, most wanted first: `precision = "bf16"` is a list of one,
+/// `precision = ["bf16", "f32"]` takes bf16 where this CPU runs it and f32 elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(in crate::steps) struct Precisions([Option<Precision>; 3]);
+
+impl Precisions {
+    pub(in crate::steps) fn one(p: Precision) -> Self {
+        Self([Some(p), None, None])
+    }
+
+    /// In order of preference.
+    pub(in crate::steps) fn iter(self) -> impl Iterator<Item = Precision> {
+        self.0.into_iter().flatten()
+    }
+
+    pub(in crate::steps) fn contains(self, p: Precision) -> bool {
+        self.iter().any(|q| q == p)
+    }
+
+    /// Where `p` stands in the order of preference (`None`: not accepted).
+    pub(in crate::steps) fn position(self, p: Precision) -> Option<usize> {
+        self.iter().position(|q| q == p)
+    }
+
+    /// `bf16`, `bf16 or f32`.
+    pub(in crate::steps) fn names(self) -> String {
+        self.iter()
+            .map(Precision::name)
+            .collect::<Vec<_>>()
+            .join(" or ")
+    }
+}
+
+/// `precision` as written: one name, or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::steps) struct PrecisionText(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for PrecisionText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = PrecisionText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a precision (\"f32\", \"bf16\" or \"int8\") or a list of them")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(PrecisionText(vec![v.to_owned()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(PrecisionText(names))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// What the step's table asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(in crate::steps) struct Request {
     /// `None`: auto.
     pub(in crate::steps) backend: Option<Backend>,
     /// `None`: f32, or for auto whichever agrees.
-    pub(in crate::steps) precision: Option<Precision>,
+    pub(in crate::steps) precision: Option<Precisions>,
     pub(in crate::steps) threads: usize,
 }
 
@@ -111,7 +175,7 @@ impl Request {
     /// Reads `backend`, `precision` and `threads` as the step's table gives them.
     pub(in crate::steps) fn parse(
         backend: Option<&Spanned<String>>,
-        precision: Option<&Spanned<String>>,
+        precision: Option<&Spanned<PrecisionText>>,
         threads: Option<&Spanned<u32>>,
     ) -> Result<Self, Diagnostic> {
         let backend = match backend {
@@ -131,37 +195,11 @@ impl Request {
                 }
             },
         };
-        let precision = match precision {
-            None => None,
-            Some(p) => {
-                let precision = match p.get_ref().as_str() {
-                    "f32" => Precision::F32,
-                    "bf16" => Precision::Bf16,
-                    "int8" => Precision::Int8,
-                    other => {
-                        return Err(Diagnostic::at(
-                            p.span(),
-                            format!(
-                                "unknown precision \"{other}\"; expected \"f32\", \"bf16\" or \"int8\""
-                            ),
-                        ));
-                    }
-                };
-                let refused = match (backend, precision) {
-                    (Some(Backend::OpenCv), Precision::Bf16 | Precision::Int8) => {
-                        Some("backend \"opencv\" computes in f32 only")
-                    }
-                    (Some(Backend::OnnxRuntime), Precision::Bf16) => {
-                        Some("backend \"onnxruntime\" runs f32 or int8; bf16 is openvino's")
-                    }
-                    _ => None,
-                };
-                if let Some(why) = refused {
-                    return Err(Diagnostic::at(p.span(), why));
-                }
-                Some(precision)
-            }
-        };
+        let precision = precision
+            .map(|p| {
+                parse_precisions(backend, p.get_ref()).map_err(|why| Diagnostic::at(p.span(), why))
+            })
+            .transpose()?;
         let threads = match threads {
             None => 1,
             Some(t) if (1..=256).contains(t.get_ref()) => *t.get_ref() as usize,
@@ -178,6 +216,48 @@ impl Request {
             threads,
         })
     }
+}
+
+/// The precisions a step's `precision` names, checked against its backend.
+fn parse_precisions(backend: Option<Backend>, text: &PrecisionText) -> Result<Precisions, String> {
+    let mut list = [None; 3];
+    if text.0.is_empty() {
+        return Err(
+            "precision is an empty list; name one or more of \"f32\", \"bf16\", \"int8\""
+                .to_owned(),
+        );
+    }
+    for (i, name) in text.0.iter().enumerate() {
+        let p = match name.as_str() {
+            "f32" => Precision::F32,
+            "bf16" => Precision::Bf16,
+            "int8" => Precision::Int8,
+            other => {
+                return Err(format!(
+                    "unknown precision \"{other}\"; expected \"f32\", \"bf16\" or \"int8\""
+                ));
+            }
+        };
+        if list.contains(&Some(p)) {
+            return Err(format!("precision \"{name}\" is listed twice"));
+        }
+        match (backend, p) {
+            (Some(Backend::OpenCv), Precision::Bf16 | Precision::Int8) => {
+                return Err("backend \"opencv\" computes in f32 only".to_owned());
+            }
+            (Some(Backend::OnnxRuntime), Precision::Bf16) => {
+                return Err(
+                    "backend \"onnxruntime\" runs f32 or int8; bf16 is openvino's".to_owned(),
+                );
+            }
+            _ => {}
+        }
+        // Three names, none twice: `i` is below 3.
+        if let Some(slot) = list.get_mut(i) {
+            *slot = Some(p);
+        }
+    }
+    Ok(Precisions(list))
 }
 
 /// A network's files, as the step found them.
@@ -406,28 +486,73 @@ pub(in crate::steps) fn load_with(
         others: files,
     };
     if let Some(backend) = request.backend {
-        let precision = request.precision.unwrap_or(Precision::F32);
-        availability(backend)
-            .map_err(|why| Diagnostic::new(format!("backend \"{}\": {why}", backend.name())))?;
-        let files_label = &files.others.label;
-        let engine = load_engine(backend, precision, files, request.threads)
-            .map_err(|e| Diagnostic::new(format!("backend \"{}\": {e}", backend.name())))?;
-        first_run(&*engine, check).map_err(|e| {
-            Diagnostic::new(format!(
-                "backend \"{}\": {files_label} with {}: {e}",
-                backend.name(),
-                check.input_name
-            ))
-        })?;
-        tracing::info!(model = %files_label, backend = backend.name(), precision = precision.name(),
-            threads = request.threads, "network engine as asked for");
-        return Ok(Network {
-            engine,
-            backend,
-            precision,
-        });
+        return load_named(backend, files, request, check);
     }
     auto::choose(files, request, check)
+}
+
+/// The engine asked for by name, in the first precision of the request's that it runs here (a
+/// CPU without bf16 takes the next in the list; the log says why the others were not taken).
+fn load_named(
+    backend: Backend,
+    files: Files<'_>,
+    request: Request,
+    check: &Check<'_>,
+) -> Result<Network, Diagnostic> {
+    let precisions = request.precision.unwrap_or(Precisions::one(Precision::F32));
+    availability(backend)
+        .map_err(|why| Diagnostic::new(format!("backend \"{}\": {why}", backend.name())))?;
+    let files_label = &files.others.label;
+    let mut not_taken: Vec<(Precision, String)> = Vec::new();
+    for precision in precisions.iter() {
+        let engine = load_engine(backend, precision, files, request.threads).and_then(|engine| {
+            first_run(&*engine, check)
+                .map(|()| engine)
+                .map_err(|e| format!("{files_label} with {}: {e}", check.input_name))
+        });
+        match engine {
+            Ok(engine) => {
+                if not_taken.is_empty() {
+                    tracing::info!(model = %files_label, backend = backend.name(),
+                        precision = precision.name(), threads = request.threads,
+                        "network engine as asked for");
+                } else {
+                    let not_taken: Vec<String> = not_taken
+                        .iter()
+                        .map(|(p, why)| format!("{} not taken: {why}", p.name()))
+                        .collect();
+                    tracing::info!(model = %files_label, backend = backend.name(),
+                        precision = precision.name(), threads = request.threads,
+                        "network engine as asked for, the first precision of the list that runs here ({})",
+                        not_taken.join("; "));
+                }
+                return Ok(Network {
+                    engine,
+                    backend,
+                    precision,
+                });
+            }
+            Err(why) => not_taken.push((precision, why)),
+        }
+    }
+    let why = match not_taken.as_slice() {
+        [(_, why)] => why.clone(),
+        all => {
+            let each: Vec<String> = all
+                .iter()
+                .map(|(p, why)| format!("{}: {why}", p.name()))
+                .collect();
+            format!(
+                "no precision of {} runs here ({})",
+                precisions.names(),
+                each.join("; ")
+            )
+        }
+    };
+    Err(Diagnostic::new(format!(
+        "backend \"{}\": {why}",
+        backend.name()
+    )))
 }
 
 /// Runs a loaded engine once on the step's input for the check image: an input it cannot take,
@@ -457,36 +582,83 @@ mod tests {
         Spanned::new(0..1, v)
     }
 
+    fn text(names: &[&str]) -> Spanned<PrecisionText> {
+        spanned(PrecisionText(
+            names.iter().map(|n| (*n).to_owned()).collect(),
+        ))
+    }
+
     #[test]
     fn a_request_reads_its_names_and_refuses_the_rest() {
         let r = Request::parse(None, None, None).unwrap();
         assert_eq!((r.backend, r.precision, r.threads), (None, None, 1));
         let r = Request::parse(
             Some(&spanned("openvino".to_owned())),
-            Some(&spanned("bf16".to_owned())),
+            Some(&text(&["bf16"])),
             Some(&spanned(2)),
         )
         .unwrap();
         assert_eq!(
             (r.backend, r.precision, r.threads),
-            (Some(Backend::OpenVino), Some(Precision::Bf16), 2)
+            (
+                Some(Backend::OpenVino),
+                Some(Precisions::one(Precision::Bf16)),
+                2
+            )
         );
         for (backend, precision, threads, message) in [
-            ("tensorrt", "f32", 1, "unknown backend \"tensorrt\""),
-            ("opencv", "bf16", 1, "computes in f32 only"),
-            ("onnxruntime", "bf16", 1, "bf16 is openvino's"),
-            ("opencv", "int8", 1, "computes in f32 only"),
-            ("auto", "f16", 1, "unknown precision"),
-            ("auto", "f32", 0, "threads must be from 1 to 256"),
+            ("tensorrt", &["f32"][..], 1, "unknown backend \"tensorrt\""),
+            ("opencv", &["bf16"], 1, "computes in f32 only"),
+            ("onnxruntime", &["bf16"], 1, "bf16 is openvino's"),
+            (
+                "onnxruntime",
+                &["int8", "bf16", "f32"],
+                1,
+                "bf16 is openvino's",
+            ),
+            ("opencv", &["int8"], 1, "computes in f32 only"),
+            ("auto", &["f16"], 1, "unknown precision \"f16\""),
+            ("auto", &["bf16", "f16"], 1, "unknown precision \"f16\""),
+            ("auto", &[], 1, "precision is an empty list"),
+            (
+                "openvino",
+                &["bf16", "f32", "bf16"],
+                1,
+                "\"bf16\" is listed twice",
+            ),
+            ("auto", &["f32"], 0, "threads must be from 1 to 256"),
         ] {
             let e = Request::parse(
                 Some(&spanned(backend.to_owned())),
-                Some(&spanned(precision.to_owned())),
+                Some(&text(precision)),
                 Some(&spanned(threads)),
             )
             .unwrap_err();
             assert!(e.message.contains(message), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn a_precision_list_keeps_its_order_of_preference() {
+        let r = Request::parse(None, Some(&text(&["int8", "bf16", "f32"])), None).unwrap();
+        let list = r.precision.unwrap();
+        assert_eq!(
+            list.iter().collect::<Vec<_>>(),
+            [Precision::Int8, Precision::Bf16, Precision::F32]
+        );
+        assert_eq!(list.names(), "int8 or bf16 or f32");
+        assert_eq!(list.position(Precision::F32), Some(2));
+        // As a pipeline file writes it: a name or a list of names.
+        #[derive(serde::Deserialize)]
+        struct Step {
+            precision: PrecisionText,
+        }
+        let one: Step = toml::from_str("precision = \"bf16\"").unwrap();
+        let two: Step = toml::from_str("precision = [\"bf16\", \"f32\"]").unwrap();
+        assert_eq!(one.precision, PrecisionText(vec!["bf16".to_owned()]));
+        assert_eq!(two.precision.0, ["bf16", "f32"]);
+        let e = toml::from_str::<Step>("precision = 16").err().unwrap();
+        assert!(e.to_string().contains("a precision"), "{e}");
     }
 }
 

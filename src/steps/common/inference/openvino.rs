@@ -62,6 +62,37 @@ fn ov(e: impl std::fmt::Display) -> String {
     format!("openvino: {}", lines.join("; "))
 }
 
+/// The CPU device's `OPTIMIZATION_CAPABILITIES`: `FP32 BF16 INT8 BIN EXPORT_IMPORT`.
+fn capabilities(core: &Core) -> Result<String, String> {
+    core.get_property(&DeviceType::CPU, &openvino::PropertyKey::DeviceCapabilities)
+        .map_err(ov)
+}
+
+/// Whether capabilities say the CPU device computes in `precision`.
+fn runs(capabilities: &str, precision: Precision) -> bool {
+    let name = match precision {
+        Precision::F32 => "FP32",
+        Precision::Bf16 => "BF16",
+        Precision::Int8 => "INT8",
+    };
+    capabilities
+        .split([' ', ','])
+        .any(|c| c.eq_ignore_ascii_case(name))
+}
+
+/// The precisions OpenVINO's CPU device computes in on this machine (bf16 only with AMX or
+/// AVX-512 BF16), or why it cannot be asked.
+pub(super) fn precisions_here() -> Result<Vec<Precision>, String> {
+    runtimes::openvino().map_err(str::to_owned)?;
+    runtimes::guarded("openvino", || {
+        let caps = capabilities(&Core::new().map_err(ov)?)?;
+        Ok([Precision::F32, Precision::Bf16, Precision::Int8]
+            .into_iter()
+            .filter(|p| runs(&caps, *p))
+            .collect())
+    })
+}
+
 impl OvEngine {
     pub(super) fn load(
         path: &Path,
@@ -73,13 +104,8 @@ impl OvEngine {
             let mut core = Core::new().map_err(ov)?;
             let cpu = DeviceType::CPU;
             if precision == Precision::Bf16 {
-                let caps = core
-                    .get_property(&cpu, &openvino::PropertyKey::DeviceCapabilities)
-                    .map_err(ov)?;
-                if !caps
-                    .split([' ', ','])
-                    .any(|c| c.eq_ignore_ascii_case("BF16"))
-                {
+                let caps = capabilities(&core)?;
+                if !runs(&caps, Precision::Bf16) {
                     return Err(format!(
                         "this CPU has no bf16 support (its capabilities: {caps})"
                     ));

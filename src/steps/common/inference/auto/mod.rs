@@ -19,8 +19,8 @@ use opencv::core::{Mat, MatTraitConst};
 
 use super::check::{check_clip, clip_tracks};
 use super::{
-    Backend, Check, Engine, Files, Network, Precision, Request, Tensor, agree, availability,
-    load_engine,
+    Backend, Check, Engine, Files, Network, Precision, Precisions, Request, Tensor, agree,
+    availability, load_engine,
 };
 use crate::spec::Diagnostic;
 use crate::value::{BBox, Track};
@@ -99,8 +99,8 @@ fn candidates(files: Files<'_>, request: Request) -> Vec<(Backend, Precision)> {
     if files.others.onnx_int8.is_none() {
         all.retain(|c| c.1 != Precision::Int8);
     }
-    if let Some(p) = request.precision {
-        all.retain(|c| c.1 == p || c.1 == Precision::F32);
+    if let Some(wanted) = request.precision {
+        all.retain(|c| wanted.contains(c.1) || c.1 == Precision::F32);
     }
     all
 }
@@ -205,16 +205,16 @@ pub(super) fn choose(
             Ok(None) => format!("{} {:.1} ms", t.name(), t.ms),
             Ok(Some(clip)) => format!("{} {:.1} ms with {clip}", t.name(), t.ms),
         });
-        // Asked for a reduced precision, the f32 engines were references only.
-        if ok && request.precision.is_none_or(|p| p == t.precision) {
+        // Asked for reduced precisions only, the f32 engines were references only.
+        if ok && request.precision.is_none_or(|p| p.contains(t.precision)) {
             agreed.push(t);
         }
     }
     notes.extend(failed);
     let times: Vec<(Precision, f64)> = agreed.iter().map(|t| (t.precision, t.ms)).collect();
-    let Some(best) = pick(&times).map(|i| agreed.swap_remove(i)) else {
+    let Some(best) = pick(&times, request.precision).map(|i| agreed.swap_remove(i)) else {
         let wanted = request.precision.map_or(String::new(), |p| {
-            format!(" in {} that agrees with f32", p.name())
+            format!(" in {} that agrees with f32", p.names())
         });
         return Err(Diagnostic::new(format!(
             "{label}: no engine could run it{wanted} with {} ({})",
@@ -248,12 +248,12 @@ pub(super) fn choose(
 /// `Ok(Some(tracks))` for a reduced precision that finds f32's boxes on the check image and keeps
 /// its tracks on the clip (`tracks` says by how much), `Err(why)` otherwise (`why` starts with
 /// "not judged" where it could not be, or need not be: it is never taken then either). `only`
-/// is the precision asked for, if any. `clip` runs trial `i` on the check clip; the reference
+/// is the precisions asked for, most wanted first, if any. `clip` runs trial `i` on the check clip; the reference
 /// tracks come from the fastest f32 trial that agrees. An error: f32's check image could not be
 /// decoded.
 pub(super) fn judge(
     trials: &[Trial],
-    only: Option<Precision>,
+    only: Option<Precisions>,
     check: &Check<'_>,
     clip: &mut dyn FnMut(usize) -> Result<Vec<Vec<Track>>, String>,
 ) -> Result<Vec<Result<Option<String>, String>>, String> {
@@ -292,32 +292,37 @@ pub(super) fn judge(
         .filter(|&i| trials[i].precision == Precision::F32 && verdicts[i].is_ok())
         .min_by(|&a, &b| trials[a].ms.total_cmp(&trials[b].ms))
         .unwrap_or(r);
-    // The reduced precisions, the most precise and then the fastest first: one no faster than a
-    // more precise engine that agrees is never taken (`pick` prefers the more precise of two
-    // within 15% of each other), so it is not run on the clip.
+    // The reduced precisions, the most wanted (by default the most precise) and then the
+    // fastest first. One that is never taken is not run on the clip: by default one no faster
+    // than a more precise engine that agrees (`pick` prefers the more precise of two within 15%
+    // of each other); in a list, one after a precision with an engine that agrees.
     let mut reduced: Vec<usize> = (0..trials.len())
         .filter(|&i| trials[i].precision != Precision::F32 && verdicts[i].is_ok())
         .collect();
     reduced.sort_by(|&a, &b| {
         let (a, b) = (&trials[a], &trials[b]);
-        rank(a.precision)
-            .cmp(&rank(b.precision))
+        preference(a.precision, only)
+            .cmp(&preference(b.precision, only))
             .then(a.ms.total_cmp(&b.ms))
     });
     let mut reference_tracks: Option<Result<Vec<Vec<Track>>, String>> = None;
     for i in reduced {
         let t = &trials[i];
         let better = (0..trials.len()).find(|&j| {
-            rank(trials[j].precision) < rank(t.precision)
-                && only.is_none_or(|p| p == trials[j].precision)
-                && trials[j].ms <= t.ms
-                && verdicts[j].is_ok()
+            let wanted = only.is_none_or(|p| p.contains(trials[j].precision));
+            let before = preference(trials[j].precision, only) < preference(t.precision, only);
+            wanted && before && (only.is_some() || trials[j].ms <= t.ms) && verdicts[j].is_ok()
         });
         verdicts[i] = (|| {
             agree::boxes_agree(&full, &boxes(&t.outputs)?)?;
             if let Some(j) = better {
+                let why = if only.is_some() {
+                    "comes first"
+                } else {
+                    "is as fast"
+                };
                 return Err(format!(
-                    "not judged on the clip: never taken here, {} agrees and is as fast",
+                    "not judged on the clip: never taken here, {} agrees and {why}",
                     trials[j].name()
                 ));
             }
@@ -344,9 +349,29 @@ fn rank(p: Precision) -> u8 {
     }
 }
 
-/// Of candidates that agreed, `(precision, ms)`: the index of the most precise of those within
+/// Where a precision stands: in the list asked for, its place; by default its rank (the most
+/// precise first).
+fn preference(p: Precision, only: Option<Precisions>) -> usize {
+    only.map_or(usize::from(rank(p)), |list| {
+        list.position(p).unwrap_or(usize::MAX)
+    })
+}
+
+/// Of candidates that agreed, `(precision, ms)`: with a list asked for, the fastest of its
+/// first precision that has one; by default the index of the most precise of those within
 /// [`CLOSE`] of the fastest (the fastest among equals).
-fn pick(times: &[(Precision, f64)]) -> Option<usize> {
+fn pick(times: &[(Precision, f64)], only: Option<Precisions>) -> Option<usize> {
+    if only.is_some() {
+        return times
+            .iter()
+            .enumerate()
+            .min_by(|a, b| {
+                preference(a.1.0, only)
+                    .cmp(&preference(b.1.0, only))
+                    .then(a.1.1.total_cmp(&b.1.1))
+            })
+            .map(|(i, _)| i);
+    }
     let fastest = times.iter().map(|t| t.1).min_by(f64::total_cmp)?;
     times
         .iter()

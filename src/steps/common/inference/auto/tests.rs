@@ -43,7 +43,7 @@ fn judged(
 /// Judged for a request of precision `only`, on a check where each output value is the x of a
 /// 10x10 box (so outputs are boxes), with a clip of `frames` frames.
 fn judged_for(
-    only: Option<Precision>,
+    only: Option<Precisions>,
     trials: &[Trial],
     frames: usize,
     clip: &mut dyn FnMut(usize) -> Result<Vec<Vec<Track>>, String>,
@@ -107,18 +107,73 @@ fn tracks(ids: &[u64]) -> Vec<Vec<Track>> {
 #[test]
 fn auto_takes_the_most_precise_of_the_nearly_fastest() {
     use Precision::*;
-    assert_eq!(pick(&[]), None);
+    assert_eq!(pick(&[], None), None);
     // bf16 clearly faster than f32: bf16.
     assert_eq!(
-        pick(&[(F32, 25.0), (F32, 26.0), (Bf16, 6.0), (Int8, 7.5)]),
+        pick(&[(F32, 25.0), (F32, 26.0), (Bf16, 6.0), (Int8, 7.5)], None),
         Some(2)
     );
     // int8 within 15% of bf16: bf16, the more precise.
-    assert_eq!(pick(&[(Bf16, 6.0), (Int8, 5.5)]), Some(0));
+    assert_eq!(pick(&[(Bf16, 6.0), (Int8, 5.5)], None), Some(0));
     // int8 clearly faster: int8.
-    assert_eq!(pick(&[(Bf16, 6.0), (Int8, 4.0)]), Some(1));
+    assert_eq!(pick(&[(Bf16, 6.0), (Int8, 4.0)], None), Some(1));
     // f32 engines within 15%: the faster of them.
-    assert_eq!(pick(&[(F32, 27.0), (F32, 25.0), (Bf16, 26.0)]), Some(1));
+    assert_eq!(
+        pick(&[(F32, 27.0), (F32, 25.0), (Bf16, 26.0)], None),
+        Some(1)
+    );
+}
+
+/// `[bf16, f32]`, `[int8, f32]`...
+fn list(precisions: &[Precision]) -> Option<Precisions> {
+    let names = precisions.iter().map(|p| p.name().to_owned()).collect();
+    Some(super::super::parse_precisions(None, &super::super::PrecisionText(names)).unwrap())
+}
+
+#[test]
+fn asked_for_a_list_auto_takes_its_first_precision_that_agrees_however_fast_the_rest() {
+    use Precision::*;
+    // bf16 first: bf16, though f32 and int8 are faster.
+    let times = [(F32, 5.0), (Int8, 4.0), (Bf16, 30.0), (Bf16, 20.0)];
+    assert_eq!(pick(&times, list(&[Bf16, F32])), Some(3));
+    // No bf16 agreed here: the fastest f32.
+    assert_eq!(pick(&[(F32, 9.0), (F32, 7.0)], list(&[Bf16, F32])), Some(1));
+    // f32 first: an f32, though bf16 is four times as fast.
+    assert_eq!(
+        pick(&[(Bf16, 5.0), (F32, 20.0)], list(&[F32, Bf16])),
+        Some(1)
+    );
+    assert_eq!(pick(&[], list(&[Bf16, F32])), None);
+}
+
+#[test]
+fn in_a_list_a_precision_after_one_that_agrees_is_not_run_on_the_clip() {
+    let trials = [
+        trial(Backend::OpenVino, Precision::F32, 20.0, &[0.0, 100.0]),
+        trial(Backend::OpenVino, Precision::Bf16, 30.0, &[0.0, 100.0]),
+        trial(Backend::OnnxRuntime, Precision::Int8, 5.0, &[0.0, 100.0]),
+    ];
+    let mut runs = Vec::new();
+    let verdicts = judged_for(
+        list(&[Precision::Bf16, Precision::Int8]),
+        &trials,
+        20,
+        &mut |i| {
+            runs.push(i);
+            Ok(tracks(&[1, 2]))
+        },
+    );
+    // bf16 is judged on the clip however slow; int8, after it, is never taken.
+    assert!(matches!(verdicts[1], Ok(Some(_))), "{verdicts:?}");
+    assert!(
+        verdicts[2]
+            .as_ref()
+            .unwrap_err()
+            .contains("openvino bf16 agrees and comes first"),
+        "{verdicts:?}"
+    );
+    // bf16, then f32 for the reference tracks; never int8.
+    assert_eq!(runs, [1, 0]);
 }
 
 #[test]
@@ -224,15 +279,23 @@ fn a_reduced_precision_never_taken_here_is_not_run_on_the_clip() {
     // Asked for int8, neither f32 nor bf16 can be taken: every int8 that agrees on the image is
     // run on the clip, however fast the others are.
     let mut runs = Vec::new();
-    let verdicts = judged_for(Some(Precision::Int8), &trials, 20, &mut |i| {
-        runs.push(i);
-        Ok(tracks(&[1, 2]))
-    });
+    let verdicts = judged_for(
+        Some(Precisions::one(Precision::Int8)),
+        &trials,
+        20,
+        &mut |i| {
+            runs.push(i);
+            Ok(tracks(&[1, 2]))
+        },
+    );
     assert!(matches!(verdicts[2], Ok(Some(_))), "{verdicts:?}");
     assert!(matches!(verdicts[3], Ok(Some(_))), "{verdicts:?}");
-    let verdicts = judged_for(Some(Precision::Int8), &slow, 20, &mut |_| {
-        Ok(tracks(&[1, 2]))
-    });
+    let verdicts = judged_for(
+        Some(Precisions::one(Precision::Int8)),
+        &slow,
+        20,
+        &mut |_| Ok(tracks(&[1, 2])),
+    );
     assert!(matches!(verdicts[1], Ok(Some(_))), "{verdicts:?}");
 }
 
@@ -256,7 +319,7 @@ fn asked_for_a_reduced_precision_auto_still_runs_the_f32_references() {
         precision,
         threads: 1,
     };
-    let bf16 = candidates(files, request(Some(Precision::Bf16)));
+    let bf16 = candidates(files, request(Some(Precisions::one(Precision::Bf16))));
     assert_eq!(
         bf16,
         [
@@ -266,10 +329,10 @@ fn asked_for_a_reduced_precision_auto_still_runs_the_f32_references() {
             (Backend::OpenVino, Precision::Bf16),
         ]
     );
-    let int8 = candidates(files, request(Some(Precision::Int8)));
+    let int8 = candidates(files, request(Some(Precisions::one(Precision::Int8))));
     assert_eq!(int8.len(), 5);
     assert!(int8[..3].iter().all(|c| c.1 == Precision::F32));
-    let f32 = candidates(files, request(Some(Precision::F32)));
+    let f32 = candidates(files, request(Some(Precisions::one(Precision::F32))));
     assert!(f32.iter().all(|c| c.1 == Precision::F32));
     assert_eq!(candidates(files, request(None)).len(), 6);
 }
