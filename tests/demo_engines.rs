@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::vision::models_dir;
+use common::vision::{avx2_only, models_dir, skipped_here};
 use common::*;
 
 /// Frames of the demo's video each candidate runs: the first 400 of its 795, with the crossings
@@ -104,19 +104,31 @@ fn candidates(stderr: &str) -> Vec<(String, String)> {
 
 /// The demo's final counts on its first [`FRAMES`] frames with `engine`, and stderr.
 fn counts(engine: Engine<'_>) -> (BTreeMap<String, u64>, String) {
+    counts_with(engine, FRAMES, &[])
+}
+
+/// The demo's final counts on its first `frames` frames with `engine` and `env`, and stderr.
+fn counts_with(
+    engine: Engine<'_>,
+    frames: u64,
+    env: &[(&str, String)],
+) -> (BTreeMap<String, u64>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "demo.toml", &demo(engine));
+    let models = models_dir().display().to_string();
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.push(("VIDFLOW_MODELS_DIR", &models));
     let out = spawn(
         dir.path(),
         &[
             "run",
             path.to_str().unwrap(),
             "--max-frames",
-            &FRAMES.to_string(),
+            &frames.to_string(),
             "--stats-json",
             "stats.json",
         ],
-        &[("VIDFLOW_MODELS_DIR", models_dir().to_str().unwrap())],
+        &env,
     )
     .finish(DEADLINE);
     assert!(out.status.success(), "{engine:?}: {}", out.stderr);
@@ -170,4 +182,29 @@ fn the_demo_counts_the_same_on_every_engine_and_precision_auto_can_take() {
         );
     }
     eprintln!("the demo's counts on {FRAMES} frames: {seen:?}");
+}
+
+#[test]
+fn on_a_cpu_with_avx2_only_the_demo_runs_in_f32_and_counts_the_ground_truth() {
+    // The CPU most boxes have (no AVX-512, VNNI, bf16 or AMX), made here by scripts/cpu-as:
+    // the shipped demo takes f32, the second precision of its list, and counts what people did
+    // in PETS09-S2L1 (13 crossings eastwards, 15 westwards) over the whole video.
+    let Some(env) = avx2_only() else {
+        skipped_here(
+            "on_a_cpu_with_avx2_only_the_demo_runs_in_f32_and_counts_the_ground_truth",
+            "this machine cannot hide its AVX-512 (no cpuid faulting)",
+        );
+        return;
+    };
+    let (counts, stderr) = counts_with(Engine::AsShipped, 795, &env);
+    assert!(
+        stderr.contains("precision=\"f32\"")
+            && stderr.contains("bf16 not taken: this CPU has no bf16 support"),
+        "{stderr}"
+    );
+    let truth = BTreeMap::from([
+        ("street crossing in".to_owned(), 13),
+        ("street crossing out".to_owned(), 15),
+    ]);
+    assert_eq!(counts, truth, "{stderr}");
 }

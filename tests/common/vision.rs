@@ -41,6 +41,35 @@ pub fn runs_here(backend: &str, precision: &str) -> bool {
     })
 }
 
+/// The environment that makes a `vidflow` process (and every library it loads) see a CPU with
+/// AVX2 only: no AVX-512, VNNI, bf16 or AMX (scripts/cpu-as, which builds its library into
+/// target/cpu-as/). `None` where this machine cannot hide them (its CPU cannot make cpuid
+/// fault), said on stderr.
+pub fn avx2_only() -> Option<Vec<(&'static str, String)>> {
+    static ENV: std::sync::OnceLock<Option<Vec<(&'static str, String)>>> =
+        std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let script = repo_root().join("scripts/cpu-as");
+        let out = std::process::Command::new(&script)
+            .args(["--check", "avx2"])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!(
+                "scripts/cpu-as --check avx2: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return None;
+        }
+        let lib = repo_root().join("target/cpu-as/libcpu-as.so");
+        Some(vec![
+            ("CPU_AS", "avx2".to_owned()),
+            ("LD_PRELOAD", lib.display().to_string()),
+        ])
+    })
+    .clone()
+}
+
 /// Says that a test checks less on this CPU than on one with every extension: on stderr, and in
 /// a line of target/tmp/skipped-here.txt that scripts/test prints at the end.
 pub fn skipped_here(test: &str, why: &str) {
