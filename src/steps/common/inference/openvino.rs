@@ -4,10 +4,12 @@
 //! (the pool's workers share the cores).
 //!
 //! OpenVINO runs fastest on a static shape, so each instance compiles the model for the shape
-//! of the input it is given and compiles again only if a later input has another shape (a
-//! camera that changed size; YuNet's input follows the image).
+//! of the input it is given, and keeps what it compiled for the [`SHAPES_KEPT`] shapes it used
+//! last: a step that sees several shapes (`keep_aspect` with a 4:3 and a 16:9 camera, YuNet at
+//! each camera's own size) compiles each once, not at every change of shape.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use opencv::core::Mat;
@@ -25,13 +27,23 @@ struct Compiled {
     _model: CompiledModel,
 }
 
+/// Shapes an instance keeps compiled, the least recently used dropped first: cameras of up to 8
+/// sizes through one step cost one compile each (yolov12n at 640x480: 0.3 s, and about 30 MB a
+/// shape), more than that compile again as they come back, and the log says so once.
+pub(super) const SHAPES_KEPT: usize = 8;
+
 pub(super) struct OvEngine {
     core: Mutex<Core>,
     path: PathBuf,
     precision: Precision,
     threads: usize,
     outputs: Vec<String>,
-    compiled: Instances<Option<Compiled>>,
+    /// Each instance's compiled shapes, the one used last at the end.
+    compiled: Instances<Vec<Compiled>>,
+    /// Compiles so far, of every instance (`Relaxed`: a count for logs and tests).
+    compiles: AtomicUsize,
+    /// Whether an instance dropped a compiled shape yet (said once).
+    evicted: AtomicBool,
 }
 
 impl std::fmt::Debug for OvEngine {
@@ -149,7 +161,9 @@ impl OvEngine {
                 precision,
                 threads,
                 outputs,
-                compiled: Instances::new(None, || Ok::<_, StepError>(None)),
+                compiled: Instances::new(Vec::new(), || Ok::<_, StepError>(Vec::new())),
+                compiles: AtomicUsize::new(0),
+                evicted: AtomicBool::new(false),
             })
         })
     }
@@ -181,15 +195,37 @@ impl OvEngine {
         shape: &[i64],
         f: impl FnOnce(&mut InferRequest) -> Result<R, StepError>,
     ) -> Result<R, StepError> {
-        self.compiled.with(|slot| {
-            if slot.as_ref().is_none_or(|c| c.shape != shape) {
-                *slot = Some(self.compile(shape).map_err(StepError::Other)?);
+        self.compiled.with(|kept| {
+            match kept.iter().position(|c| c.shape == shape) {
+                // Used last already: nothing moves (the common case, one shape).
+                Some(i) if i + 1 == kept.len() => {}
+                Some(i) => {
+                    let c = kept.remove(i);
+                    kept.push(c);
+                }
+                None => {
+                    kept.push(self.compile(shape).map_err(StepError::Other)?);
+                    self.compiles.fetch_add(1, Ordering::Relaxed);
+                    if kept.len() > SHAPES_KEPT {
+                        kept.remove(0);
+                        if !self.evicted.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(model = %self.path.display(),
+                                "openvino: a step sees more than {SHAPES_KEPT} input shapes: the least recently used is compiled again when it comes back (resize the frames to fewer sizes)");
+                        }
+                    }
+                }
             }
-            let Some(compiled) = slot.as_mut() else {
+            let Some(compiled) = kept.last_mut() else {
                 return Err(StepError::Other("openvino: no compiled model".to_owned()));
             };
             f(&mut compiled.request)
         })
+    }
+
+    /// How many times a model was compiled so far (every instance, every shape).
+    #[cfg(test)]
+    pub(super) fn compiles(&self) -> usize {
+        self.compiles.load(Ordering::Relaxed)
     }
 
     /// The request's input buffer, checked to hold `len` values.

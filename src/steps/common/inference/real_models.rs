@@ -191,6 +191,35 @@ fn an_engine_compiled_for_one_size_gives_at_another_what_opencv_gives() {
     }
 }
 
+#[test]
+fn openvino_compiles_each_shape_once_however_the_shapes_alternate() {
+    // Two cameras of other shapes through one step, frame by frame: 320, 416, 320, 416...
+    let yolo = yolov3_tiny(false);
+    let path = yolo.onnx.clone().unwrap();
+    availability(Backend::OpenVino).unwrap();
+    let engine = super::openvino::OvEngine::load(&path, None, Precision::F32, 1).unwrap();
+    let inputs = [yolo_blob(320), yolo_blob(416)];
+    let first: Vec<_> = inputs.iter().map(|i| engine.forward(i).unwrap()).collect();
+    for round in 0..3 {
+        for (input, expected) in inputs.iter().zip(&first) {
+            let outputs = engine.forward(input).unwrap();
+            assert_eq!(max_difference(expected, &outputs), 0.0, "round {round}");
+        }
+    }
+    assert_eq!(engine.compiles(), 2);
+    // One shape past what an instance keeps: the least recently used (320) is dropped and
+    // compiled again when it comes back; 416, used after it, was kept.
+    let more = super::openvino::SHAPES_KEPT as i32 - 1;
+    for i in 0..more {
+        engine.forward(&yolo_blob(448 + 32 * i)).unwrap();
+    }
+    assert_eq!(engine.compiles(), 2 + more as usize);
+    engine.forward(&inputs[1]).unwrap();
+    assert_eq!(engine.compiles(), 2 + more as usize, "416 was dropped");
+    engine.forward(&inputs[0]).unwrap();
+    assert_eq!(engine.compiles(), 3 + more as usize, "320 was kept");
+}
+
 /// Person boxes (score >= 0.3, before suppression) of yolov3-tiny's rows of 85, as
 /// `[cx, cy, w, h]` fractions of the input.
 fn darknet_people(outputs: &[Tensor]) -> Vec<[f32; 4]> {
