@@ -28,8 +28,10 @@ struct Compiled {
 }
 
 /// Shapes an instance keeps compiled, the least recently used dropped first: cameras of up to 8
-/// sizes through one step cost one compile each (yolov12n at 640x480: 0.3 s, and about 30 MB a
-/// shape), more than that compile again as they come back, and the log says so once.
+/// sizes through one step cost one compile each (yolov12n at 640x480: 0.3 s), more than that
+/// compile again as they come back, and the log says so once. Each kept shape costs memory in
+/// every instance: yolov12n bf16 at 640 about 58 MB (two workers, two shapes: a peak RSS of
+/// 442 MB against 325 MB with one, scripts/bench-shapes' pipeline).
 pub(super) const SHAPES_KEPT: usize = 8;
 
 pub(super) struct OvEngine {
