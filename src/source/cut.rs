@@ -10,8 +10,12 @@
 //!
 //! How: the socket is found among this process's descriptors (`/proc/self/fd`): a TCP socket
 //! whose peer is the server's address and port, opened after the connection started (its inode
-//! is not in the snapshot taken then). If another connection of this process to the same server
-//! is open, only a single such socket is cut (two could be the other connection's). The cut
+//! is not in the snapshot taken then). A host name is resolved when the cut is needed (on a
+//! thread of its own, for at most [`RESOLVE_DEADLINE`]), so that a camera's sockets are told
+//! apart from other cameras' on the same port. If another connection of this process to the
+//! same server is open, only a single such socket is cut (two could be the other connection's);
+//! if the name does not resolve in time, only a single socket on that port, and only while no
+//! other connection of this process uses that port. The cut
 //! never closes rtspsrc's descriptor (it would close it again later, maybe after the number was
 //! reused): `dup3` puts an unconnected socket in its place, so its next read fails at once
 //! (ENOTCONN), and `shutdown` on our own duplicate of the original wakes a read blocked in it;
@@ -21,14 +25,19 @@
 //! (see `teardown.rs`).
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use std::os::fd::RawFd;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, mpsc};
+use std::time::Duration;
 
 use crate::spec::Address;
 
+/// How long a cut waits for the server's host name to resolve: the cut is part of a stop, which
+/// must end within its deadline whatever the name server does.
+const RESOLVE_DEADLINE: Duration = Duration::from_secs(2);
+
 /// The server a connection talks to: its port, and its address when the URI gives one (a host
-/// name is not resolved here: any peer on that port matches).
+/// name is resolved at the cut, [`Server::addresses`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Server {
     host: String,
@@ -58,12 +67,39 @@ impl Server {
         })
     }
 
-    fn is(&self, ip: IpAddr, port: u16) -> bool {
-        port == self.port
-            && self
-                .ip
-                .is_none_or(|mine| mine.to_canonical() == ip.to_canonical())
+    /// The addresses a peer of this server has: the URI's, or what its host name resolves to
+    /// now; `None` where it did not resolve within [`RESOLVE_DEADLINE`].
+    fn addresses(&self) -> Option<Vec<IpAddr>> {
+        if let Some(ip) = self.ip {
+            return Some(vec![ip]);
+        }
+        let (tx, rx) = mpsc::channel();
+        let name = (self.host.clone(), self.port);
+        // A name server that never answers leaves this thread behind until the resolver gives
+        // up; the cut goes on without it.
+        std::thread::Builder::new()
+            .name("vidflow-resolve".to_owned())
+            .spawn(move || {
+                let found = name
+                    .to_socket_addrs()
+                    .map(|all| all.map(|a| a.ip()).collect::<Vec<_>>());
+                let _ = tx.send(found);
+            })
+            .ok()?;
+        rx.recv_timeout(RESOLVE_DEADLINE)
+            .ok()?
+            .ok()
+            .filter(|all| !all.is_empty())
     }
+}
+
+/// Whether a peer is the server's: its port, and one of its addresses where they are known.
+fn is(addresses: Option<&[IpAddr]>, port: u16, ip: IpAddr, peer_port: u16) -> bool {
+    peer_port == port
+        && addresses.is_none_or(|all| {
+            all.iter()
+                .any(|mine| mine.to_canonical() == ip.to_canonical())
+        })
 }
 
 /// Connections of this process open to each server (see [`Opened`]): a cut takes only a sure
@@ -91,26 +127,48 @@ impl Opened {
         }
     }
 
-    fn others(&self) -> usize {
+    /// Other connections of this process to the same server, or (`same_port`) to any server
+    /// on the same port.
+    fn others(&self, same_port: bool) -> usize {
         let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-        open.as_ref()
-            .and_then(|o| o.get(&self.server))
-            .map_or(0, |n| n.saturating_sub(1))
+        let all: usize = open.as_ref().map_or(0, |o| {
+            o.iter()
+                .filter(|(server, _)| {
+                    if same_port {
+                        server.port == self.server.port
+                    } else {
+                        **server == self.server
+                    }
+                })
+                .map(|(_, n)| *n)
+                .sum()
+        });
+        all.saturating_sub(1)
     }
 
     /// Cuts this connection's sockets; returns how many were cut, or why none was.
     pub(super) fn cut(&self) -> Result<usize, String> {
+        let addresses = self.server.addresses();
+        let port = self.server.port;
         let candidates: Vec<(u64, RawFd)> = sockets()
             .into_iter()
             .filter(|(inode, fd)| {
                 !self.before.contains(inode)
-                    && peer(*fd).is_some_and(|(ip, port)| self.server.is(ip, port))
+                    && peer(*fd).is_some_and(|(ip, p)| is(addresses.as_deref(), port, ip, p))
             })
             .collect();
         match candidates.len() {
             0 => return Err("no socket to the server found".to_owned()),
+            // An unresolved name: a socket on that port may be another camera's.
+            n if addresses.is_none() && (n > 1 || self.others(true) > 0) => {
+                return Err(format!(
+                    "{} did not resolve within {} s, and {n} socket(s) of this process on port {port} may be another camera's",
+                    self.server.host,
+                    RESOLVE_DEADLINE.as_secs()
+                ));
+            }
             1 => {}
-            n if self.others() > 0 => {
+            n if self.others(false) > 0 => {
                 return Err(format!(
                     "{n} sockets to the server, and another connection of this process talks to it"
                 ));
@@ -119,7 +177,7 @@ impl Opened {
         }
         let cut = candidates
             .into_iter()
-            .filter(|&(inode, fd)| cut_socket(fd, inode, &self.server))
+            .filter(|&(inode, fd)| cut_socket(fd, inode, addresses.as_deref(), port))
             .count();
         if cut == 0 {
             return Err("its socket went away".to_owned());
@@ -210,7 +268,7 @@ fn socket_inode(fd: RawFd) -> Option<u64> {
 
 /// Cuts the socket at `fd` if it still is the one found (same inode, same peer). Returns
 /// whether it did.
-fn cut_socket(fd: RawFd, inode: u64, server: &Server) -> bool {
+fn cut_socket(fd: RawFd, inode: u64, addresses: Option<&[IpAddr]>, port: u16) -> bool {
     // Our own reference to the socket first: from here on, what is checked and shut down is
     // that socket, whatever happens to the number `fd`.
     // SAFETY: dup on any number is sound; it fails if `fd` is not open.
@@ -219,7 +277,7 @@ fn cut_socket(fd: RawFd, inode: u64, server: &Server) -> bool {
         return false;
     }
     let ours = socket_inode(original) == Some(inode)
-        && peer(original).is_some_and(|(ip, port)| server.is(ip, port));
+        && peer(original).is_some_and(|(ip, p)| is(addresses, port, ip, p));
     let mut cut = false;
     if ours {
         // SAFETY: creates a new socket descriptor owned here; no memory is involved.
@@ -264,8 +322,60 @@ mod tests {
         assert_eq!((s.ip, s.port), (None, 8322));
         let s = Server::of(&Address::parse("rtsps://[::1]/x").unwrap()).unwrap();
         assert_eq!((s.ip, s.port), (Some("::1".parse().unwrap()), 322));
-        assert!(s.is("::1".parse().unwrap(), 322));
-        assert!(!s.is("::1".parse().unwrap(), 554));
+        let addresses = s.addresses().unwrap();
+        assert!(is(Some(&addresses), 322, "::1".parse().unwrap(), 322));
+        assert!(!is(Some(&addresses), 322, "::1".parse().unwrap(), 554));
+    }
+
+    /// Two cameras on one port, one named by host name: cutting it leaves the other's socket.
+    #[test]
+    fn a_camera_named_by_host_name_is_cut_without_the_other_cameras_on_its_port() {
+        let here = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = here.local_addr().unwrap().port();
+        // The other camera: another address, the same port (all of 127/8 is loopback).
+        let there = TcpListener::bind(("127.0.0.2", port)).unwrap();
+        let named =
+            Server::of(&Address::parse(&format!("rtsp://localhost:{port}/x")).unwrap()).unwrap();
+        assert_eq!(named.ip, None);
+        let mine = Opened::new(named);
+        let other = Opened::new(
+            Server::of(&Address::parse(&format!("rtsp://127.0.0.2:{port}/x")).unwrap()).unwrap(),
+        );
+        let a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let b = TcpStream::connect(("127.0.0.2", port)).unwrap();
+        assert_eq!(mine.cut(), Ok(1));
+        assert!(
+            peer(a.as_raw_fd()).is_none(),
+            "the named camera's socket was not cut"
+        );
+        assert!(
+            peer(b.as_raw_fd()).is_some(),
+            "the other camera's socket was cut"
+        );
+        drop((other, here, there));
+    }
+
+    /// A name that does not resolve: a lone socket on the port is cut while no other connection
+    /// of this process uses that port, never otherwise.
+    #[test]
+    fn an_unresolved_name_cuts_only_a_lone_socket_on_its_port() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let unknown = || {
+            Server::of(&Address::parse(&format!("rtsp://no-such-camera.invalid:{port}/x")).unwrap())
+                .unwrap()
+        };
+        let mine = Opened::new(unknown());
+        let other = Opened::new(server(port));
+        let a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let e = mine.cut().unwrap_err();
+        assert!(
+            e.contains("did not resolve") && e.contains("another camera's"),
+            "{e}"
+        );
+        assert!(peer(a.as_raw_fd()).is_some());
+        drop(other);
+        assert_eq!(mine.cut(), Ok(1));
     }
 
     /// A read blocked on a socket that a peer keeps open ends once the socket is cut, and the
