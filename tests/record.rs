@@ -246,10 +246,23 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     assert_passes_of(&after, &reference, "after the loss");
 }
 
+/// x265enc makes the H.265 streams the two tests below record. It is in Debian's
+/// gstreamer1.0-plugins-bad, which scripts/install-deps installs: without it those tests fail
+/// and say why (one that passed without recording any H.265 would prove nothing).
+fn require_x265enc() {
+    common::gst_init();
+    assert!(
+        gstreamer::ElementFactory::find("x265enc").is_some(),
+        "no x265enc, so no H.265 stream to record: install gstreamer1.0-plugins-bad \
+         (scripts/install-deps)"
+    );
+}
+
 /// H.265 with B-frames (reordered), in closed GOPs as cameras send: an open GOP's leading
 /// pictures after a cut refer to the segment before, and do not decode in a segment alone.
 #[test]
 fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
+    require_x265enc();
     let dir = tempfile::tempdir().unwrap();
     let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
     run_to_eos(&format!(
@@ -275,15 +288,10 @@ fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
 }
 
 /// H.265 from a camera over RTSP (`rtph265pay`), without B-frames as cameras send it live:
-/// recorded as sent, frame for frame. Skipped, said on stderr, where x265enc is missing
-/// (scripts/install-deps installs it: gstreamer1.0-plugins-bad).
+/// recorded as sent, frame for frame.
 #[test]
 fn an_h265_camera_over_rtsp_is_recorded_as_it_sent() {
-    common::gst_init();
-    if gstreamer::ElementFactory::find("x265enc").is_none() {
-        eprintln!("skipped: no x265enc to make an H.265 stream (scripts/install-deps)");
-        return;
-    }
+    require_x265enc();
     let dir = tempfile::tempdir().unwrap();
     let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
     run_to_eos(&format!(
