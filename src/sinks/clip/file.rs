@@ -17,6 +17,7 @@ use gstreamer_app as gst_app;
 
 use super::Settings;
 use crate::sinks::SinkError;
+use crate::sinks::common::naming::{self, Counter};
 use crate::storage::{SinkFiles, Writing};
 
 /// Longest wait for a clip's file to be finished, or for an encoder to give its last frames.
@@ -147,14 +148,8 @@ fn wait_for_eos(pipeline: &gst::Pipeline, path: &Path) -> Result<(), SinkError> 
 /// that name is taken.
 fn new_clip_path(settings: &Settings, source: &str, at: SystemTime) -> PathBuf {
     let time = crate::sinks::compact_time(at);
-    let base = format!("{source}-{time}");
-    let mut path = settings.dir.join(format!("{base}.mp4"));
-    let mut n = 0;
-    while path.exists() {
-        n += 1;
-        path = settings.dir.join(format!("{base}-{n}.mp4"));
-    }
-    path
+    let base = settings.dir.join(format!("{source}-{time}.mp4"));
+    naming::first_free(&base, 0, Counter::Dash).0
 }
 
 /// Appends one finished clip's line to the index.

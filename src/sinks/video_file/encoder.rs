@@ -32,6 +32,7 @@ use gstreamer_video as gst_video;
 
 use crate::gst_setup::from_c;
 use crate::sinks::SinkError;
+use crate::sinks::common::naming::{self, Counter};
 use crate::storage::{SinkFiles, Writing};
 
 /// Longest wait for the muxer to finish the last segment after the last frame.
@@ -225,31 +226,16 @@ impl Namer {
                 .replace("{source}", &self.source)
                 .replace("{start}", &start),
         );
-        let mut n = if self.template.contains("{start}") {
+        let from = if self.template.contains("{start}") {
             0
         } else {
             self.next
         };
-        while numbered(&base, n).exists() {
-            n += 1;
-        }
+        // `a.mp4`, `a.1.mp4`, `a.2.mp4`, ...
+        let (name, n) = naming::first_free(&base, from, Counter::Dot);
         self.next = n + 1;
-        numbered(&base, n)
+        name
     }
-}
-
-/// `base` with counter `n`: `a.mp4`, `a.1.mp4`, `a.2.mp4`, ...
-pub(super) fn numbered(base: &Path, n: u32) -> PathBuf {
-    if n == 0 {
-        return base.to_owned();
-    }
-    let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned());
-    let name = match (stem, base.extension()) {
-        (Some(stem), Some(ext)) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
-        (Some(stem), None) => format!("{stem}.{n}"),
-        _ => format!("{n}"),
-    };
-    base.with_file_name(name)
 }
 
 /// The muxing half of an encoder: `appsrc ! MIDDLE ! splitmuxsink`, naming and indexing its
