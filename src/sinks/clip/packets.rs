@@ -19,9 +19,9 @@
 //! sink) count what finished clips hold: packets, bytes and clips are added when a clip's file
 //! is finished, never before; a clip that failed adds a gap.
 //!
-//! Threads: one per source (`vidflow-clip-SOURCE`), blocked on that source's subscription,
-//! on the moments the sink's thread sends it (each frame's time, and whether it triggered) and
-//! on its stop channel. [`Sink::write`] only sends a moment; it waits only when that thread is
+//! Threads: one per source (`vidflow-clip-SOURCE`, on the loop it shares with `record`:
+//! `sinks/common/packet_thread.rs`), blocked on that source's subscription, on the moments the
+//! sink's thread sends it (each frame's time, and whether it triggered) and on its stop channel. [`Sink::write`] only sends a moment; it waits only when that thread is
 //! [`MOMENTS`] behind (finishing a clip, at most `FINISH_TIMEOUT`).
 //!
 //! Memory: per source, the ring holds from the latest keyframe before the decoded stream's
@@ -35,17 +35,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use crossbeam_channel::{Receiver, Sender};
 use gstreamer as gst;
 
 use super::Settings;
 use super::file::{ClipFile, append_index};
 use super::timing::{Moment, Timing, packet_time};
 use crate::outcome::FrameResult;
-use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription, Timeline};
+use crate::packets::{Packet, Timeline};
+use crate::sinks::common::packet_thread::{Common, PacketThread, PacketWork};
 use crate::sinks::{Sink, SinkError};
 use crate::spec::Ref;
 use crate::storage::SinkFiles;
@@ -59,13 +58,7 @@ const RING_BYTES: usize = 64 << 20;
 /// An open `clip` sink in packets mode.
 pub(super) struct PacketClips {
     when: Vec<Ref>,
-    sources: HashMap<Arc<str>, SourceThread>,
-}
-
-struct SourceThread {
-    moments: Sender<Moment>,
-    stop: Sender<()>,
-    thread: JoinHandle<Result<(), SinkError>>,
+    sources: HashMap<Arc<str>, PacketThread<Moment>>,
 }
 
 impl PacketClips {
@@ -81,7 +74,7 @@ impl PacketClips {
             sources: HashMap::new(),
         };
         for source in sources {
-            match SourceThread::spawn(sink, source, files.clone(), settings.clone()) {
+            match spawn(sink, source, files.clone(), settings.clone()) {
                 Ok(t) => {
                     opened.sources.insert(source.clone(), t);
                 }
@@ -104,7 +97,7 @@ impl Sink for PacketClips {
         let triggered = crate::sinks::any_non_empty(result, self.when.iter().copied());
         let moment = Moment::of(frame, triggered);
         // Fails only when the thread ended; close reports why.
-        let _ = source.moments.send(moment);
+        let _ = source.send(moment);
         // The clips come from the packets, on the sources' threads.
         Ok(false)
     }
@@ -112,12 +105,7 @@ impl Sink for PacketClips {
     fn close(self: Box<Self>) -> Result<(), SinkError> {
         let mut first = Ok(());
         for (_, t) in self.sources {
-            drop((t.stop, t.moments));
-            let ended = t
-                .thread
-                .join()
-                .unwrap_or_else(|_| Err(SinkError::Other("clip: its thread panicked".to_owned())));
-            if let Err(e) = ended
+            if let Err(e) = t.close()
                 && first.is_ok()
             {
                 first = Err(e);
@@ -127,41 +115,25 @@ impl Sink for PacketClips {
     }
 }
 
-impl SourceThread {
-    fn spawn(
-        sink: &str,
-        source: &Arc<str>,
-        files: SinkFiles,
-        settings: Settings,
-    ) -> Result<Self, SinkError> {
-        let subscription = crate::packets::hub().subscribe(source);
-        let (moments, moments_rx) = crossbeam_channel::bounded(MOMENTS);
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let work = Work {
-            source: source.clone(),
-            settings,
-            files,
-            stats: crate::packets::hub().record_stats(sink, source),
-            ring: VecDeque::new(),
-            ring_bytes: 0,
-            live: true,
-            progress: None,
-            trigger: None,
-            clip: None,
-            keyframes: KeyframeCounter::default(),
-            said_far_ahead: false,
-            first_error: None,
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("vidflow-clip-{source}"))
-            .spawn(move || work.run(&subscription, &moments_rx, &stopped))
-            .map_err(|e| SinkError::Other(format!("clip: cannot spawn a thread: {e}")))?;
-        Ok(Self {
-            moments,
-            stop,
-            thread,
-        })
-    }
+/// Starts the thread of `source` for the sink `sink`.
+fn spawn(
+    sink: &str,
+    source: &Arc<str>,
+    files: SinkFiles,
+    settings: Settings,
+) -> Result<PacketThread<Moment>, SinkError> {
+    let work = Work {
+        settings,
+        files,
+        ring: VecDeque::new(),
+        ring_bytes: 0,
+        live: true,
+        progress: None,
+        trigger: None,
+        clip: None,
+        said_far_ahead: false,
+    };
+    PacketThread::spawn(sink, source, work, Some(MOMENTS))
 }
 
 /// A packet waiting in the ring.
@@ -184,8 +156,6 @@ impl Held {
 /// A clip being written.
 struct Clip {
     file: ClipFile,
-    connection: u64,
-    caps: gst::Caps,
     /// How its trigger was placed on the record stream, from its opening on.
     timing: Timing,
     /// Ring time of its first packet (a keyframe).
@@ -200,10 +170,8 @@ struct Clip {
 
 /// What a source's thread owns.
 struct Work {
-    source: Arc<str>,
     settings: Settings,
     files: SinkFiles,
-    stats: Arc<RecordStats>,
     ring: VecDeque<Held>,
     ring_bytes: usize,
     /// Whether the record stream is live (its packets say).
@@ -213,104 +181,55 @@ struct Work {
     /// The last trigger, while it still calls for video.
     trigger: Option<Moment>,
     clip: Option<Clip>,
-    keyframes: KeyframeCounter,
     /// The ring outgrew [`RING_BYTES`] once already (said once).
     said_far_ahead: bool,
-    first_error: Option<SinkError>,
 }
 
-impl Work {
-    fn run(
-        mut self,
-        subscription: &Subscription,
-        moments: &Receiver<Moment>,
-        stopped: &Receiver<()>,
-    ) -> Result<(), SinkError> {
-        let packets = &subscription.packets;
-        loop {
-            crossbeam_channel::select! {
-                recv(packets) -> item => match item {
-                    Ok(item) => self.take(item),
-                    Err(_) => break,
-                },
-                recv(moments) -> m => match m {
-                    Ok(m) => self.moment(m),
-                    Err(_) => break,
-                },
-                recv(stopped) -> _ => break,
-            }
-        }
-        // What is still queued: the last frames' moments, then the last packets.
-        for m in moments.try_iter() {
-            self.moment(m);
-        }
-        for item in packets.try_iter() {
-            self.take(item);
-        }
-        // The end: every frame the decoded stream will give is in.
-        self.progress = None;
-        self.advance(true);
-        self.finish_clip();
-        let overflows = subscription.overflows.load(Ordering::Relaxed);
-        self.stats.gaps.fetch_add(overflows, Ordering::Relaxed);
-        self.first_error.map_or(Ok(()), Err)
-    }
+impl PacketWork for Work {
+    type Moment = Moment;
+    const KIND: &'static str = "clip";
+    const THREAD: &'static str = "clip";
+    const FAILED: &'static str = "clip: a clip failed";
 
-    fn moment(&mut self, m: Moment) {
+    fn moment(&mut self, on: &mut Common, m: Moment) {
         if m.triggered {
             self.trigger = Some(m.clone());
         }
         self.progress = Some(m);
-        self.advance(false);
+        self.advance(on, false);
     }
 
-    fn take(&mut self, item: Carried) {
-        match item {
-            Carried::Break => {
-                // What is held stays: a file's record stream may end long before the
-                // decoded stream reaches its last packets' time.
-                if self.clip.is_some() {
-                    self.finish_clip();
-                    self.stats.gaps.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Carried::Packet(packet) => self.packet(packet),
-        }
-    }
-
-    fn packet(&mut self, packet: Packet) {
-        self.live = packet.live;
-        if packet.keyframe() {
-            self.keyframes.count(&self.stats, &packet);
-        }
-        let newer = |connection: u64, caps: &gst::Caps| {
-            connection != packet.connection || *caps != packet.caps
-        };
-        if let Some(c) = &self.clip
-            && newer(c.connection, &c.caps)
-        {
-            if c.connection != packet.connection {
-                self.stats.gaps.fetch_add(1, Ordering::Relaxed);
-            }
-            self.finish_clip();
-        }
+    fn cut(&mut self, on: &mut Common, fresh: bool) -> bool {
+        let open = self.clip.is_some();
+        self.finish_clip(on);
         // A clip never spans two connections or two formats: what is held of the one before
-        // cannot start one any more.
-        if self
-            .ring
-            .back()
-            .is_some_and(|h| newer(h.packet.connection, &h.packet.caps))
-        {
+        // cannot start one any more. After a break, what is held stays: a file's record
+        // stream may end long before the decoded stream reaches its last packets' time.
+        if fresh {
             self.clear_ring();
         }
-        self.ring_bytes += packet.buffer.size();
-        self.ring.push_back(Held { packet });
-        self.advance(false);
+        open
     }
 
+    fn packet(&mut self, on: &mut Common, packet: Packet) {
+        self.live = packet.live;
+        self.ring_bytes += packet.buffer.size();
+        self.ring.push_back(Held { packet });
+        self.advance(on, false);
+    }
+
+    fn end(&mut self, on: &mut Common) {
+        // Every frame the decoded stream will give is in.
+        self.progress = None;
+        self.advance(on, true);
+        self.finish_clip(on);
+    }
+}
+
+impl Work {
     /// Writes, opens and finishes clips as far as the packets and the decoded stream allow,
     /// then prunes the ring. `ended`: no frame nor packet comes any more.
-    fn advance(&mut self, ended: bool) {
+    fn advance(&mut self, on: &mut Common, ended: bool) {
         let (pre_roll, post_roll) = (self.settings.pre_roll, self.settings.post_roll);
         let timing = self.timing();
         while let Some(trigger) = self.trigger.as_ref().and_then(|t| t.time(timing)) {
@@ -318,7 +237,7 @@ impl Work {
             if self.clip.is_none() {
                 let from = trigger.saturating_sub(pre_roll);
                 let reached = self.ring.back().is_some_and(|h| h.at(timing) >= from);
-                if !(reached || ended) || !self.open(from, end, timing) {
+                if !(reached || ended) || !self.open(on, from, end, timing) {
                     let beyond = self.ring.back().is_some_and(|h| h.at(timing) > end);
                     if ended || self.past(end, timing) && beyond {
                         // No keyframe to start from before the post-roll ran out.
@@ -327,20 +246,20 @@ impl Work {
                     break;
                 }
             }
-            if !self.write_up_to(end) {
+            if !self.write_up_to(on, end) {
                 // Cut at max_clip_s: the next clip opens at this keyframe.
-                self.finish_clip();
+                self.finish_clip(on);
                 continue;
             }
             let written = ended || self.ring.front().is_some_and(|h| h.at(timing) > end);
             if written && (ended || self.past(end, timing)) {
-                self.finish_clip();
+                self.finish_clip(on);
                 self.trigger = None;
             }
             break;
         }
         if self.clip.is_none() {
-            self.prune();
+            self.prune(on);
         }
     }
 
@@ -376,7 +295,7 @@ impl Work {
     /// Opens a clip at the latest keyframe shown at or before `from`, or the ring's first
     /// keyframe if it does not reach back that far (dropping what is before it), if it is not
     /// after `end`. False: no clip (no keyframe, a full disk, a failure).
-    fn open(&mut self, from: Duration, end: Duration, timing: Timing) -> bool {
+    fn open(&mut self, on: &mut Common, from: Duration, end: Duration, timing: Timing) -> bool {
         let start = self
             .ring
             .iter()
@@ -394,14 +313,14 @@ impl Work {
             SinkError::Other(format!(
                 "clip: source \"{}\" sends {other}, which cannot be copied into a clip (H.264 \
                  or H.265 only)",
-                self.source
+                on.source
             ))
         });
         let opened = match parser {
             Ok(parser) => ClipFile::open(
                 &self.settings,
                 &self.files,
-                &self.source,
+                &on.source,
                 packet.arrival,
                 &packet.caps,
                 parser,
@@ -413,14 +332,12 @@ impl Work {
             // A full disk: the clip waits in the ring.
             Ok(None) => return false,
             Err(e) => {
-                self.failed(e);
+                on.failed(e);
                 return false;
             }
         };
         self.clip = Some(Clip {
             file,
-            connection: packet.connection,
-            caps: packet.caps.clone(),
             timing,
             start: first.at(timing),
             timeline: Timeline::starting_at(packet),
@@ -434,7 +351,7 @@ impl Work {
 
     /// Writes the ring's packets up to `end` into the clip. False: it stopped at a keyframe
     /// `max_clip_s` after the clip's start.
-    fn write_up_to(&mut self, end: Duration) -> bool {
+    fn write_up_to(&mut self, on: &mut Common, end: Duration) -> bool {
         while let Some(held) = self.ring.front() {
             let Some(clip) = &mut self.clip else {
                 return true;
@@ -452,7 +369,7 @@ impl Work {
             };
             self.ring_bytes = self.ring_bytes.saturating_sub(held.packet.buffer.size());
             if let Err(e) = push(clip, &held.packet) {
-                self.clip_failed(e);
+                self.clip_failed(on, e);
             }
         }
         true
@@ -462,7 +379,7 @@ impl Work {
     /// keyframe shown at or before the earliest a trigger can still ask for (the decoded
     /// stream's time, or a pending trigger's, minus the pre-roll), and the oldest keyframe
     /// intervals beyond [`RING_BYTES`].
-    fn prune(&mut self) {
+    fn prune(&mut self, on: &Common) {
         let timing = self.timing();
         let earliest = [&self.progress, &self.trigger]
             .into_iter()
@@ -481,7 +398,7 @@ impl Work {
         }
         if self.ring_bytes > RING_BYTES && !self.said_far_ahead {
             self.said_far_ahead = true;
-            tracing::warn!(source = %self.source, "clip: the record stream is far ahead of the decoded stream (or the decoded stream gives no frame); its oldest packets are dropped, and a clip may start later than its pre-roll");
+            tracing::warn!(source = %on.source, "clip: the record stream is far ahead of the decoded stream (or the decoded stream gives no frame); its oldest packets are dropped, and a clip may start later than its pre-roll");
         }
         while self.ring_bytes > RING_BYTES {
             let next = self
@@ -513,16 +430,16 @@ impl Work {
     }
 
     /// Finishes the clip being written, if any: indexed and counted once its file is whole.
-    fn finish_clip(&mut self) {
+    fn finish_clip(&mut self, on: &mut Common) {
         let Some(clip) = self.clip.take() else {
             return;
         };
         let path = match clip.file.finish() {
             Ok(path) => path,
-            Err(e) => return self.clip_failed(e),
+            Err(e) => return self.clip_failed(on, e),
         };
         let line = serde_json::json!({
-            "source": &*self.source,
+            "source": &*on.source,
             "path": path.file_name().map(|n| n.to_string_lossy().into_owned()),
             "mode": "packets",
             "timing": clip.timing.name(),
@@ -531,29 +448,22 @@ impl Work {
             "duration_s": clip.end.seconds_f64(),
         });
         if let Err(e) = append_index(&self.settings, &line) {
-            self.failed(e);
+            on.failed(e);
         }
-        let s = &self.stats;
+        let s = &on.stats;
         s.packets.fetch_add(clip.packets, Ordering::Relaxed);
         s.bytes.fetch_add(clip.bytes, Ordering::Relaxed);
         s.segments.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(source = %self.source, path = %path.display(), frames = clip.packets, "clip written");
+        tracing::info!(source = %on.source, path = %path.display(), frames = clip.packets, "clip written");
     }
 
     /// A clip whose write failed: what it holds is not counted; the next trigger opens another.
-    fn clip_failed(&mut self, e: SinkError) {
+    fn clip_failed(&mut self, on: &mut Common, e: SinkError) {
         if let Some(clip) = self.clip.take() {
             let _ = clip.file.finish();
         }
-        self.stats.gaps.fetch_add(1, Ordering::Relaxed);
-        self.failed(e);
-    }
-
-    fn failed(&mut self, e: SinkError) {
-        tracing::warn!(source = %self.source, error = %e, "clip: a clip failed");
-        if self.first_error.is_none() {
-            self.first_error = Some(e);
-        }
+        on.gap();
+        on.failed(e);
     }
 }
 

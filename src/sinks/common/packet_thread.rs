@@ -1,0 +1,211 @@
+//! The thread of a sink that writes a source's record stream as the camera sent it: one per
+//! source that `record` (`sinks/record/writer.rs`: segments) or `clip` in packets mode
+//! (`sinks/clip/packets.rs`: a ring cut into clips) takes, named `vidflow-rec-SOURCE` or
+//! `vidflow-clip-SOURCE`.
+//!
+//! What both kinds do alike is here: the subscription to the source's packets
+//! (`crate::packets`), the keyframes counted, what ends the segment or clip being written (a
+//! break in the stream or a new connection, each a gap when something was being written; new
+//! caps), and the failures (each logged, the first kept for close). The kind
+//! ([`PacketWork`]) writes the packets, and takes the moments its sink's thread sends it
+//! (`clip`: each frame's time and whether it triggered; `record`: none).
+//!
+//! Threads and channels: the thread blocks on the source's subscription (capacity
+//! `packets::SUBSCRIPTION_PACKETS`), on the kind's moments (a bounded channel of the kind's
+//! capacity, or none) and on its stop channel.
+//!
+//! Stop protocol: [`PacketThread::close`] drops the stop channel and the moments' sender; the
+//! thread takes what is still queued (the sources have stopped by then: their last packets
+//! are in), the moments first, then the packets; the kind finishes what it writes
+//! ([`PacketWork::end`]) and the thread returns its first error; close joins it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use gstreamer as gst;
+
+use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription};
+use crate::sinks::SinkError;
+
+/// What a kind writes of one source's packets (see the module header).
+pub(in crate::sinks) trait PacketWork: Send + 'static {
+    /// What the sink's own thread sends besides the packets.
+    type Moment: Send + 'static;
+    /// The kind's name, in messages.
+    const KIND: &'static str;
+    /// The thread's name before `-SOURCE`.
+    const THREAD: &'static str;
+    /// Logged with each failure.
+    const FAILED: &'static str;
+
+    /// Takes one packet; what it writes was cut first if the packet is of another connection
+    /// or caps ([`PacketWork::cut`]).
+    fn packet(&mut self, on: &mut Common, packet: Packet);
+
+    /// Ends what it writes (a segment, a clip) at a break in the stream (`fresh` false) or
+    /// before a packet of another connection or caps (`fresh`: nothing held before can be
+    /// joined to what comes). True if something was being written.
+    fn cut(&mut self, on: &mut Common, fresh: bool) -> bool;
+
+    /// Takes a moment of the sink's thread.
+    fn moment(&mut self, _on: &mut Common, _moment: Self::Moment) {}
+
+    /// The end: every packet and moment is in; finishes what it writes.
+    fn end(&mut self, on: &mut Common);
+}
+
+/// What the thread keeps for the kind, whatever it writes.
+#[derive(Debug)]
+pub(in crate::sinks) struct Common {
+    pub(in crate::sinks) source: Arc<str>,
+    /// The sink's counts for this source (the `vidflow_record_*` metrics).
+    pub(in crate::sinks) stats: Arc<RecordStats>,
+    keyframes: KeyframeCounter,
+    /// The connection and caps of the last packet.
+    last: Option<(u64, gst::Caps)>,
+    failed: &'static str,
+    first_error: Option<SinkError>,
+}
+
+impl Common {
+    /// A failure: logged, and the first kept for close.
+    pub(in crate::sinks) fn failed(&mut self, e: SinkError) {
+        tracing::warn!(source = %self.source, error = %e, "{}", self.failed);
+        if self.first_error.is_none() {
+            self.first_error = Some(e);
+        }
+    }
+
+    /// A gap in what the sink wrote.
+    pub(in crate::sinks) fn gap(&self) {
+        self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn take<W: PacketWork>(&mut self, work: &mut W, item: Carried) {
+        match item {
+            Carried::Break => {
+                if work.cut(self, false) {
+                    self.gap();
+                }
+            }
+            Carried::Packet(packet) => {
+                if let Some((connection, caps)) = &self.last
+                    && (*connection != packet.connection || *caps != packet.caps)
+                {
+                    let new_connection = *connection != packet.connection;
+                    if work.cut(self, true) && new_connection {
+                        self.gap();
+                    }
+                }
+                self.last = Some((packet.connection, packet.caps.clone()));
+                if packet.keyframe() {
+                    self.keyframes.count(&self.stats, &packet);
+                }
+                work.packet(self, packet);
+            }
+        }
+    }
+}
+
+/// The thread writing one source of a sink.
+#[derive(Debug)]
+pub(in crate::sinks) struct PacketThread<M> {
+    /// The kind's moments (`None`: it takes none).
+    moments: Option<Sender<M>>,
+    stop: Sender<()>,
+    thread: JoinHandle<Result<(), SinkError>>,
+    kind: &'static str,
+}
+
+impl<M: Send + 'static> PacketThread<M> {
+    /// Starts `work` on `source`'s packets for the sink `sink`, with room for `moments` moments
+    /// queued (`None`: it takes none).
+    pub(in crate::sinks) fn spawn<W: PacketWork<Moment = M>>(
+        sink: &str,
+        source: &Arc<str>,
+        work: W,
+        moments: Option<usize>,
+    ) -> Result<Self, SinkError> {
+        let hub = crate::packets::hub();
+        let subscription = hub.subscribe(source);
+        let (moments, moments_rx) = match moments {
+            Some(capacity) => {
+                let (tx, rx) = crossbeam_channel::bounded(capacity);
+                (Some(tx), rx)
+            }
+            None => (None, crossbeam_channel::never()),
+        };
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let common = Common {
+            source: source.clone(),
+            stats: hub.record_stats(sink, source),
+            keyframes: KeyframeCounter::default(),
+            last: None,
+            failed: W::FAILED,
+            first_error: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("vidflow-{}-{source}", W::THREAD))
+            .spawn(move || run(work, common, &subscription, &moments_rx, &stopped))
+            .map_err(|e| SinkError::Other(format!("{}: cannot spawn a thread: {e}", W::KIND)))?;
+        Ok(Self {
+            moments,
+            stop,
+            thread,
+            kind: W::KIND,
+        })
+    }
+
+    /// Queues a moment, waiting for room. False: the thread ended (close says why).
+    pub(in crate::sinks) fn send(&self, moment: M) -> bool {
+        self.moments
+            .as_ref()
+            .is_some_and(|m| m.send(moment).is_ok())
+    }
+
+    /// Stops the thread once it has written what is queued; its first error, if any.
+    pub(in crate::sinks) fn close(self) -> Result<(), SinkError> {
+        drop((self.stop, self.moments));
+        let kind = self.kind;
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(SinkError::Other(format!("{kind}: its thread panicked"))))
+    }
+}
+
+/// The thread's loop (see the module header).
+fn run<W: PacketWork>(
+    mut work: W,
+    mut common: Common,
+    subscription: &Subscription,
+    moments: &Receiver<W::Moment>,
+    stopped: &Receiver<()>,
+) -> Result<(), SinkError> {
+    let packets = &subscription.packets;
+    loop {
+        crossbeam_channel::select! {
+            recv(packets) -> item => match item {
+                Ok(item) => common.take(&mut work, item),
+                Err(_) => break,
+            },
+            recv(moments) -> m => match m {
+                Ok(m) => work.moment(&mut common, m),
+                Err(_) => break,
+            },
+            recv(stopped) -> _ => break,
+        }
+    }
+    // What is still queued: the last frames' moments, then the last packets.
+    for m in moments.try_iter() {
+        work.moment(&mut common, m);
+    }
+    for item in packets.try_iter() {
+        common.take(&mut work, item);
+    }
+    work.end(&mut common);
+    let overflows = subscription.overflows.load(Ordering::Relaxed);
+    common.stats.gaps.fetch_add(overflows, Ordering::Relaxed);
+    common.first_error.map_or(Ok(()), Err)
+}
