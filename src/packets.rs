@@ -10,8 +10,9 @@
 //! Threads and channels: the record stream's GStreamer streaming thread publishes; each
 //! subscription is a bounded channel of [`SUBSCRIPTION_PACKETS`] items, read by the sink's own
 //! thread for that source. A file's stream waits for room (nothing is lost); a live stream
-//! never waits on a sink: a full subscription loses the packet, is counted a gap and takes
-//! nothing more until the next keyframe (a packet after a lost one would not decode). The
+//! never waits on a sink: a full subscription loses the packet, is counted a gap in its sink's
+//! [`RecordStats`] at once and takes nothing more until the next keyframe (a packet after a lost
+//! one would not decode), which it is given as [`Carried::AfterLoss`]. The
 //! topic's lock is taken to clone its senders, never while sending. After every loss or end of
 //! the stream the topic sends [`Carried::Break`] (waiting for room, at most [`BREAK_WAIT`]) so
 //! a sink finishes its segment at once, not at the next connection.
@@ -136,6 +137,9 @@ impl Timeline {
 #[derive(Debug, Clone)]
 pub enum Carried {
     Packet(Packet),
+    /// The keyframe after packets lost to this full subscription (each loss counted a gap as
+    /// it happened): what was written before cannot go on across the hole.
+    AfterLoss(Packet),
     /// The stream was lost or ended: what comes next (if anything) is a new connection.
     Break,
 }
@@ -146,7 +150,8 @@ struct Subscriber {
     tx: Sender<Carried>,
     /// Lost a packet and waits for a keyframe. Written by the publishing thread only.
     skipping: Arc<AtomicBool>,
-    gaps: Arc<AtomicU64>,
+    /// Its sink's counts for this source: a loss is a gap there as it happens.
+    stats: Arc<RecordStats>,
 }
 
 /// Where one source's record stream publishes.
@@ -156,12 +161,17 @@ pub struct Topic {
 }
 
 impl Topic {
-    fn senders(&self) -> Vec<(Sender<Carried>, Arc<AtomicBool>, Arc<AtomicU64>)> {
+    fn senders(&self) -> Vec<Subscriber> {
         self.subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|s| (s.tx.clone(), s.skipping.clone(), s.gaps.clone()))
+            .map(|s| Subscriber {
+                id: s.id,
+                tx: s.tx.clone(),
+                skipping: s.skipping.clone(),
+                stats: s.stats.clone(),
+            })
             .collect()
     }
 
@@ -175,31 +185,41 @@ impl Topic {
     }
 
     /// Hands `packet` to every subscriber: waiting for room when `wait` (a file), else losing
-    /// it for a full subscriber (counted a gap; that subscriber skips to the next keyframe).
+    /// it for a full subscriber (counted a gap at once; that subscriber skips to the next
+    /// keyframe).
     pub fn publish(&self, packet: &Packet, wait: bool) {
         let keyframe = packet.keyframe();
-        for (tx, skipping, gaps) in self.senders() {
-            if skipping.load(Ordering::Relaxed) {
-                if !keyframe {
-                    continue;
-                }
-                skipping.store(false, Ordering::Relaxed);
+        for s in self.senders() {
+            let after_loss = s.skipping.load(Ordering::Relaxed);
+            if after_loss && !keyframe {
+                continue;
             }
-            let item = Carried::Packet(packet.clone());
+            let item = if after_loss {
+                Carried::AfterLoss(packet.clone())
+            } else {
+                Carried::Packet(packet.clone())
+            };
             if wait {
                 // Fails only when the subscriber is gone.
-                let _ = tx.send(item);
-            } else if let Err(TrySendError::Full(_)) = tx.try_send(item) {
-                skipping.store(true, Ordering::Relaxed);
-                gaps.fetch_add(1, Ordering::Relaxed);
+                let _ = s.tx.send(item);
+            } else {
+                match s.tx.try_send(item) {
+                    Ok(()) => s.skipping.store(false, Ordering::Relaxed),
+                    Err(TrySendError::Full(_)) if !after_loss => {
+                        s.skipping.store(true, Ordering::Relaxed);
+                        s.stats.gaps.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Still full, or gone: the same loss goes on.
+                    Err(_) => {}
+                }
             }
         }
     }
 
     /// The stream was lost or ended (see [`Carried::Break`]).
     pub fn lost(&self) {
-        for (tx, ..) in self.senders() {
-            let _ = tx.send_timeout(Carried::Break, BREAK_WAIT);
+        for s in self.senders() {
+            let _ = s.tx.send_timeout(Carried::Break, BREAK_WAIT);
         }
     }
 }
@@ -208,8 +228,6 @@ impl Topic {
 #[derive(Debug)]
 pub struct Subscription {
     pub packets: Receiver<Carried>,
-    /// Packets lost because this subscription was full (a slow disk), counted as gaps.
-    pub overflows: Arc<AtomicU64>,
     topic: Arc<Topic>,
     id: u64,
 }
@@ -235,7 +253,8 @@ pub struct RecordStats {
     /// Time between the last two keyframes, in ms (0 before the second).
     pub keyframe_interval_ms: AtomicU64,
     /// Breaks in the recording: a lost stream, packets lost to a full queue, a write that
-    /// failed. Each starts a new segment at the next keyframe.
+    /// failed. Each starts a new segment at the next keyframe. Written also by the publishing
+    /// thread (a loss, as it happens).
     pub gaps: AtomicU64,
 }
 
@@ -304,12 +323,11 @@ impl Hub {
             .clone()
     }
 
-    /// Takes `source`'s packets from now on.
-    pub fn subscribe(&self, source: &str) -> Subscription {
+    /// Takes `source`'s packets from now on, for the sink whose counts are `stats`.
+    pub fn subscribe(&self, source: &str, stats: Arc<RecordStats>) -> Subscription {
         let topic = self.topic(source);
         let (tx, packets) = crossbeam_channel::bounded(SUBSCRIPTION_PACKETS);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let overflows = Arc::new(AtomicU64::new(0));
         topic
             .subscribers
             .lock()
@@ -318,14 +336,9 @@ impl Hub {
                 id,
                 tx,
                 skipping: Arc::default(),
-                gaps: overflows.clone(),
+                stats,
             });
-        Subscription {
-            packets,
-            overflows,
-            topic,
-            id,
-        }
+        Subscription { packets, topic, id }
     }
 
     /// The statistics of `sink` for `source`, shown by `/metrics` until [`Hub::forget_sink`].
@@ -356,10 +369,12 @@ impl Hub {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn packet(keyframe: bool) -> Packet {
+    /// A live camera's empty packet of connection 1 (for the sinks' tests too).
+    pub(crate) fn packet(keyframe: bool) -> Packet {
+        gst::init().unwrap();
         let mut buffer = gst::Buffer::new();
         if !keyframe {
             buffer
@@ -383,12 +398,12 @@ mod tests {
         let topic = Topic::default();
         let hub = Hub::default();
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let gaps = Arc::new(AtomicU64::new(0));
+        let stats = Arc::new(RecordStats::default());
         topic.subscribers.lock().unwrap().push(Subscriber {
             id: 0,
             tx,
             skipping: Arc::default(),
-            gaps: gaps.clone(),
+            stats: stats.clone(),
         });
         topic.publish(&packet(true), false);
         topic.publish(&packet(false), false); // full: lost
@@ -396,11 +411,11 @@ mod tests {
         topic.publish(&packet(false), false); // skipped: not a keyframe
         assert!(rx.try_recv().is_err());
         topic.publish(&packet(true), false);
-        let Carried::Packet(p) = rx.recv().unwrap() else {
-            panic!("a break")
+        let Carried::AfterLoss(p) = rx.recv().unwrap() else {
+            panic!("not the keyframe after the loss")
         };
         assert!(p.keyframe());
-        assert_eq!(gaps.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.gaps.load(Ordering::Relaxed), 1);
         drop(hub);
     }
 
@@ -408,7 +423,7 @@ mod tests {
     fn a_dropped_subscription_takes_nothing_more() {
         gst::init().unwrap();
         let hub = Hub::default();
-        let sub = hub.subscribe("door");
+        let sub = hub.subscribe("door", Arc::default());
         assert!(hub.topic("door").wanted());
         drop(sub);
         assert!(!hub.topic("door").wanted());

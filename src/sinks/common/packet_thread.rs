@@ -6,7 +6,8 @@
 //! What both kinds do alike is here: the subscription to the source's packets
 //! (`crate::packets`), the keyframes counted, what ends the segment or clip being written (a
 //! break in the stream or a new connection, each a gap when something was being written; new
-//! caps), and the failures (each logged, the first kept for close). The kind
+//! caps; packets lost to a full subscription, a gap counted as it happened by the publisher),
+//! and the failures (each logged, the first kept for close). The kind
 //! ([`PacketWork`]) writes the packets, and takes the moments its sink's thread sends it
 //! (`clip`: each frame's time and whether it triggered; `record`: none).
 //!
@@ -90,6 +91,13 @@ impl Common {
                     self.gap();
                 }
             }
+            Carried::AfterLoss(packet) => {
+                // What was written cannot go on across the hole (a gap counted when it
+                // happened); the keyframe starts anew.
+                work.cut(self, true);
+                self.last = None;
+                self.take(work, Carried::Packet(packet));
+            }
             Carried::Packet(packet) => {
                 if let Some((connection, caps)) = &self.last
                     && (*connection != packet.connection || *caps != packet.caps)
@@ -129,7 +137,8 @@ impl<M: Send + 'static> PacketThread<M> {
         moments: Option<usize>,
     ) -> Result<Self, SinkError> {
         let hub = crate::packets::hub();
-        let subscription = hub.subscribe(source);
+        let stats = hub.record_stats(sink, source);
+        let subscription = hub.subscribe(source, stats.clone());
         let (moments, moments_rx) = match moments {
             Some(capacity) => {
                 let (tx, rx) = crossbeam_channel::bounded(capacity);
@@ -140,7 +149,7 @@ impl<M: Send + 'static> PacketThread<M> {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let common = Common {
             source: source.clone(),
-            stats: hub.record_stats(sink, source),
+            stats,
             keyframes: KeyframeCounter::default(),
             last: None,
             failed: W::FAILED,
@@ -205,7 +214,91 @@ fn run<W: PacketWork>(
         common.take(&mut work, item);
     }
     work.end(&mut common);
-    let overflows = subscription.overflows.load(Ordering::Relaxed);
-    common.stats.gaps.fetch_add(overflows, Ordering::Relaxed);
     common.first_error.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::packets::SUBSCRIPTION_PACKETS;
+    use crate::packets::tests::packet;
+
+    /// Only a guard against a hang.
+    const GUARD: Duration = Duration::from_secs(30);
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Packet { keyframe: bool },
+        Cut { fresh: bool },
+    }
+
+    /// A kind that takes a packet only when its gate opens (a disk too slow for the stream:
+    /// the subscription fills), and says what it was given.
+    struct Slow {
+        gate: Receiver<()>,
+        seen: Sender<Seen>,
+    }
+
+    impl PacketWork for Slow {
+        type Moment = ();
+        const KIND: &'static str = "slow";
+        const THREAD: &'static str = "slow";
+        const FAILED: &'static str = "slow: failed";
+
+        fn packet(&mut self, _: &mut Common, packet: Packet) {
+            let _ = self.gate.recv();
+            let keyframe = packet.keyframe();
+            let _ = self.seen.send(Seen::Packet { keyframe });
+        }
+
+        fn cut(&mut self, _: &mut Common, fresh: bool) -> bool {
+            let _ = self.seen.send(Seen::Cut { fresh });
+            true
+        }
+
+        fn end(&mut self, _: &mut Common) {}
+    }
+
+    #[test]
+    fn packets_lost_to_a_slow_sink_are_a_gap_at_once_and_cut_what_it_writes() {
+        let (source, sink): (Arc<str>, &str) = ("gap-at-once".into(), "rec-gap-at-once");
+        let (open, gate) = crossbeam_channel::unbounded();
+        let (seen_tx, seen) = crossbeam_channel::unbounded();
+        let work = Slow {
+            gate,
+            seen: seen_tx,
+        };
+        let thread = PacketThread::spawn(sink, &source, work, None).unwrap();
+        let topic = crate::packets::hub().topic(&source);
+        let stats = crate::packets::hub().record_stats(sink, &source);
+        // The thread takes the keyframe and waits at its gate; the queue fills, and the next
+        // packet of the live stream is lost.
+        topic.publish(&packet(true), false);
+        for _ in 0..=SUBSCRIPTION_PACKETS {
+            topic.publish(&packet(false), false);
+        }
+        assert_eq!(
+            stats.gaps.load(Ordering::Relaxed),
+            1,
+            "counted as it happens"
+        );
+        // The sink catches up; the stream goes on from its next keyframe.
+        for _ in 0..=SUBSCRIPTION_PACKETS + 1 {
+            open.send(()).unwrap();
+        }
+        for _ in 0..=SUBSCRIPTION_PACKETS {
+            assert!(matches!(seen.recv_timeout(GUARD), Ok(Seen::Packet { .. })));
+        }
+        topic.publish(&packet(true), false);
+        // What was written before the loss is cut: the keyframe after it starts anew.
+        assert_eq!(seen.recv_timeout(GUARD), Ok(Seen::Cut { fresh: true }));
+        assert_eq!(
+            seen.recv_timeout(GUARD),
+            Ok(Seen::Packet { keyframe: true })
+        );
+        thread.close().unwrap();
+        assert_eq!(stats.gaps.load(Ordering::Relaxed), 1, "counted once");
+    }
 }
