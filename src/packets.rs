@@ -256,6 +256,35 @@ pub struct RecordStats {
     /// failed. Each starts a new segment at the next keyframe. Written also by the publishing
     /// thread (a loss, as it happens).
     pub gaps: AtomicU64,
+    /// Packets a packets clip's ring dropped past its bounds (the record stream far ahead of
+    /// the decoded stream): video no clip can hold any more.
+    pub ring_dropped: AtomicU64,
+}
+
+/// A [`RecordStats`] read at one moment: the run's report of a recording sink and source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecordCounts {
+    pub packets: u64,
+    pub bytes: u64,
+    pub segments: u64,
+    pub gaps: u64,
+    pub keyframes: u64,
+    pub ring_dropped: u64,
+}
+
+impl RecordStats {
+    /// The counts now.
+    pub fn counts(&self) -> RecordCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RecordCounts {
+            packets: get(&self.packets),
+            bytes: get(&self.bytes),
+            segments: get(&self.segments),
+            gaps: get(&self.gaps),
+            keyframes: get(&self.keyframes),
+            ring_dropped: get(&self.ring_dropped),
+        }
+    }
 }
 
 /// Counts a subscription's keyframes into its [`RecordStats`]: how many, and the time between

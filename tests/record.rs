@@ -198,6 +198,12 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     let stats = common::read_json(&dir.path().join("stats.json"));
     assert_eq!(stats["sources"]["cam"]["reconnects"], 0, "{stats}");
     assert_eq!(stats["record_streams"]["cam"]["reconnects"], 1, "{stats}");
+    // What the sink wrote, as /metrics said it.
+    let recorded = &stats["recordings"]["rec"]["cam"];
+    assert_eq!(recorded["segments"], 2, "{stats}");
+    assert_eq!(recorded["gaps"], 1, "{stats}");
+    assert_eq!(recorded["ring_dropped"], 0, "{stats}");
+    assert!(recorded["bytes"].as_u64().unwrap() > 10_000, "{stats}");
     assert!(
         stats["record_streams"]["cam"]["attempts"].as_u64().unwrap() >= 2,
         "{stats}"

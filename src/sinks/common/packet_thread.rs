@@ -117,6 +117,21 @@ impl Common {
     }
 }
 
+#[cfg(test)]
+impl Common {
+    /// What a kind's thread would keep for `source`, for a test that drives the kind itself.
+    pub(in crate::sinks) fn for_test(source: &str) -> Self {
+        Self {
+            source: source.into(),
+            stats: Arc::default(),
+            keyframes: KeyframeCounter::default(),
+            last: None,
+            failed: "test: failed",
+            first_error: None,
+        }
+    }
+}
+
 /// The thread writing one source of a sink.
 #[derive(Debug)]
 pub(in crate::sinks) struct PacketThread<M> {

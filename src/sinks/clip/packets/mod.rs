@@ -21,12 +21,19 @@
 //!
 //! Threads: one per source (`vidflow-clip-SOURCE`, on the loop it shares with `record`:
 //! `sinks/common/packet_thread.rs`), blocked on that source's subscription, on the moments the
-//! sink's thread sends it (each frame's time, and whether it triggered) and on its stop channel. [`Sink::write`] only sends a moment; it waits only when that thread is
-//! [`MOMENTS`] behind (finishing a clip, at most `FINISH_TIMEOUT`).
+//! sink's thread sends it (each frame's time, and whether it triggered) and on its stop
+//! channel. [`Sink::write`] only sends a moment; it waits only when that thread is [`MOMENTS`]
+//! behind (finishing a clip, at most `FINISH_TIMEOUT`).
 //!
 //! Memory: per source, the ring holds from the latest keyframe before the decoded stream's
-//! time minus the pre-roll to the newest packet (a file's record stream may run ahead of the
-//! decoding), at most [`RING_BYTES`]: beyond, the oldest keyframe interval is dropped.
+//! time minus the pre-roll to the newest packet, whether a clip is being written or not. The
+//! record stream may run ahead of the decoded stream (a file's is read ahead of its decoding;
+//! a camera's sub-stream may stall while its main stream goes on), so the ring is bounded:
+//! at most [`RING_BYTES`], and at most the pre-roll plus [`RING_AHEAD`] from its oldest packet
+//! to its newest. Beyond either, a clip being written (its post-roll is in it by then: what
+//! waits is after it) is finished, and the oldest keyframe intervals are dropped, each packet
+//! counted (`RecordStats::ring_dropped`, `vidflow_record_ring_dropped_packets_total`, the run's
+//! report); the first time is logged.
 //!
 //! Stop protocol: [`Sink::close`] drops the stop channels and the moments' senders; each thread
 //! takes what is still queued (the sources have stopped: their last packets are in), writes
@@ -54,6 +61,17 @@ use crate::storage::SinkFiles;
 const MOMENTS: usize = 1024;
 /// Most bytes a source's ring holds: minutes of a 4 Mbit/s camera.
 const RING_BYTES: usize = 64 << 20;
+/// How much more than the pre-roll a source's ring reaches back from its newest packet: the
+/// most the record stream may run ahead of the decoded stream, far more than a camera's two
+/// streams drift apart, before its oldest packets are dropped.
+const RING_AHEAD: Duration = Duration::from_secs(60);
+
+/// What a source's ring holds at most (see the module header).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    bytes: usize,
+    ahead: Duration,
+}
 
 /// An open `clip` sink in packets mode.
 pub(super) struct PacketClips {
@@ -122,18 +140,7 @@ fn spawn(
     files: SinkFiles,
     settings: Settings,
 ) -> Result<PacketThread<Moment>, SinkError> {
-    let work = Work {
-        settings,
-        files,
-        ring: VecDeque::new(),
-        ring_bytes: 0,
-        live: true,
-        progress: None,
-        trigger: None,
-        clip: None,
-        said_far_ahead: false,
-    };
-    PacketThread::spawn(sink, source, work, Some(MOMENTS))
+    PacketThread::spawn(sink, source, Work::new(settings, files), Some(MOMENTS))
 }
 
 /// A packet waiting in the ring.
@@ -181,8 +188,9 @@ struct Work {
     /// The last trigger, while it still calls for video.
     trigger: Option<Moment>,
     clip: Option<Clip>,
-    /// The ring outgrew [`RING_BYTES`] once already (said once).
+    /// The ring outgrew its bounds once already (said once).
     said_far_ahead: bool,
+    bounds: Bounds,
 }
 
 impl PacketWork for Work {
@@ -227,6 +235,25 @@ impl PacketWork for Work {
 }
 
 impl Work {
+    /// Nothing held yet, within [`RING_BYTES`] and [`RING_AHEAD`].
+    fn new(settings: Settings, files: SinkFiles) -> Self {
+        Self {
+            settings,
+            files,
+            ring: VecDeque::new(),
+            ring_bytes: 0,
+            live: true,
+            progress: None,
+            trigger: None,
+            clip: None,
+            said_far_ahead: false,
+            bounds: Bounds {
+                bytes: RING_BYTES,
+                ahead: RING_AHEAD,
+            },
+        }
+    }
+
     /// Writes, opens and finishes clips as far as the packets and the decoded stream allow,
     /// then prunes the ring. `ended`: no frame nor packet comes any more.
     fn advance(&mut self, on: &mut Common, ended: bool) {
@@ -257,6 +284,13 @@ impl Work {
                 self.trigger = None;
             }
             break;
+        }
+        if self.clip.is_some() && self.over_bounds(timing) {
+            // What waits in the ring comes after the clip's post-roll (written as the packets
+            // came): the clip is finished rather than the stream held without bound. A later
+            // trigger opens a new one.
+            self.finish_clip(on);
+            self.trigger = None;
         }
         if self.clip.is_none() {
             self.prune(on);
@@ -378,7 +412,7 @@ impl Work {
     /// Drops from the ring what no clip can start from any more: what is before the latest
     /// keyframe shown at or before the earliest a trigger can still ask for (the decoded
     /// stream's time, or a pending trigger's, minus the pre-roll), and the oldest keyframe
-    /// intervals beyond [`RING_BYTES`].
+    /// intervals beyond its bounds (counted).
     fn prune(&mut self, on: &Common) {
         let timing = self.timing();
         let earliest = [&self.progress, &self.trigger]
@@ -396,17 +430,26 @@ impl Work {
                 .unwrap_or(0);
             self.drop_front(keep);
         }
-        if self.ring_bytes > RING_BYTES && !self.said_far_ahead {
+        if self.over_bounds(timing) && !self.said_far_ahead {
             self.said_far_ahead = true;
-            tracing::warn!(source = %on.source, "clip: the record stream is far ahead of the decoded stream (or the decoded stream gives no frame); its oldest packets are dropped, and a clip may start later than its pre-roll");
+            tracing::warn!(
+                source = %on.source,
+                "clip: the record stream is more than {} MiB or {} s past the pre-roll ahead of \
+                 the decoded stream (or the decoded stream gives no frame); its oldest packets \
+                 are dropped and counted, and a clip may start later than its pre-roll",
+                self.bounds.bytes >> 20,
+                self.bounds.ahead.as_secs()
+            );
         }
-        while self.ring_bytes > RING_BYTES {
+        while self.over_bounds(timing) {
             let next = self
                 .ring
                 .iter()
                 .skip(1)
                 .position(|h| h.packet.keyframe())
                 .map_or(self.ring.len(), |i| i + 1);
+            let dropped = u64::try_from(next).unwrap_or(u64::MAX);
+            on.stats.ring_dropped.fetch_add(dropped, Ordering::Relaxed);
             self.drop_front(next);
         }
         // Nothing before a keyframe can start a clip.
@@ -416,6 +459,15 @@ impl Work {
             .position(|h| h.packet.keyframe())
             .unwrap_or(self.ring.len());
         self.drop_front(first_key);
+    }
+
+    /// Whether the ring holds more than its bounds allow (by `timing`).
+    fn over_bounds(&self, timing: Timing) -> bool {
+        let span = match (self.ring.front(), self.ring.back()) {
+            (Some(first), Some(last)) => last.at(timing).saturating_sub(first.at(timing)),
+            _ => Duration::ZERO,
+        };
+        self.ring_bytes > self.bounds.bytes || span > self.settings.pre_roll + self.bounds.ahead
     }
 
     fn drop_front(&mut self, n: usize) {
@@ -479,3 +531,6 @@ fn push(clip: &mut Clip, packet: &Packet) -> Result<(), SinkError> {
     clip.bytes += size;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
