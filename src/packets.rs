@@ -259,6 +259,11 @@ pub struct RecordStats {
     /// Packets a packets clip's ring dropped past its bounds (the record stream far ahead of
     /// the decoded stream): video no clip can hold any more.
     pub ring_dropped: AtomicU64,
+    /// When the sink last wrote a packet (a packets clip: took one into its ring) or its
+    /// thread started, in ms of [`now_ms`]: what `/healthz` judges a recording by.
+    active_ms: AtomicU64,
+    /// Its last write failed; a write that succeeds clears it.
+    failing: AtomicBool,
 }
 
 /// A [`RecordStats`] read at one moment: the run's report of a recording sink and source.
@@ -272,7 +277,37 @@ pub struct RecordCounts {
     pub ring_dropped: u64,
 }
 
+/// Milliseconds on the process's monotonic clock (from its first use).
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    let ms = EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
 impl RecordStats {
+    /// The sink wrote (or took) a packet, or its thread started: it is active now.
+    pub fn active(&self) {
+        self.active_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long since it was last active.
+    pub fn quiet_for(&self) -> Duration {
+        Duration::from_millis(now_ms().saturating_sub(self.active_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Says whether its last write failed.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Relaxed);
+    }
+
+    /// Whether its last write failed.
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
     /// The counts now.
     pub fn counts(&self) -> RecordCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);

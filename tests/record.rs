@@ -3,7 +3,9 @@
 //! (decoded, they equal the server's file frame for frame, by a checksum per frame, with
 //! nothing missing at the cuts), what was written before a SIGKILL plays, and a main stream
 //! lost and back never stops detection on the sub-stream while recording resumes in a new
-//! segment; H.265 is recorded as sent too, from a file and over RTSP.
+//! segment; `/healthz` says when a recording writes nothing (its stream gone) or fails (its
+//! folder gone), and is healthy again once it writes; H.265 is recorded as sent too, from a
+//! file and over RTSP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -82,10 +84,24 @@ fn assert_passes_of(got: &[[u8; 32]], reference: &[[u8; 32]], what: &str) {
 }
 
 fn files(dir: &Path) -> (PathBuf, PathBuf) {
+    files_of(dir, 60)
+}
+
+/// [`files`] of `frames` frames each.
+fn files_of(dir: &Path, frames: u32) -> (PathBuf, PathBuf) {
     let (main, sub) = (dir.join("main.mp4"), dir.join("sub.mp4"));
-    encode(&main, 60, 320, 240);
-    encode(&sub, 60, 160, 120);
+    encode(&main, frames, 320, 240);
+    encode(&sub, frames, 160, 120);
     (main, sub)
+}
+
+/// A camera whose main stream (the first server, at `/main`) can go away while its
+/// sub-stream (the second, at `/sub`) goes on, `frames` frames each; and the main's file.
+fn camera_on_two_servers(dir: &Path, frames: u32) -> (PathBuf, FileServer, FileServer) {
+    let (main, sub) = files_of(dir, frames);
+    let main_server = FileServer::start(&[("/main", main.clone())]).unwrap();
+    let sub_server = FileServer::start(&[("/sub", sub)]).unwrap();
+    (main, main_server, sub_server)
 }
 
 #[test]
@@ -148,11 +164,7 @@ fn what_was_recorded_before_a_sigkill_plays() {
 #[test]
 fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
-    encode(&main, 450, 320, 240);
-    encode(&sub, 450, 160, 120);
-    let mut main_server = FileServer::start(&[("/main", main.clone())]).unwrap();
-    let sub_server = FileServer::start(&[("/sub", sub)]).unwrap();
+    let (main, mut main_server, sub_server) = camera_on_two_servers(dir.path(), 450);
     let port = rtsp::free_port().unwrap();
     let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
     let text = pipeline_with(
@@ -250,6 +262,77 @@ fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segmen
     );
     assert_passes_of(&before, &reference, "before the loss");
     assert_passes_of(&after, &reference, "after the loss");
+}
+
+/// `/healthz` of a run recording `main` (1 s segments) while detecting on `sub`, until it
+/// answers `status`; its body.
+fn healthz_until(port: u16, status: u16, what: &str) -> String {
+    http_client::wait_until(what, Duration::from_secs(30), || {
+        http_client::get(port, "/healthz").filter(|(s, _)| *s == status)
+    })
+    .1
+}
+
+#[test]
+fn a_recording_that_writes_nothing_or_fails_is_unhealthy_with_its_reason_until_it_writes_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut main_server, sub_server) = camera_on_two_servers(dir.path(), 900);
+    let port = rtsp::free_port().unwrap();
+    let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let text = pipeline_with(
+        &sub_server.url("/sub"),
+        Some(&main_server.url("/main")),
+        1,
+        &http,
+    );
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    running.wait_for_stderr("new video segment", Duration::from_secs(30));
+    assert_eq!(healthz_until(port, 200, "healthy while recording"), "ok\n");
+
+    // The main stream goes away; the sub-stream, and detection on it, go on.
+    main_server.stop();
+    let reason = healthz_until(port, 503, "unhealthy without the record stream");
+    assert!(
+        reason.contains("sink \"rec\": nothing recorded of source \"cam\" for"),
+        "{reason}"
+    );
+    assert!(!reason.contains("no frame for"), "{reason}");
+    main_server.restart().unwrap();
+    assert_eq!(
+        healthz_until(port, 200, "healthy once it records again"),
+        "ok\n"
+    );
+
+    // The segments' folder replaced by a file: the next segment cannot be written (as root
+    // too, where a read-only folder would still be written).
+    let out = dir.path().join("out");
+    std::fs::rename(&out, dir.path().join("out.moved")).unwrap();
+    std::fs::write(&out, b"not a folder").unwrap();
+    let reason = healthz_until(port, 503, "unhealthy when its writes fail");
+    assert!(
+        reason.contains("sink \"rec\": source \"cam\": its last write failed"),
+        "{reason}"
+    );
+    std::fs::remove_file(&out).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    assert_eq!(
+        healthz_until(port, 200, "healthy once it writes again"),
+        "ok\n"
+    );
+    // It wrote again, into a new segment.
+    let written: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+    assert!(!written.is_empty());
+
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(30));
+    // The run still says, at its end, that a write failed.
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("sink \"rec\": ") && out.stderr.contains("Not a directory"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// x265enc makes the H.265 streams the two tests below record. It is in Debian's

@@ -73,10 +73,22 @@ pub(in crate::sinks) struct Common {
 impl Common {
     /// A failure: logged, and the first kept for close.
     pub(in crate::sinks) fn failed(&mut self, e: SinkError) {
+        self.stats.set_failing(true);
         tracing::warn!(source = %self.source, error = %e, "{}", self.failed);
         if self.first_error.is_none() {
             self.first_error = Some(e);
         }
+    }
+
+    /// A packet written: the sink is active, and no longer failing (`/healthz`).
+    pub(in crate::sinks) fn wrote(&self) {
+        self.stats.active();
+        self.stats.set_failing(false);
+    }
+
+    /// A packet taken to be written later (a packets clip's ring): the sink is active.
+    pub(in crate::sinks) fn took(&self) {
+        self.stats.active();
     }
 
     /// A gap in what the sink wrote.
@@ -153,6 +165,8 @@ impl<M: Send + 'static> PacketThread<M> {
     ) -> Result<Self, SinkError> {
         let hub = crate::packets::hub();
         let stats = hub.record_stats(sink, source);
+        // Judged from its own start (a sink opened again at a reload shares its row).
+        stats.active();
         let subscription = hub.subscribe(source, stats.clone());
         let (moments, moments_rx) = match moments {
             Some(capacity) => {

@@ -80,6 +80,7 @@ impl PacketWork for Segmenter {
         match current.muxing.push(buffer) {
             Ok(()) => {
                 self.files.wrote();
+                on.wrote();
                 let stats = &on.stats;
                 stats.packets.fetch_add(1, Ordering::Relaxed);
                 stats.bytes.fetch_add(size, Ordering::Relaxed);

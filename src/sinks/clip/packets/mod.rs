@@ -220,6 +220,7 @@ impl PacketWork for Work {
     }
 
     fn packet(&mut self, on: &mut Common, packet: Packet) {
+        on.took();
         self.live = packet.live;
         self.ring_bytes += packet.buffer.size();
         self.ring.push_back(Held { packet });
@@ -402,8 +403,9 @@ impl Work {
                 return true;
             };
             self.ring_bytes = self.ring_bytes.saturating_sub(held.packet.buffer.size());
-            if let Err(e) = push(clip, &held.packet) {
-                self.clip_failed(on, e);
+            match push(clip, &held.packet) {
+                Ok(()) => on.wrote(),
+                Err(e) => self.clip_failed(on, e),
             }
         }
         true
