@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -36,6 +36,9 @@ pub const SUBSCRIPTION_PACKETS: usize = 256;
 /// Longest a break waits for room in a full subscription: it is only a hint (the next
 /// packet's connection number says the same).
 const BREAK_WAIT: Duration = Duration::from_millis(200);
+/// How often a writer waiting for the one before it (see [`RecordStats::take_over`]) checks
+/// whether it was closed meanwhile.
+const HANDOVER_POLL: Duration = Duration::from_millis(50);
 
 /// One encoded access unit (a frame's packets) of a record stream, parsed and timestamped.
 #[derive(Debug, Clone)]
@@ -59,6 +62,12 @@ pub struct Packet {
 }
 
 impl Packet {
+    /// Its place in decoding order on its connection (its decoding time, else its
+    /// presentation time).
+    pub fn decoding_time(&self) -> Option<gst::ClockTime> {
+        self.buffer.dts().or(self.buffer.pts())
+    }
+
     /// Whether a decoder can start here.
     pub fn keyframe(&self) -> bool {
         !self.buffer.flags().contains(gst::BufferFlags::DELTA_UNIT)
@@ -264,6 +273,20 @@ pub struct RecordStats {
     active_ms: AtomicU64,
     /// Its last write failed; a write that succeeds clears it.
     failing: AtomicBool,
+    /// Which writer of this sink and source writes: a reload opens a changed sink before it
+    /// closes the one it replaces, and both take the source's packets meanwhile.
+    handover: Mutex<Handover>,
+    /// Signalled when a writer ends.
+    handed: Condvar,
+}
+
+/// See [`RecordStats::take_over`].
+#[derive(Debug, Default)]
+struct Handover {
+    /// A writer writes now.
+    writing: bool,
+    /// The last packet a writer took: its connection and decoding time.
+    last: Option<(u64, gst::ClockTime)>,
 }
 
 /// A [`RecordStats`] read at one moment: the run's report of a recording sink and source.
@@ -306,6 +329,43 @@ impl RecordStats {
     /// Whether its last write failed.
     pub fn failing(&self) -> bool {
         self.failing.load(Ordering::Relaxed)
+    }
+
+    /// Waits until no other writer of this sink and source writes (the one a reload replaces
+    /// finishes its segment or clip first), checking `closed` every [`HANDOVER_POLL`], then
+    /// writes. Returns the last packet the writer before took (its connection and decoding
+    /// time), which this one must not write again; `None` if `closed` said so first.
+    pub fn take_over(&self, closed: impl Fn() -> bool) -> Option<Option<(u64, gst::ClockTime)>> {
+        let mut h = self.handover.lock().unwrap_or_else(PoisonError::into_inner);
+        while h.writing {
+            if closed() {
+                return None;
+            }
+            h = self
+                .handed
+                .wait_timeout(h, HANDOVER_POLL)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        h.writing = true;
+        Some(h.last)
+    }
+
+    /// The writer took `packet`.
+    pub fn taken(&self, packet: &Packet) {
+        if let Some(at) = packet.decoding_time() {
+            let mut h = self.handover.lock().unwrap_or_else(PoisonError::into_inner);
+            h.last = Some((packet.connection, at));
+        }
+    }
+
+    /// The writer ended: the next one may write.
+    pub fn hand_over(&self) {
+        self.handover
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .writing = false;
+        self.handed.notify_all();
     }
 
     /// The counts now.

@@ -25,10 +25,15 @@ use rtsp_files::FileServer;
 /// Encodes `frames` frames of a moving test pattern at 30 fps as H.264 in MP4, with a keyframe
 /// every 15 frames: a camera's stream, cut into segments at its own keyframes.
 fn encode(path: &Path, frames: u32, width: u32, height: u32) {
+    encode_every(path, frames, width, height, 15);
+}
+
+/// [`encode`] with a keyframe every `key_int` frames.
+fn encode_every(path: &Path, frames: u32, width: u32, height: u32, key_int: u32) {
     run_to_eos(&format!(
         "videotestsrc pattern=ball num-buffers={frames} ! \
          video/x-raw,format=I420,width={width},height={height},framerate=30/1 ! \
-         x264enc speed-preset=ultrafast key-int-max=15 ! h264parse ! mp4mux ! \
+         x264enc speed-preset=ultrafast key-int-max={key_int} ! h264parse ! mp4mux ! \
          filesink location={}",
         path.display()
     ));
@@ -332,6 +337,74 @@ fn a_recording_that_writes_nothing_or_fails_is_unhealthy_with_its_reason_until_i
         out.stderr.contains("sink \"rec\": ") && out.stderr.contains("Not a directory"),
         "{}",
         out.stderr
+    );
+}
+
+#[test]
+fn a_record_sink_changed_by_a_reload_hands_over_without_overlap_and_its_counts_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("main.mp4");
+    // A keyframe every frame: a new writer may start at any packet (the widest overlap).
+    encode_every(&main, 900, 320, 240, 1);
+    let reference = frame_hashes(&main);
+    let distinct: std::collections::HashSet<_> = reference.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        reference.len(),
+        "each frame of the file is its own"
+    );
+    let server = FileServer::start(&[("/main", main)]).unwrap();
+    let port = rtsp::free_port().unwrap();
+    let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
+    let text = pipeline_with(&server.url("/main"), None, 60, &http);
+    let file = write(dir.path(), "p.toml", &text);
+    let running = spawn_run(&file, &[], dir.path());
+    running.wait_for_stderr("new video segment", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let rec = [("sink", "rec"), ("source", "cam")];
+    let segments_total = || {
+        let samples = http_client::scrape(port).unwrap();
+        http_client::value(&samples, "vidflow_record_segments_total", &rec).unwrap()
+    };
+    assert_eq!(segments_total(), 1.0);
+
+    // The record sink changed (its segments' length): a new one replaces it.
+    write(
+        dir.path(),
+        "p.toml",
+        &text.replace("segment_seconds = 60", "segment_seconds = 50"),
+    );
+    running.signal("HUP");
+    running.wait_for_stderr("reload applied", Duration::from_secs(30));
+    running.wait_for_stderr_times("new video segment", 2, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        segments_total(),
+        2.0,
+        "the new sink's segment counted after the old one's"
+    );
+    running.signal("TERM");
+    let out = running.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+
+    // The old sink's segment, then the new one's: the file from its start, without a frame
+    // written twice.
+    let parts = segments(&dir.path().join("out/cam.mp4"));
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    let (old, new) = (frame_hashes(&parts[0]), frame_hashes(&parts[1]));
+    assert!(
+        old.len() >= 30 && new.len() >= 30,
+        "{} {}",
+        old.len(),
+        new.len()
+    );
+    assert_eq!(old[..], reference[..old.len()], "the old segment");
+    let at = reference.iter().position(|h| *h == new[0]).unwrap();
+    assert_eq!(new[..], reference[at..at + new.len()], "the new segment");
+    assert!(
+        at >= old.len(),
+        "the new segment starts at frame {at}, which the old one (frames 0 to {}) holds",
+        old.len() - 1
     );
 }
 

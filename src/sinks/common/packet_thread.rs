@@ -15,6 +15,13 @@
 //! `packets::SUBSCRIPTION_PACKETS`), on the kind's moments (a bounded channel of the kind's
 //! capacity, or none) and on its stop channel.
 //!
+//! Handover: a reload opens a changed sink before it closes the one it replaces (same name),
+//! so two threads of one sink and source may take the same packets for a while. The new one
+//! writes nothing until the old one has finished what it writes (`RecordStats::take_over`,
+//! waiting on a condvar, checking its stop channel every `HANDOVER_POLL`), then leaves out
+//! what the old one took: no segment or clip overlaps another, and the counts (shared by
+//! name) go on from the old one's.
+//!
 //! Stop protocol: [`PacketThread::close`] drops the stop channel and the moments' sender; the
 //! thread takes what is still queued (the sources have stopped by then: their last packets
 //! are in), the moments first, then the packets; the kind finishes what it writes
@@ -68,6 +75,9 @@ pub(in crate::sinks) struct Common {
     last: Option<(u64, gst::Caps)>,
     failed: &'static str,
     first_error: Option<SinkError>,
+    /// The last packet the writer before this one took (a reload's handover): it and those
+    /// before it on its connection are not written again.
+    before: Option<(u64, gst::ClockTime)>,
 }
 
 impl Common {
@@ -94,6 +104,20 @@ impl Common {
     /// A gap in what the sink wrote.
     pub(in crate::sinks) fn gap(&self) {
         self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes `item`, unless the writer before this one took it.
+    fn take_new<W: PacketWork>(&mut self, work: &mut W, item: Carried) {
+        if let Carried::Packet(p) | Carried::AfterLoss(p) = &item {
+            if let Some((connection, at)) = self.before {
+                if p.connection == connection && p.decoding_time().is_some_and(|t| t <= at) {
+                    return;
+                }
+                self.before = None;
+            }
+            self.stats.taken(p);
+        }
+        self.take(work, item);
     }
 
     fn take<W: PacketWork>(&mut self, work: &mut W, item: Carried) {
@@ -140,6 +164,7 @@ impl Common {
             last: None,
             failed: "test: failed",
             first_error: None,
+            before: None,
         }
     }
 }
@@ -183,6 +208,7 @@ impl<M: Send + 'static> PacketThread<M> {
             last: None,
             failed: W::FAILED,
             first_error: None,
+            before: None,
         };
         let thread = std::thread::Builder::new()
             .name(format!("vidflow-{}-{source}", W::THREAD))
@@ -221,11 +247,24 @@ fn run<W: PacketWork>(
     moments: &Receiver<W::Moment>,
     stopped: &Receiver<()>,
 ) -> Result<(), SinkError> {
+    // The writer a reload replaces finishes first (its packets wait in the subscription).
+    let closed = || {
+        matches!(
+            stopped.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
+    };
+    let Some(before) = common.stats.take_over(closed) else {
+        // Closed before it could write (a reload cancelled): it wrote nothing.
+        return Ok(());
+    };
+    let _writing = Writing(common.stats.clone());
+    common.before = before;
     let packets = &subscription.packets;
     loop {
         crossbeam_channel::select! {
             recv(packets) -> item => match item {
-                Ok(item) => common.take(&mut work, item),
+                Ok(item) => common.take_new(&mut work, item),
                 Err(_) => break,
             },
             recv(moments) -> m => match m {
@@ -240,10 +279,20 @@ fn run<W: PacketWork>(
         work.moment(&mut common, m);
     }
     for item in packets.try_iter() {
-        common.take(&mut work, item);
+        common.take_new(&mut work, item);
     }
     work.end(&mut common);
     common.first_error.map_or(Ok(()), Err)
+}
+
+/// A writer writing: when it ends (its segment or clip finished, or a panic), the next one of
+/// its sink and source may write.
+struct Writing(Arc<RecordStats>);
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.0.hand_over();
+    }
 }
 
 #[cfg(test)]
@@ -329,5 +378,66 @@ mod tests {
         );
         thread.close().unwrap();
         assert_eq!(stats.gaps.load(Ordering::Relaxed), 1, "counted once");
+    }
+
+    /// A kind that says the decoding time (ms) of each packet it writes.
+    struct Times(Sender<u64>);
+
+    impl PacketWork for Times {
+        type Moment = ();
+        const KIND: &'static str = "times";
+        const THREAD: &'static str = "times";
+        const FAILED: &'static str = "times: failed";
+
+        fn packet(&mut self, _: &mut Common, packet: Packet) {
+            let _ = self.0.send(packet.decoding_time().unwrap().mseconds());
+        }
+
+        fn cut(&mut self, _: &mut Common, _: bool) -> bool {
+            false
+        }
+
+        fn end(&mut self, _: &mut Common) {}
+    }
+
+    /// A packet of connection 1 at `ms`.
+    fn at(ms: u64) -> Packet {
+        let mut p = packet(true);
+        p.buffer
+            .make_mut()
+            .set_dts(gst::ClockTime::from_mseconds(ms));
+        p
+    }
+
+    #[test]
+    fn a_writer_a_reload_opens_writes_after_the_one_it_replaces_and_nothing_it_wrote() {
+        let (source, sink): (Arc<str>, &str) = ("handover".into(), "rec-handover");
+        let topic = crate::packets::hub().topic(&source);
+        let (old_tx, old_wrote) = crossbeam_channel::unbounded();
+        let old = PacketThread::spawn(sink, &source, Times(old_tx), None).unwrap();
+        for ms in 0..5 {
+            topic.publish(&at(ms), true);
+        }
+        // The new sink opens while the old one still writes: both take the packets.
+        let (new_tx, new_wrote) = crossbeam_channel::unbounded();
+        let new = PacketThread::spawn(sink, &source, Times(new_tx), None).unwrap();
+        for ms in 5..10 {
+            topic.publish(&at(ms), true);
+        }
+        let old_times: Vec<u64> = (0..10)
+            .map(|_| old_wrote.recv_timeout(GUARD).unwrap())
+            .collect();
+        assert_eq!(old_times, (0..10).collect::<Vec<_>>());
+        old.close().unwrap();
+        for ms in 10..12 {
+            topic.publish(&at(ms), true);
+        }
+        new.close().unwrap();
+        let new_times: Vec<u64> = new_wrote.try_iter().collect();
+        assert_eq!(
+            new_times,
+            [10, 11],
+            "after the old one's last packet, once it ended"
+        );
     }
 }

@@ -34,6 +34,7 @@ pub(super) fn spawn(
         lost: Arc::default(),
         current: None,
         segments_before: 0,
+        counted: 0,
     };
     PacketThread::spawn(sink, source, work, None)
 }
@@ -48,6 +49,8 @@ struct Segmenter {
     current: Option<Current>,
     /// Segments named by the pipelines closed already.
     segments_before: u64,
+    /// Segments this writer added to its counts.
+    counted: u64,
 }
 
 /// A segment pipeline and what its packets are measured against.
@@ -84,8 +87,13 @@ impl PacketWork for Segmenter {
                 let stats = &on.stats;
                 stats.packets.fetch_add(1, Ordering::Relaxed);
                 stats.bytes.fetch_add(size, Ordering::Relaxed);
+                // Added, never stored: a sink a reload opens again under its name shares
+                // its counts, which go on from the old one's.
                 let named = self.segments_before + current.muxing.segments();
-                stats.segments.store(named, Ordering::Relaxed);
+                stats
+                    .segments
+                    .fetch_add(named.saturating_sub(self.counted), Ordering::Relaxed);
+                self.counted = self.counted.max(named);
             }
             Err(e) => {
                 self.finish_segment(on);
