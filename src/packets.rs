@@ -10,8 +10,9 @@
 //! Threads and channels: the record stream's GStreamer streaming thread publishes; each
 //! subscription is a bounded channel of [`SUBSCRIPTION_PACKETS`] items, read by the sink's own
 //! thread for that source. A file's stream waits for room (nothing is lost); a live stream
-//! never waits on a sink: a full subscription loses the packet, is counted a gap and takes
-//! nothing more until the next keyframe (a packet after a lost one would not decode). The
+//! never waits on a sink: a full subscription loses the packet, is counted a gap in its sink's
+//! [`RecordStats`] at once and takes nothing more until the next keyframe (a packet after a lost
+//! one would not decode), which it is given as [`Carried::AfterLoss`]. The
 //! topic's lock is taken to clone its senders, never while sending. After every loss or end of
 //! the stream the topic sends [`Carried::Break`] (waiting for room, at most [`BREAK_WAIT`]) so
 //! a sink finishes its segment at once, not at the next connection.
@@ -21,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -35,6 +36,9 @@ pub const SUBSCRIPTION_PACKETS: usize = 256;
 /// Longest a break waits for room in a full subscription: it is only a hint (the next
 /// packet's connection number says the same).
 const BREAK_WAIT: Duration = Duration::from_millis(200);
+/// How often a writer waiting for the one before it (see [`RecordStats::take_over`]) checks
+/// whether it was closed meanwhile.
+const HANDOVER_POLL: Duration = Duration::from_millis(50);
 
 /// One encoded access unit (a frame's packets) of a record stream, parsed and timestamped.
 #[derive(Debug, Clone)]
@@ -58,6 +62,12 @@ pub struct Packet {
 }
 
 impl Packet {
+    /// Its place in decoding order on its connection (its decoding time, else its
+    /// presentation time).
+    pub fn decoding_time(&self) -> Option<gst::ClockTime> {
+        self.buffer.dts().or(self.buffer.pts())
+    }
+
     /// Whether a decoder can start here.
     pub fn keyframe(&self) -> bool {
         !self.buffer.flags().contains(gst::BufferFlags::DELTA_UNIT)
@@ -136,6 +146,9 @@ impl Timeline {
 #[derive(Debug, Clone)]
 pub enum Carried {
     Packet(Packet),
+    /// The keyframe after packets lost to this full subscription (each loss counted a gap as
+    /// it happened): what was written before cannot go on across the hole.
+    AfterLoss(Packet),
     /// The stream was lost or ended: what comes next (if anything) is a new connection.
     Break,
 }
@@ -146,7 +159,8 @@ struct Subscriber {
     tx: Sender<Carried>,
     /// Lost a packet and waits for a keyframe. Written by the publishing thread only.
     skipping: Arc<AtomicBool>,
-    gaps: Arc<AtomicU64>,
+    /// Its sink's counts for this source: a loss is a gap there as it happens.
+    stats: Arc<RecordStats>,
 }
 
 /// Where one source's record stream publishes.
@@ -156,12 +170,17 @@ pub struct Topic {
 }
 
 impl Topic {
-    fn senders(&self) -> Vec<(Sender<Carried>, Arc<AtomicBool>, Arc<AtomicU64>)> {
+    fn senders(&self) -> Vec<Subscriber> {
         self.subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|s| (s.tx.clone(), s.skipping.clone(), s.gaps.clone()))
+            .map(|s| Subscriber {
+                id: s.id,
+                tx: s.tx.clone(),
+                skipping: s.skipping.clone(),
+                stats: s.stats.clone(),
+            })
             .collect()
     }
 
@@ -175,31 +194,41 @@ impl Topic {
     }
 
     /// Hands `packet` to every subscriber: waiting for room when `wait` (a file), else losing
-    /// it for a full subscriber (counted a gap; that subscriber skips to the next keyframe).
+    /// it for a full subscriber (counted a gap at once; that subscriber skips to the next
+    /// keyframe).
     pub fn publish(&self, packet: &Packet, wait: bool) {
         let keyframe = packet.keyframe();
-        for (tx, skipping, gaps) in self.senders() {
-            if skipping.load(Ordering::Relaxed) {
-                if !keyframe {
-                    continue;
-                }
-                skipping.store(false, Ordering::Relaxed);
+        for s in self.senders() {
+            let after_loss = s.skipping.load(Ordering::Relaxed);
+            if after_loss && !keyframe {
+                continue;
             }
-            let item = Carried::Packet(packet.clone());
+            let item = if after_loss {
+                Carried::AfterLoss(packet.clone())
+            } else {
+                Carried::Packet(packet.clone())
+            };
             if wait {
                 // Fails only when the subscriber is gone.
-                let _ = tx.send(item);
-            } else if let Err(TrySendError::Full(_)) = tx.try_send(item) {
-                skipping.store(true, Ordering::Relaxed);
-                gaps.fetch_add(1, Ordering::Relaxed);
+                let _ = s.tx.send(item);
+            } else {
+                match s.tx.try_send(item) {
+                    Ok(()) => s.skipping.store(false, Ordering::Relaxed),
+                    Err(TrySendError::Full(_)) if !after_loss => {
+                        s.skipping.store(true, Ordering::Relaxed);
+                        s.stats.gaps.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Still full, or gone: the same loss goes on.
+                    Err(_) => {}
+                }
             }
         }
     }
 
     /// The stream was lost or ended (see [`Carried::Break`]).
     pub fn lost(&self) {
-        for (tx, ..) in self.senders() {
-            let _ = tx.send_timeout(Carried::Break, BREAK_WAIT);
+        for s in self.senders() {
+            let _ = s.tx.send_timeout(Carried::Break, BREAK_WAIT);
         }
     }
 }
@@ -208,8 +237,6 @@ impl Topic {
 #[derive(Debug)]
 pub struct Subscription {
     pub packets: Receiver<Carried>,
-    /// Packets lost because this subscription was full (a slow disk), counted as gaps.
-    pub overflows: Arc<AtomicU64>,
     topic: Arc<Topic>,
     id: u64,
 }
@@ -235,8 +262,124 @@ pub struct RecordStats {
     /// Time between the last two keyframes, in ms (0 before the second).
     pub keyframe_interval_ms: AtomicU64,
     /// Breaks in the recording: a lost stream, packets lost to a full queue, a write that
-    /// failed. Each starts a new segment at the next keyframe.
+    /// failed. Each starts a new segment at the next keyframe. Written also by the publishing
+    /// thread (a loss, as it happens).
     pub gaps: AtomicU64,
+    /// Packets a packets clip's ring dropped past its bounds (the record stream far ahead of
+    /// the decoded stream): video no clip can hold any more.
+    pub ring_dropped: AtomicU64,
+    /// When the sink last wrote a packet (a packets clip: took one into its ring) or its
+    /// thread started, in ms of [`now_ms`]: what `/healthz` judges a recording by.
+    active_ms: AtomicU64,
+    /// Its last write failed; a write that succeeds clears it.
+    failing: AtomicBool,
+    /// Which writer of this sink and source writes: a reload opens a changed sink before it
+    /// closes the one it replaces, and both take the source's packets meanwhile.
+    handover: Mutex<Handover>,
+    /// Signalled when a writer ends.
+    handed: Condvar,
+}
+
+/// See [`RecordStats::take_over`].
+#[derive(Debug, Default)]
+struct Handover {
+    /// A writer writes now.
+    writing: bool,
+    /// The last packet a writer took: its connection and decoding time.
+    last: Option<(u64, gst::ClockTime)>,
+}
+
+/// A [`RecordStats`] read at one moment: the run's report of a recording sink and source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecordCounts {
+    pub packets: u64,
+    pub bytes: u64,
+    pub segments: u64,
+    pub gaps: u64,
+    pub keyframes: u64,
+    pub ring_dropped: u64,
+}
+
+/// Milliseconds on the process's monotonic clock (from its first use).
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    let ms = EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+impl RecordStats {
+    /// The sink wrote (or took) a packet, or its thread started: it is active now.
+    pub fn active(&self) {
+        self.active_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long since it was last active.
+    pub fn quiet_for(&self) -> Duration {
+        Duration::from_millis(now_ms().saturating_sub(self.active_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Says whether its last write failed.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Relaxed);
+    }
+
+    /// Whether its last write failed.
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    /// Waits until no other writer of this sink and source writes (the one a reload replaces
+    /// finishes its segment or clip first), checking `closed` every [`HANDOVER_POLL`], then
+    /// writes. Returns the last packet the writer before took (its connection and decoding
+    /// time), which this one must not write again; `None` if `closed` said so first.
+    pub fn take_over(&self, closed: impl Fn() -> bool) -> Option<Option<(u64, gst::ClockTime)>> {
+        let mut h = self.handover.lock().unwrap_or_else(PoisonError::into_inner);
+        while h.writing {
+            if closed() {
+                return None;
+            }
+            h = self
+                .handed
+                .wait_timeout(h, HANDOVER_POLL)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        h.writing = true;
+        Some(h.last)
+    }
+
+    /// The writer took `packet`.
+    pub fn taken(&self, packet: &Packet) {
+        if let Some(at) = packet.decoding_time() {
+            let mut h = self.handover.lock().unwrap_or_else(PoisonError::into_inner);
+            h.last = Some((packet.connection, at));
+        }
+    }
+
+    /// The writer ended: the next one may write.
+    pub fn hand_over(&self) {
+        self.handover
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .writing = false;
+        self.handed.notify_all();
+    }
+
+    /// The counts now.
+    pub fn counts(&self) -> RecordCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RecordCounts {
+            packets: get(&self.packets),
+            bytes: get(&self.bytes),
+            segments: get(&self.segments),
+            gaps: get(&self.gaps),
+            keyframes: get(&self.keyframes),
+            ring_dropped: get(&self.ring_dropped),
+        }
+    }
 }
 
 /// Counts a subscription's keyframes into its [`RecordStats`]: how many, and the time between
@@ -304,12 +447,11 @@ impl Hub {
             .clone()
     }
 
-    /// Takes `source`'s packets from now on.
-    pub fn subscribe(&self, source: &str) -> Subscription {
+    /// Takes `source`'s packets from now on, for the sink whose counts are `stats`.
+    pub fn subscribe(&self, source: &str, stats: Arc<RecordStats>) -> Subscription {
         let topic = self.topic(source);
         let (tx, packets) = crossbeam_channel::bounded(SUBSCRIPTION_PACKETS);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let overflows = Arc::new(AtomicU64::new(0));
         topic
             .subscribers
             .lock()
@@ -318,14 +460,9 @@ impl Hub {
                 id,
                 tx,
                 skipping: Arc::default(),
-                gaps: overflows.clone(),
+                stats,
             });
-        Subscription {
-            packets,
-            overflows,
-            topic,
-            id,
-        }
+        Subscription { packets, topic, id }
     }
 
     /// The statistics of `sink` for `source`, shown by `/metrics` until [`Hub::forget_sink`].
@@ -356,10 +493,12 @@ impl Hub {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn packet(keyframe: bool) -> Packet {
+    /// A live camera's empty packet of connection 1 (for the sinks' tests too).
+    pub(crate) fn packet(keyframe: bool) -> Packet {
+        gst::init().unwrap();
         let mut buffer = gst::Buffer::new();
         if !keyframe {
             buffer
@@ -383,12 +522,12 @@ mod tests {
         let topic = Topic::default();
         let hub = Hub::default();
         let (tx, rx) = crossbeam_channel::bounded(1);
-        let gaps = Arc::new(AtomicU64::new(0));
+        let stats = Arc::new(RecordStats::default());
         topic.subscribers.lock().unwrap().push(Subscriber {
             id: 0,
             tx,
             skipping: Arc::default(),
-            gaps: gaps.clone(),
+            stats: stats.clone(),
         });
         topic.publish(&packet(true), false);
         topic.publish(&packet(false), false); // full: lost
@@ -396,11 +535,11 @@ mod tests {
         topic.publish(&packet(false), false); // skipped: not a keyframe
         assert!(rx.try_recv().is_err());
         topic.publish(&packet(true), false);
-        let Carried::Packet(p) = rx.recv().unwrap() else {
-            panic!("a break")
+        let Carried::AfterLoss(p) = rx.recv().unwrap() else {
+            panic!("not the keyframe after the loss")
         };
         assert!(p.keyframe());
-        assert_eq!(gaps.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.gaps.load(Ordering::Relaxed), 1);
         drop(hub);
     }
 
@@ -408,7 +547,7 @@ mod tests {
     fn a_dropped_subscription_takes_nothing_more() {
         gst::init().unwrap();
         let hub = Hub::default();
-        let sub = hub.subscribe("door");
+        let sub = hub.subscribe("door", Arc::default());
         assert!(hub.topic("door").wanted());
         drop(sub);
         assert!(!hub.topic("door").wanted());

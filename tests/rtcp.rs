@@ -77,7 +77,7 @@ fn the_cameras_clock_places_the_same_frame_of_two_streams_together() {
         uri_span: 0..0,
         record: Some(SourceUri::parse(&server.url("/main")).unwrap()),
     };
-    let subscription = vidflow::packets::hub().subscribe("rtcp-cam");
+    let subscription = vidflow::packets::hub().subscribe("rtcp-cam", Default::default());
     let (tx, rx) = crossbeam_channel::bounded(FRAMES * 2);
     let source = vidflow::source::start(&config, tx, &rx, None).unwrap();
     let mut streams = Streams::default();
@@ -134,7 +134,7 @@ impl Streams {
                     add(&mut self.frames, seen, frame.reconnected.is_some());
                 }
                 recv(subscription.packets) -> item => {
-                    if let Ok(Carried::Packet(p)) = item {
+                    if let Ok(Carried::Packet(p) | Carried::AfterLoss(p)) = item {
                         let clock = p.clock.clone().expect("an rtsp packet without a clock");
                         let pts = p.buffer.pts().unwrap().into();
                         let before = self.connection.replace(p.connection);

@@ -117,6 +117,10 @@ pub struct Report {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub record_streams: BTreeMap<String, SourceStats>,
     pub sinks: BTreeMap<String, SinkStats>,
+    /// Per sink that writes the record stream as sent (`record`, `clip` in packets mode), per
+    /// source: what it wrote, its gaps, and what a packets clip's ring dropped past its bounds.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub recordings: BTreeMap<String, BTreeMap<String, crate::packets::RecordCounts>>,
     pub wall_seconds: f64,
     pub frames_per_second: f64,
     pub pool: PoolReport,

@@ -7,7 +7,6 @@
 //! frame number and capture time, and never replace an existing file.
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +17,7 @@ use opencv::imgcodecs;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::common::naming::{self, Counter};
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
@@ -195,55 +195,34 @@ fn write_new(
     files: &SinkFiles,
     source: &str,
 ) -> Result<PathBuf, SinkError> {
-    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-    let mut candidate = path.to_owned();
-    for n in 1.. {
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&candidate)
-        {
-            Ok(mut file) => {
-                let io = |source| SinkError::Io {
-                    path: candidate.clone(),
-                    source,
-                };
-                let writing = files.create(&candidate, source).map_err(io)?;
-                let mut written = file.write_all(bytes);
-                if let Err(e) = &written
-                    && crate::storage::is_full(e)
-                    && files.disk_full(&candidate) > 0
-                {
-                    written = file
-                        .set_len(0)
-                        .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
-                        .and_then(|_| file.write_all(bytes));
-                }
-                return match written {
-                    Ok(()) => {
-                        files.wrote();
-                        Ok(candidate.clone())
-                    }
-                    Err(e) if crate::storage::is_full(&e) => {
-                        let _ = file.set_len(0);
-                        writing.discard_if_empty();
-                        Err(SinkError::DiskFull { path: candidate })
-                    }
-                    Err(e) => Err(io(e)),
-                };
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                candidate = path.with_file_name(format!("{stem}-{n}.jpg"));
-            }
-            Err(source) => {
-                return Err(SinkError::Io {
-                    path: candidate,
-                    source,
-                });
-            }
-        }
+    let (mut file, candidate) = naming::create_new(path, Counter::Dash)?;
+    let io = |source| SinkError::Io {
+        path: candidate.clone(),
+        source,
+    };
+    let writing = files.create(&candidate, source).map_err(io)?;
+    let mut written = file.write_all(bytes);
+    if let Err(e) = &written
+        && crate::storage::is_full(e)
+        && files.disk_full(&candidate) > 0
+    {
+        written = file
+            .set_len(0)
+            .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
+            .and_then(|_| file.write_all(bytes));
     }
-    unreachable!("the name counter is unbounded")
+    match written {
+        Ok(()) => {
+            files.wrote();
+            Ok(candidate.clone())
+        }
+        Err(e) if crate::storage::is_full(&e) => {
+            let _ = file.set_len(0);
+            writing.discard_if_empty();
+            Err(SinkError::DiskFull { path: candidate })
+        }
+        Err(e) => Err(io(e)),
+    }
 }
 
 /// `bbox` grown by `padding` of its size on each side, clipped to a `width` x `height` image.

@@ -50,7 +50,10 @@ pub(super) fn supervise(
                 let ended = connection.watch(shared);
                 // Bounded whatever the peer does (`teardown.rs`).
                 let _ = connection.close(shared);
-                if let Some(topic) = &shared.packets {
+                // A stop ends the recording; it is no break in it (no gap).
+                if let Some(topic) = &shared.packets
+                    && !matches!(ended, Ended::Stopped)
+                {
                     topic.lost();
                 }
                 ended

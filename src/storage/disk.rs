@@ -1,4 +1,5 @@
-//! What the kernel says of a filesystem and a file: its device, its free space, a file's size.
+//! What the kernel says of a filesystem and a file: its device, its free space, a file's size;
+//! and a finished file made to outlast a power cut.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -48,4 +49,15 @@ pub(super) fn file_size(path: &Path) -> Option<u64> {
 /// Whether an error says the filesystem is full (or the user's quota is).
 pub fn is_full(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Makes a finished file outlast a power cut: its data (`fsync`), then its folder's entry that
+/// names it (a new file's name is in its folder, which the file's own `fsync` does not write).
+/// Blocks while the disk writes what the kernel still holds of them.
+pub fn sync_with_folder(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path)?.sync_all()?;
+    match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => std::fs::File::open(folder)?.sync_all(),
+        _ => std::fs::File::open(".")?.sync_all(),
+    }
 }

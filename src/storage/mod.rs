@@ -52,7 +52,7 @@ pub mod index;
 mod listing;
 mod purge;
 
-pub use disk::{Space, is_full};
+pub use disk::{Space, is_full, sync_with_folder};
 pub use listing::StoredFile;
 
 /// The free space of the filesystem holding `path`.

@@ -6,7 +6,11 @@
 //!   its start if it never gave one): one `stall_timeout_ms` for the source to notice
 //!   the stall and tear the connection down, one more for its reconnection to bring a frame
 //!   back (a source that never gave one: from its start). A file or a test pattern has no such limit;
-//! - a sink's last write failed.
+//! - a sink's last write failed;
+//! - a recording sink (`record`, `clip` in packets mode) of a live source has written nothing
+//!   of it (a packets clip: taken nothing into its ring) for longer than the source's limit
+//!   (the record stream down, or giving nothing), or its last write failed (a full disk, a
+//!   folder gone). It is healthy again once it writes.
 
 use crate::daemon::Live;
 use crate::daemon::live::Phase;
@@ -38,9 +42,42 @@ pub(super) fn check(live: &Live) -> Result<(), String> {
     for sink in parts.sinks.iter().filter(|s| s.sender.failing()) {
         reasons.push(format!("sink \"{}\": its last write failed", sink.name));
     }
+    recordings(&parts, &mut reasons);
     if reasons.is_empty() {
         Ok(())
     } else {
         Err(reasons.join("\n") + "\n")
+    }
+}
+
+/// The reasons a recording sink of this run is unhealthy (see the module header).
+fn recordings(parts: &crate::daemon::live::Parts, reasons: &mut Vec<String>) {
+    for row in crate::packets::hub().record_rows() {
+        if !parts.sinks.iter().any(|s| s.name == row.sink) {
+            continue;
+        }
+        let Some(source) = parts.sources.iter().find(|s| s.name == row.source) else {
+            continue;
+        };
+        let (sink, name) = (&row.sink, &row.source);
+        if row.stats.failing() {
+            reasons.push(format!(
+                "sink \"{sink}\": source \"{name}\": its last write failed"
+            ));
+            continue;
+        }
+        let Some(record) = source.record.as_ref().filter(|_| source.live) else {
+            continue;
+        };
+        let limit = source.stall_timeout * STALL_LIMIT_FACTOR;
+        let quiet = row.stats.quiet_for();
+        if quiet > limit {
+            reasons.push(format!(
+                "sink \"{sink}\": nothing recorded of source \"{name}\" for {:.1} s (limit {:.1} s: {STALL_LIMIT_FACTOR} x stall_timeout_ms); its record stream is {}",
+                quiet.as_secs_f64(),
+                limit.as_secs_f64(),
+                record.state().name()
+            ));
+        }
     }
 }

@@ -161,6 +161,22 @@ impl PoolCounts {
     }
 }
 
+/// What each of the run's `sinks` that writes the record stream wrote, per source, from the
+/// process's `rows` (`packets::Hub::record_rows`; a sink closed at a reload and opened again
+/// under its name shares its row, so it is counted once, whole).
+fn recordings(
+    sinks: &BTreeMap<String, crate::sinks::SinkStats>,
+    rows: &[crate::packets::RecordRow],
+) -> BTreeMap<String, BTreeMap<String, crate::packets::RecordCounts>> {
+    let mut out: BTreeMap<String, BTreeMap<String, _>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| sinks.contains_key(&*r.sink)) {
+        out.entry(row.sink.to_string())
+            .or_default()
+            .insert(row.source.to_string(), row.stats.counts());
+    }
+    out
+}
+
 /// Names what a stage left unfinished: cut short at a second stop request, else abandoned at
 /// the stop deadline (`left`: abandoned, cut short).
 fn left_unfinished(left: &mut (Vec<String>, Vec<String>), aborted: bool, what: String) {
@@ -189,6 +205,7 @@ impl Ended {
         }
         let mut report = report;
         self.sink_errors(&mut report, &mut errors);
+        report.recordings = recordings(&report.sinks, &crate::packets::hub().record_rows());
         tracing::info!(
             decoded = report.frames_decoded,
             processed = report.frames_processed,
@@ -256,6 +273,7 @@ impl Ended {
             sources: std::mem::take(&mut stopped.stats),
             record_streams: std::mem::take(&mut stopped.record),
             sinks: BTreeMap::new(),
+            recordings: BTreeMap::new(),
             wall_seconds: wall,
             frames_per_second: if wall > 0.0 {
                 (counts.processed + counts.failed) as f64 / wall

@@ -1,6 +1,7 @@
 //! One clip file being written, in either mode: `appsrc ! PARSER ! mp4mux ! filesink`,
-//! fragmented every second so a crash leaves it playable up to its last fragment, named so it
-//! never overwrites, and indexed in the storage (its retention never deletes it while written).
+//! fragmented every second so a crash leaves it playable up to its last fragment, synced with
+//! its folder once finished (a power cut cannot take it), named so it never overwrites, and
+//! indexed in the storage (its retention never deletes it while written).
 //!
 //! Threads: GStreamer writes in its streaming thread; the caller (the sink's thread, or a
 //! packet clip's source thread) pushes, and waits, bounded by [`FINISH_TIMEOUT`], only in
@@ -17,6 +18,7 @@ use gstreamer_app as gst_app;
 
 use super::Settings;
 use crate::sinks::SinkError;
+use crate::sinks::common::naming::{self, Counter};
 use crate::storage::{SinkFiles, Writing};
 
 /// Longest wait for a clip's file to be finished, or for an encoder to give its last frames.
@@ -96,11 +98,15 @@ impl ClipFile {
             .map_err(|e| gst_err(&self.path, format!("clip writer refused a frame: {e:?}")))
     }
 
-    /// Ends the file and waits for its last fragment to be written.
+    /// Ends the file, waits for its last fragment to be written, and syncs it with its folder
+    /// (a power cut then cannot take it; a sync that fails is said, the clip is written).
     pub(super) fn finish(self) -> Result<PathBuf, SinkError> {
         let _ = self.appsrc.end_of_stream();
         let finished = wait_for_eos(&self.pipeline, &self.path);
         let _ = self.pipeline.set_state(gst::State::Null);
+        if let Err(e) = crate::storage::sync_with_folder(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "clip not synced to the disk: a power cut may take it");
+        }
         finished.map(|()| self.path)
     }
 }
@@ -147,14 +153,8 @@ fn wait_for_eos(pipeline: &gst::Pipeline, path: &Path) -> Result<(), SinkError> 
 /// that name is taken.
 fn new_clip_path(settings: &Settings, source: &str, at: SystemTime) -> PathBuf {
     let time = crate::sinks::compact_time(at);
-    let base = format!("{source}-{time}");
-    let mut path = settings.dir.join(format!("{base}.mp4"));
-    let mut n = 0;
-    while path.exists() {
-        n += 1;
-        path = settings.dir.join(format!("{base}-{n}.mp4"));
-    }
-    path
+    let base = settings.dir.join(format!("{source}-{time}.mp4"));
+    naming::first_free(&base, 0, Counter::Dash).0
 }
 
 /// Appends one finished clip's line to the index.

@@ -77,6 +77,17 @@ impl Moment {
         }
     }
 
+    /// A frame of a file at `pts`, for a test.
+    #[cfg(test)]
+    pub(super) fn at(pts: Duration, triggered: bool) -> Self {
+        Self {
+            captured: SystemTime::now(),
+            pts: Some(pts),
+            clock: None,
+            triggered,
+        }
+    }
+
     /// Its time by `timing`; `None` on the camera's clock before its connection had a sender
     /// report.
     pub(super) fn time(&self, timing: Timing) -> Option<Duration> {

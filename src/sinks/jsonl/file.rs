@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::sinks::SinkError;
+use crate::sinks::common::naming::{self, Counter};
 use crate::storage::{SinkFiles, Writing};
 
 /// With `fsync = "interval"`, the longest a written line stays only in the page cache.
@@ -55,20 +56,6 @@ impl Rotation {
                 .replace("{date}", date),
         )
     }
-}
-
-/// `base` with counter `n`: `events.jsonl`, `events.1.jsonl`, `events.2.jsonl`, ...
-pub(super) fn numbered(base: &Path, n: u32) -> PathBuf {
-    if n == 0 {
-        return base.to_owned();
-    }
-    let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned());
-    let name = match (stem, base.extension()) {
-        (Some(stem), Some(ext)) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
-        (Some(stem), None) => format!("{stem}.{n}"),
-        _ => format!("{n}"),
-    };
-    base.with_file_name(name)
 }
 
 /// Today's UTC date, `YYYY-MM-DD`, and its day number (to notice midnight cheaply).
@@ -141,10 +128,12 @@ impl Files {
         let (date, day) = today();
         let base = rotation.base(source, &date);
         let mut number = 0;
-        while numbered(&base, number + 1).exists() {
+        // `events.jsonl`, `events.1.jsonl`, `events.2.jsonl`, ...
+        while naming::numbered(&base, number + 1, Counter::Dot).exists() {
             number += 1;
         }
-        let file = Self::open_file(index, &numbered(&base, number), source)?;
+        let path = naming::numbered(&base, number, Counter::Dot);
+        let file = Self::open_file(index, &path, source)?;
         Ok(Current {
             file,
             base,
@@ -186,11 +175,8 @@ impl Files {
             let previous = std::mem::replace(current, next);
             previous.file.close(rotation.fsync)?;
         } else if full || old {
-            let mut number = current.number + 1;
-            while numbered(&current.base, number).exists() {
-                number += 1;
-            }
-            let path = numbered(&current.base, number);
+            let (path, number) =
+                naming::first_free(&current.base, current.number + 1, Counter::Dot);
             tracing::info!(path = %path.display(), "rotating to a new file");
             let next = Self::open_file(index, &path, source)?;
             let previous = std::mem::replace(&mut current.file, next);

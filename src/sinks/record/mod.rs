@@ -4,8 +4,9 @@
 //! `splitmuxsink` as `video_file` (`video_file::encoder::Muxing`: names that never overwrite,
 //! the storage's index and retention, segments that play after a SIGKILL).
 //!
-//! Threads: one writer thread per source the sink takes (`writer.rs`), blocked on that
-//! source's subscription (capacity `packets::SUBSCRIPTION_PACKETS`) and on its stop channel.
+//! Threads: one writer thread per source the sink takes (`writer.rs`, on the loop it shares
+//! with `clip`'s packets mode: `sinks/common/packet_thread.rs`), blocked on that source's
+//! subscription (capacity `packets::SUBSCRIPTION_PACKETS`) and on its stop channel.
 //! The runner's thread calls [`Sink::write`] for each decoded frame of those sources: the
 //! record sink takes nothing from them (it counts them skipped), so the decoded stream and the
 //! recording never wait on each other.
@@ -119,7 +120,7 @@ impl SinkFactory for Factory {
                 source: source.to_string(),
                 ..self.segments.clone()
             };
-            let started = writer::Writer::spawn(name, source, segments, files.clone());
+            let started = writer::spawn(name, source, segments, files.clone());
             match started {
                 Ok(w) => writers.push(w),
                 Err(e) => {

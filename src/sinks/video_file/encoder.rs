@@ -16,6 +16,12 @@
 //! Memory: the appsrc queue holds at most [`QUEUE_BYTES`] of images (plus the one pushed when
 //! it filled), x264 its lookahead, the muxer one fragment.
 //!
+//! Durability: each segment the muxer closed is synced with its folder
+//! (`storage::sync_with_folder`) by the sink's own thread, at its next push (never on
+//! GStreamer's thread, which would hold the muxer while the disk writes), and the last ones at
+//! close: a power cut takes no finished segment, only what the kernel had not yet written of
+//! the one being written (it writes back within about 30 s).
+//!
 //! Stop protocol: [`Encoder::close`] sends EOS and waits on the condvar for the end of stream
 //! (the last segment is finalized then) or an error, at most [`CLOSE_TIMEOUT`]; then the
 //! pipeline goes to `Null`. A failed encoder skips the EOS.
@@ -32,6 +38,7 @@ use gstreamer_video as gst_video;
 
 use crate::gst_setup::from_c;
 use crate::sinks::SinkError;
+use crate::sinks::common::naming::{self, Counter};
 use crate::storage::{SinkFiles, Writing};
 
 /// Longest wait for the muxer to finish the last segment after the last frame.
@@ -73,6 +80,8 @@ struct State {
     unindexed: Vec<PathBuf>,
     /// The segment named last.
     last: Option<PathBuf>,
+    /// Segments the muxer closed, to be synced by the sink's thread.
+    to_sync: Vec<PathBuf>,
     /// Segments named and not yet closed, with the frames the muxer took for each so far (the
     /// last is the one being written).
     muxing: Vec<(PathBuf, u64)>,
@@ -194,6 +203,7 @@ fn on_encoder_message(shared: &Shared, msg: &gst::Message) {
                 let done: Vec<Writing> = {
                     let mut state = shared.lock();
                     let at = Path::new(&location);
+                    state.to_sync.push(at.to_owned());
                     if let Some(i) = state.muxing.iter().position(|(p, _)| p == at) {
                         let (_, frames) = state.muxing.remove(i);
                         state.finished += frames;
@@ -225,31 +235,16 @@ impl Namer {
                 .replace("{source}", &self.source)
                 .replace("{start}", &start),
         );
-        let mut n = if self.template.contains("{start}") {
+        let from = if self.template.contains("{start}") {
             0
         } else {
             self.next
         };
-        while numbered(&base, n).exists() {
-            n += 1;
-        }
+        // `a.mp4`, `a.1.mp4`, `a.2.mp4`, ...
+        let (name, n) = naming::first_free(&base, from, Counter::Dot);
         self.next = n + 1;
-        numbered(&base, n)
+        name
     }
-}
-
-/// `base` with counter `n`: `a.mp4`, `a.1.mp4`, `a.2.mp4`, ...
-pub(super) fn numbered(base: &Path, n: u32) -> PathBuf {
-    if n == 0 {
-        return base.to_owned();
-    }
-    let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned());
-    let name = match (stem, base.extension()) {
-        (Some(stem), Some(ext)) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
-        (Some(stem), None) => format!("{stem}.{n}"),
-        _ => format!("{n}"),
-    };
-    base.with_file_name(name)
 }
 
 /// The muxing half of an encoder: `appsrc ! MIDDLE ! splitmuxsink`, naming and indexing its
@@ -501,9 +496,31 @@ impl Muxing {
             .map(|w| w.path().to_owned())
     }
 
+    /// Syncs with their folders the segments the muxer closed, and, once the pipeline is
+    /// stopped (`stopped`), the last one named (finished, or cut short by a failure: it plays
+    /// up to its last fragment). A sync that fails is said, not fatal: the file is written.
+    fn sync_finished(&self, stopped: bool) {
+        let mut paths = {
+            let mut state = self.shared.lock();
+            let mut paths = std::mem::take(&mut state.to_sync);
+            paths.extend(state.last.clone().filter(|_| stopped));
+            paths
+        };
+        paths.dedup();
+        for path in paths {
+            // A segment removed since (empty: the disk had no room) needs no sync.
+            if let Err(e) = crate::storage::sync_with_folder(&path)
+                && path.exists()
+            {
+                tracing::warn!(path = %path.display(), error = %e, "segment not synced to the disk: a power cut may take it");
+            }
+        }
+    }
+
     /// Marks every segment still open finished (the pipeline is stopped); one the disk had no
     /// room for at all is removed.
     fn release(&self) {
+        self.sync_finished(true);
         let (writing, unindexed) = {
             let mut state = self.shared.lock();
             (
@@ -527,6 +544,7 @@ impl Muxing {
         if let Some(message) = &self.failed {
             return Err(self.error(format!("failed earlier: {message}")));
         }
+        self.sync_finished(false);
         let deadline = Instant::now() + PUSH_TIMEOUT;
         let waited = {
             let mut state = self.shared.lock();

@@ -160,6 +160,13 @@ pub(super) static METRICS: &[Metric] = &[
         read: Read::RecordSink(|s| &s.gaps),
     },
     Metric {
+        name: "vidflow_record_ring_dropped_packets_total",
+        kind: "counter",
+        help: "Packets a packets clip's ring dropped past its bounds (64 MiB, or 60 s past \
+               the pre-roll): the record stream far ahead of the decoded stream.",
+        read: Read::RecordSink(|s| &s.ring_dropped),
+    },
+    Metric {
         name: "vidflow_record_keyframes_total",
         kind: "counter",
         help: "Keyframes the camera sent to a record sink or a packets clip.",

@@ -19,14 +19,21 @@
 //! sink) count what finished clips hold: packets, bytes and clips are added when a clip's file
 //! is finished, never before; a clip that failed adds a gap.
 //!
-//! Threads: one per source (`vidflow-clip-SOURCE`), blocked on that source's subscription,
-//! on the moments the sink's thread sends it (each frame's time, and whether it triggered) and
-//! on its stop channel. [`Sink::write`] only sends a moment; it waits only when that thread is
-//! [`MOMENTS`] behind (finishing a clip, at most `FINISH_TIMEOUT`).
+//! Threads: one per source (`vidflow-clip-SOURCE`, on the loop it shares with `record`:
+//! `sinks/common/packet_thread.rs`), blocked on that source's subscription, on the moments the
+//! sink's thread sends it (each frame's time, and whether it triggered) and on its stop
+//! channel. [`Sink::write`] only sends a moment; it waits only when that thread is [`MOMENTS`]
+//! behind (finishing a clip, at most `FINISH_TIMEOUT`).
 //!
 //! Memory: per source, the ring holds from the latest keyframe before the decoded stream's
-//! time minus the pre-roll to the newest packet (a file's record stream may run ahead of the
-//! decoding), at most [`RING_BYTES`]: beyond, the oldest keyframe interval is dropped.
+//! time minus the pre-roll to the newest packet, whether a clip is being written or not. The
+//! record stream may run ahead of the decoded stream (a file's is read ahead of its decoding;
+//! a camera's sub-stream may stall while its main stream goes on), so the ring is bounded:
+//! at most [`RING_BYTES`], and at most the pre-roll plus [`RING_AHEAD`] from its oldest packet
+//! to its newest. Beyond either, a clip being written (its post-roll is in it by then: what
+//! waits is after it) is finished, and the oldest keyframe intervals are dropped, each packet
+//! counted (`RecordStats::ring_dropped`, `vidflow_record_ring_dropped_packets_total`, the run's
+//! report); the first time is logged.
 //!
 //! Stop protocol: [`Sink::close`] drops the stop channels and the moments' senders; each thread
 //! takes what is still queued (the sources have stopped: their last packets are in), writes
@@ -35,17 +42,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use crossbeam_channel::{Receiver, Sender};
 use gstreamer as gst;
 
 use super::Settings;
 use super::file::{ClipFile, append_index};
 use super::timing::{Moment, Timing, packet_time};
 use crate::outcome::FrameResult;
-use crate::packets::{Carried, KeyframeCounter, Packet, RecordStats, Subscription, Timeline};
+use crate::packets::{Packet, Timeline};
+use crate::sinks::common::packet_thread::{Common, PacketThread, PacketWork};
 use crate::sinks::{Sink, SinkError};
 use crate::spec::Ref;
 use crate::storage::SinkFiles;
@@ -55,17 +61,22 @@ use crate::storage::SinkFiles;
 const MOMENTS: usize = 1024;
 /// Most bytes a source's ring holds: minutes of a 4 Mbit/s camera.
 const RING_BYTES: usize = 64 << 20;
+/// How much more than the pre-roll a source's ring reaches back from its newest packet: the
+/// most the record stream may run ahead of the decoded stream, far more than a camera's two
+/// streams drift apart, before its oldest packets are dropped.
+const RING_AHEAD: Duration = Duration::from_secs(60);
+
+/// What a source's ring holds at most (see the module header).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    bytes: usize,
+    ahead: Duration,
+}
 
 /// An open `clip` sink in packets mode.
 pub(super) struct PacketClips {
     when: Vec<Ref>,
-    sources: HashMap<Arc<str>, SourceThread>,
-}
-
-struct SourceThread {
-    moments: Sender<Moment>,
-    stop: Sender<()>,
-    thread: JoinHandle<Result<(), SinkError>>,
+    sources: HashMap<Arc<str>, PacketThread<Moment>>,
 }
 
 impl PacketClips {
@@ -81,7 +92,7 @@ impl PacketClips {
             sources: HashMap::new(),
         };
         for source in sources {
-            match SourceThread::spawn(sink, source, files.clone(), settings.clone()) {
+            match spawn(sink, source, files.clone(), settings.clone()) {
                 Ok(t) => {
                     opened.sources.insert(source.clone(), t);
                 }
@@ -104,7 +115,7 @@ impl Sink for PacketClips {
         let triggered = crate::sinks::any_non_empty(result, self.when.iter().copied());
         let moment = Moment::of(frame, triggered);
         // Fails only when the thread ended; close reports why.
-        let _ = source.moments.send(moment);
+        let _ = source.send(moment);
         // The clips come from the packets, on the sources' threads.
         Ok(false)
     }
@@ -112,12 +123,7 @@ impl Sink for PacketClips {
     fn close(self: Box<Self>) -> Result<(), SinkError> {
         let mut first = Ok(());
         for (_, t) in self.sources {
-            drop((t.stop, t.moments));
-            let ended = t
-                .thread
-                .join()
-                .unwrap_or_else(|_| Err(SinkError::Other("clip: its thread panicked".to_owned())));
-            if let Err(e) = ended
+            if let Err(e) = t.close()
                 && first.is_ok()
             {
                 first = Err(e);
@@ -127,41 +133,14 @@ impl Sink for PacketClips {
     }
 }
 
-impl SourceThread {
-    fn spawn(
-        sink: &str,
-        source: &Arc<str>,
-        files: SinkFiles,
-        settings: Settings,
-    ) -> Result<Self, SinkError> {
-        let subscription = crate::packets::hub().subscribe(source);
-        let (moments, moments_rx) = crossbeam_channel::bounded(MOMENTS);
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let work = Work {
-            source: source.clone(),
-            settings,
-            files,
-            stats: crate::packets::hub().record_stats(sink, source),
-            ring: VecDeque::new(),
-            ring_bytes: 0,
-            live: true,
-            progress: None,
-            trigger: None,
-            clip: None,
-            keyframes: KeyframeCounter::default(),
-            said_far_ahead: false,
-            first_error: None,
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("vidflow-clip-{source}"))
-            .spawn(move || work.run(&subscription, &moments_rx, &stopped))
-            .map_err(|e| SinkError::Other(format!("clip: cannot spawn a thread: {e}")))?;
-        Ok(Self {
-            moments,
-            stop,
-            thread,
-        })
-    }
+/// Starts the thread of `source` for the sink `sink`.
+fn spawn(
+    sink: &str,
+    source: &Arc<str>,
+    files: SinkFiles,
+    settings: Settings,
+) -> Result<PacketThread<Moment>, SinkError> {
+    PacketThread::spawn(sink, source, Work::new(settings, files), Some(MOMENTS))
 }
 
 /// A packet waiting in the ring.
@@ -184,8 +163,6 @@ impl Held {
 /// A clip being written.
 struct Clip {
     file: ClipFile,
-    connection: u64,
-    caps: gst::Caps,
     /// How its trigger was placed on the record stream, from its opening on.
     timing: Timing,
     /// Ring time of its first packet (a keyframe).
@@ -200,10 +177,8 @@ struct Clip {
 
 /// What a source's thread owns.
 struct Work {
-    source: Arc<str>,
     settings: Settings,
     files: SinkFiles,
-    stats: Arc<RecordStats>,
     ring: VecDeque<Held>,
     ring_bytes: usize,
     /// Whether the record stream is live (its packets say).
@@ -213,104 +188,76 @@ struct Work {
     /// The last trigger, while it still calls for video.
     trigger: Option<Moment>,
     clip: Option<Clip>,
-    keyframes: KeyframeCounter,
-    /// The ring outgrew [`RING_BYTES`] once already (said once).
+    /// The ring outgrew its bounds once already (said once).
     said_far_ahead: bool,
-    first_error: Option<SinkError>,
+    bounds: Bounds,
 }
 
-impl Work {
-    fn run(
-        mut self,
-        subscription: &Subscription,
-        moments: &Receiver<Moment>,
-        stopped: &Receiver<()>,
-    ) -> Result<(), SinkError> {
-        let packets = &subscription.packets;
-        loop {
-            crossbeam_channel::select! {
-                recv(packets) -> item => match item {
-                    Ok(item) => self.take(item),
-                    Err(_) => break,
-                },
-                recv(moments) -> m => match m {
-                    Ok(m) => self.moment(m),
-                    Err(_) => break,
-                },
-                recv(stopped) -> _ => break,
-            }
-        }
-        // What is still queued: the last frames' moments, then the last packets.
-        for m in moments.try_iter() {
-            self.moment(m);
-        }
-        for item in packets.try_iter() {
-            self.take(item);
-        }
-        // The end: every frame the decoded stream will give is in.
-        self.progress = None;
-        self.advance(true);
-        self.finish_clip();
-        let overflows = subscription.overflows.load(Ordering::Relaxed);
-        self.stats.gaps.fetch_add(overflows, Ordering::Relaxed);
-        self.first_error.map_or(Ok(()), Err)
-    }
+impl PacketWork for Work {
+    type Moment = Moment;
+    const KIND: &'static str = "clip";
+    const THREAD: &'static str = "clip";
+    const FAILED: &'static str = "clip: a clip failed";
 
-    fn moment(&mut self, m: Moment) {
+    fn moment(&mut self, on: &mut Common, m: Moment) {
         if m.triggered {
             self.trigger = Some(m.clone());
         }
         self.progress = Some(m);
-        self.advance(false);
+        self.advance(on, false);
     }
 
-    fn take(&mut self, item: Carried) {
-        match item {
-            Carried::Break => {
-                // What is held stays: a file's record stream may end long before the
-                // decoded stream reaches its last packets' time.
-                if self.clip.is_some() {
-                    self.finish_clip();
-                    self.stats.gaps.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Carried::Packet(packet) => self.packet(packet),
-        }
-    }
-
-    fn packet(&mut self, packet: Packet) {
-        self.live = packet.live;
-        if packet.keyframe() {
-            self.keyframes.count(&self.stats, &packet);
-        }
-        let newer = |connection: u64, caps: &gst::Caps| {
-            connection != packet.connection || *caps != packet.caps
-        };
-        if let Some(c) = &self.clip
-            && newer(c.connection, &c.caps)
-        {
-            if c.connection != packet.connection {
-                self.stats.gaps.fetch_add(1, Ordering::Relaxed);
-            }
-            self.finish_clip();
-        }
+    fn cut(&mut self, on: &mut Common, fresh: bool) -> bool {
+        let open = self.clip.is_some();
+        self.finish_clip(on);
         // A clip never spans two connections or two formats: what is held of the one before
-        // cannot start one any more.
-        if self
-            .ring
-            .back()
-            .is_some_and(|h| newer(h.packet.connection, &h.packet.caps))
-        {
+        // cannot start one any more. After a break, what is held stays: a file's record
+        // stream may end long before the decoded stream reaches its last packets' time.
+        if fresh {
             self.clear_ring();
         }
+        open
+    }
+
+    fn packet(&mut self, on: &mut Common, packet: Packet) {
+        on.took();
+        self.live = packet.live;
         self.ring_bytes += packet.buffer.size();
         self.ring.push_back(Held { packet });
-        self.advance(false);
+        self.advance(on, false);
+    }
+
+    fn end(&mut self, on: &mut Common) {
+        // Every frame the decoded stream will give is in.
+        self.progress = None;
+        self.advance(on, true);
+        self.finish_clip(on);
+    }
+}
+
+impl Work {
+    /// Nothing held yet, within [`RING_BYTES`] and [`RING_AHEAD`].
+    fn new(settings: Settings, files: SinkFiles) -> Self {
+        Self {
+            settings,
+            files,
+            ring: VecDeque::new(),
+            ring_bytes: 0,
+            live: true,
+            progress: None,
+            trigger: None,
+            clip: None,
+            said_far_ahead: false,
+            bounds: Bounds {
+                bytes: RING_BYTES,
+                ahead: RING_AHEAD,
+            },
+        }
     }
 
     /// Writes, opens and finishes clips as far as the packets and the decoded stream allow,
     /// then prunes the ring. `ended`: no frame nor packet comes any more.
-    fn advance(&mut self, ended: bool) {
+    fn advance(&mut self, on: &mut Common, ended: bool) {
         let (pre_roll, post_roll) = (self.settings.pre_roll, self.settings.post_roll);
         let timing = self.timing();
         while let Some(trigger) = self.trigger.as_ref().and_then(|t| t.time(timing)) {
@@ -318,7 +265,7 @@ impl Work {
             if self.clip.is_none() {
                 let from = trigger.saturating_sub(pre_roll);
                 let reached = self.ring.back().is_some_and(|h| h.at(timing) >= from);
-                if !(reached || ended) || !self.open(from, end, timing) {
+                if !(reached || ended) || !self.open(on, from, end, timing) {
                     let beyond = self.ring.back().is_some_and(|h| h.at(timing) > end);
                     if ended || self.past(end, timing) && beyond {
                         // No keyframe to start from before the post-roll ran out.
@@ -327,20 +274,27 @@ impl Work {
                     break;
                 }
             }
-            if !self.write_up_to(end) {
+            if !self.write_up_to(on, end) {
                 // Cut at max_clip_s: the next clip opens at this keyframe.
-                self.finish_clip();
+                self.finish_clip(on);
                 continue;
             }
             let written = ended || self.ring.front().is_some_and(|h| h.at(timing) > end);
             if written && (ended || self.past(end, timing)) {
-                self.finish_clip();
+                self.finish_clip(on);
                 self.trigger = None;
             }
             break;
         }
+        if self.clip.is_some() && self.over_bounds(timing) {
+            // What waits in the ring comes after the clip's post-roll (written as the packets
+            // came): the clip is finished rather than the stream held without bound. A later
+            // trigger opens a new one.
+            self.finish_clip(on);
+            self.trigger = None;
+        }
         if self.clip.is_none() {
-            self.prune();
+            self.prune(on);
         }
     }
 
@@ -376,7 +330,7 @@ impl Work {
     /// Opens a clip at the latest keyframe shown at or before `from`, or the ring's first
     /// keyframe if it does not reach back that far (dropping what is before it), if it is not
     /// after `end`. False: no clip (no keyframe, a full disk, a failure).
-    fn open(&mut self, from: Duration, end: Duration, timing: Timing) -> bool {
+    fn open(&mut self, on: &mut Common, from: Duration, end: Duration, timing: Timing) -> bool {
         let start = self
             .ring
             .iter()
@@ -394,14 +348,14 @@ impl Work {
             SinkError::Other(format!(
                 "clip: source \"{}\" sends {other}, which cannot be copied into a clip (H.264 \
                  or H.265 only)",
-                self.source
+                on.source
             ))
         });
         let opened = match parser {
             Ok(parser) => ClipFile::open(
                 &self.settings,
                 &self.files,
-                &self.source,
+                &on.source,
                 packet.arrival,
                 &packet.caps,
                 parser,
@@ -413,14 +367,12 @@ impl Work {
             // A full disk: the clip waits in the ring.
             Ok(None) => return false,
             Err(e) => {
-                self.failed(e);
+                on.failed(e);
                 return false;
             }
         };
         self.clip = Some(Clip {
             file,
-            connection: packet.connection,
-            caps: packet.caps.clone(),
             timing,
             start: first.at(timing),
             timeline: Timeline::starting_at(packet),
@@ -434,7 +386,7 @@ impl Work {
 
     /// Writes the ring's packets up to `end` into the clip. False: it stopped at a keyframe
     /// `max_clip_s` after the clip's start.
-    fn write_up_to(&mut self, end: Duration) -> bool {
+    fn write_up_to(&mut self, on: &mut Common, end: Duration) -> bool {
         while let Some(held) = self.ring.front() {
             let Some(clip) = &mut self.clip else {
                 return true;
@@ -451,8 +403,9 @@ impl Work {
                 return true;
             };
             self.ring_bytes = self.ring_bytes.saturating_sub(held.packet.buffer.size());
-            if let Err(e) = push(clip, &held.packet) {
-                self.clip_failed(e);
+            match push(clip, &held.packet) {
+                Ok(()) => on.wrote(),
+                Err(e) => self.clip_failed(on, e),
             }
         }
         true
@@ -461,8 +414,8 @@ impl Work {
     /// Drops from the ring what no clip can start from any more: what is before the latest
     /// keyframe shown at or before the earliest a trigger can still ask for (the decoded
     /// stream's time, or a pending trigger's, minus the pre-roll), and the oldest keyframe
-    /// intervals beyond [`RING_BYTES`].
-    fn prune(&mut self) {
+    /// intervals beyond its bounds (counted).
+    fn prune(&mut self, on: &Common) {
         let timing = self.timing();
         let earliest = [&self.progress, &self.trigger]
             .into_iter()
@@ -479,17 +432,26 @@ impl Work {
                 .unwrap_or(0);
             self.drop_front(keep);
         }
-        if self.ring_bytes > RING_BYTES && !self.said_far_ahead {
+        if self.over_bounds(timing) && !self.said_far_ahead {
             self.said_far_ahead = true;
-            tracing::warn!(source = %self.source, "clip: the record stream is far ahead of the decoded stream (or the decoded stream gives no frame); its oldest packets are dropped, and a clip may start later than its pre-roll");
+            tracing::warn!(
+                source = %on.source,
+                "clip: the record stream is more than {} MiB or {} s past the pre-roll ahead of \
+                 the decoded stream (or the decoded stream gives no frame); its oldest packets \
+                 are dropped and counted, and a clip may start later than its pre-roll",
+                self.bounds.bytes >> 20,
+                self.bounds.ahead.as_secs()
+            );
         }
-        while self.ring_bytes > RING_BYTES {
+        while self.over_bounds(timing) {
             let next = self
                 .ring
                 .iter()
                 .skip(1)
                 .position(|h| h.packet.keyframe())
                 .map_or(self.ring.len(), |i| i + 1);
+            let dropped = u64::try_from(next).unwrap_or(u64::MAX);
+            on.stats.ring_dropped.fetch_add(dropped, Ordering::Relaxed);
             self.drop_front(next);
         }
         // Nothing before a keyframe can start a clip.
@@ -499,6 +461,15 @@ impl Work {
             .position(|h| h.packet.keyframe())
             .unwrap_or(self.ring.len());
         self.drop_front(first_key);
+    }
+
+    /// Whether the ring holds more than its bounds allow (by `timing`).
+    fn over_bounds(&self, timing: Timing) -> bool {
+        let span = match (self.ring.front(), self.ring.back()) {
+            (Some(first), Some(last)) => last.at(timing).saturating_sub(first.at(timing)),
+            _ => Duration::ZERO,
+        };
+        self.ring_bytes > self.bounds.bytes || span > self.settings.pre_roll + self.bounds.ahead
     }
 
     fn drop_front(&mut self, n: usize) {
@@ -513,16 +484,16 @@ impl Work {
     }
 
     /// Finishes the clip being written, if any: indexed and counted once its file is whole.
-    fn finish_clip(&mut self) {
+    fn finish_clip(&mut self, on: &mut Common) {
         let Some(clip) = self.clip.take() else {
             return;
         };
         let path = match clip.file.finish() {
             Ok(path) => path,
-            Err(e) => return self.clip_failed(e),
+            Err(e) => return self.clip_failed(on, e),
         };
         let line = serde_json::json!({
-            "source": &*self.source,
+            "source": &*on.source,
             "path": path.file_name().map(|n| n.to_string_lossy().into_owned()),
             "mode": "packets",
             "timing": clip.timing.name(),
@@ -531,29 +502,22 @@ impl Work {
             "duration_s": clip.end.seconds_f64(),
         });
         if let Err(e) = append_index(&self.settings, &line) {
-            self.failed(e);
+            on.failed(e);
         }
-        let s = &self.stats;
+        let s = &on.stats;
         s.packets.fetch_add(clip.packets, Ordering::Relaxed);
         s.bytes.fetch_add(clip.bytes, Ordering::Relaxed);
         s.segments.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(source = %self.source, path = %path.display(), frames = clip.packets, "clip written");
+        tracing::info!(source = %on.source, path = %path.display(), frames = clip.packets, "clip written");
     }
 
     /// A clip whose write failed: what it holds is not counted; the next trigger opens another.
-    fn clip_failed(&mut self, e: SinkError) {
+    fn clip_failed(&mut self, on: &mut Common, e: SinkError) {
         if let Some(clip) = self.clip.take() {
             let _ = clip.file.finish();
         }
-        self.stats.gaps.fetch_add(1, Ordering::Relaxed);
-        self.failed(e);
-    }
-
-    fn failed(&mut self, e: SinkError) {
-        tracing::warn!(source = %self.source, error = %e, "clip: a clip failed");
-        if self.first_error.is_none() {
-            self.first_error = Some(e);
-        }
+        on.gap();
+        on.failed(e);
     }
 }
 
@@ -569,3 +533,6 @@ fn push(clip: &mut Clip, packet: &Packet) -> Result<(), SinkError> {
     clip.bytes += size;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
