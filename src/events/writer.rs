@@ -37,6 +37,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 struct Open {
     row: i64,
+    /// The row's `start_ms`: with its id and source, how a reopened file is known to hold it.
+    start: i64,
     last: i64,
     score: f64,
     dirty: bool,
@@ -47,6 +49,8 @@ pub(super) struct Writer {
     storage: Storage,
     counters: Arc<Counters>,
     conn: Option<Connection>,
+    /// The file `conn` has open (device, inode): another file at the path is not it.
+    file: Option<(u64, u64)>,
     /// When the database last failed (it is reopened [`REOPEN_DELAY`] later).
     failed_at: Option<Instant>,
     /// A failure was logged (the next ones are counted only).
@@ -72,6 +76,7 @@ impl Writer {
             storage,
             counters,
             conn: None,
+            file: None,
             failed_at: None,
             said: false,
             tracks: HashMap::new(),
@@ -136,6 +141,8 @@ impl Writer {
                     self.counters.reopened.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(path = %path.display(), "event store: database open again");
                 }
+                self.file = file_id(path);
+                self.keep_rows_of(&conn);
                 self.conn = Some(conn);
             }
             Err(e) => self.fail(&e.to_string()),
@@ -155,15 +162,34 @@ impl Writer {
         self.failed_at = Some(Instant::now());
     }
 
-    /// A file deleted or replaced under the open connection is written no more: reopened.
+    /// A file deleted, moved or replaced under the open connection is written no more:
+    /// reopened. (While the connection holds the old file open, no other file can have its
+    /// device and inode.)
     fn check_file(&mut self) {
-        if self.conn.is_some() && !self.config.path.exists() {
-            self.fail("the database file is gone");
+        if self.conn.is_some() && file_id(&self.config.path) != self.file {
+            self.fail("the database file is gone (deleted, moved or replaced)");
             self.failed_at = Some(Instant::now() - REOPEN_DELAY);
         }
     }
 
+    /// Keeps only the open rows that the file `conn` has open holds: after a reconnection it
+    /// may be another file (made again, restored) whose row ids are other rows. Those not
+    /// there start a row again when next seen.
+    fn keep_rows_of(&mut self, conn: &Connection) {
+        let tracks = self.tracks.iter().map(|(k, o)| (&k.0, o));
+        let motion = self.motion.iter().map(|(k, o)| (&k.0, o));
+        let gone: Vec<i64> = tracks
+            .chain(motion)
+            .filter(|(source, o)| !holds(conn, o, source))
+            .map(|(_, o)| o.row)
+            .collect();
+        self.tracks.retain(|_, o| !gone.contains(&o.row));
+        self.motion.retain(|_, o| !gone.contains(&o.row));
+    }
+
     fn write(&mut self, batch: &[Facts], last: bool) {
+        // A `stat`: rows are not written into a file deleted since the last batch.
+        self.check_file();
         if self.conn.is_none()
             && self
                 .failed_at
@@ -202,9 +228,8 @@ impl Writer {
                 if corrupt {
                     set_aside(&self.config.path);
                 }
-                // Rows of the old file may be gone: what was open starts again.
-                self.tracks.clear();
-                self.motion.clear();
+                // What the rolled-back transaction opened is not in the file: reopening keeps
+                // only the rows it holds (`keep_rows_of`).
             }
         }
     }
@@ -313,6 +338,7 @@ fn apply(
                 key,
                 Open {
                     row,
+                    start: at,
                     last: at,
                     score,
                     dirty: false,
@@ -380,6 +406,7 @@ fn apply(
             key,
             Open {
                 row,
+                start: at,
                 last: at,
                 score: 0.0,
                 dirty: false,
@@ -409,6 +436,22 @@ fn close_open<K: std::hash::Hash + Eq>(
     }
     open.retain(|_, o| !all && o.last >= limit);
     Ok(())
+}
+
+/// Whether the file of `conn` holds `open`'s row: its id, start and source.
+fn holds(conn: &Connection, open: &Open, source: &str) -> bool {
+    conn.query_row(
+        "SELECT 1 FROM events WHERE id = ?1 AND start_ms = ?2 AND source = ?3",
+        params![open.row, open.start, source],
+        |_| Ok(()),
+    )
+    .is_ok()
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn box_json(b: &BBox) -> String {
