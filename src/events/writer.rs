@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::{Connection, Transaction, params};
 
 use super::schema;
+use super::time::Clocks;
 use super::{Counters, EventsConfig, Facts, Msg, millis};
 use crate::storage::{Class, Storage, StoredFile};
 use crate::value::{BBox, EventKind};
@@ -22,9 +23,10 @@ pub(super) const LINK_INTERVAL: Duration = Duration::from_secs(2);
 pub(super) const REOPEN_DELAY: Duration = Duration::from_secs(5);
 /// Frames of facts written in one transaction at most.
 const BATCH: usize = 256;
-/// A track not seen for this long has ended (its row's end is its last sighting).
+/// A track not seen for this long of its source's frame time has ended (its row's end is its
+/// last sighting).
 const TRACK_GONE: Duration = Duration::from_secs(3);
-/// Frames without motion for this long end a stretch of motion.
+/// Frames without motion for this long (frame time) end a stretch of motion.
 const MOTION_GAP: Duration = Duration::from_secs(3);
 /// Events older than this are no longer given a snapshot or clip (their files came or never will).
 const LINK_WINDOW: Duration = Duration::from_secs(600);
@@ -57,6 +59,8 @@ pub(super) struct Writer {
     said: bool,
     tracks: HashMap<(Arc<str>, Arc<str>, u64), Open>,
     motion: HashMap<(Arc<str>, Arc<str>), Open>,
+    /// Each source's frame time (rows' times, and what ends tracks and motion).
+    clocks: Clocks,
     linked_at: Instant,
     retained_at: Option<Instant>,
 }
@@ -81,6 +85,7 @@ impl Writer {
             said: false,
             tracks: HashMap::new(),
             motion: HashMap::new(),
+            clocks: Clocks::default(),
             linked_at: Instant::now(),
             retained_at: None,
         }
@@ -197,21 +202,29 @@ impl Writer {
         {
             self.connect();
         }
-        let now = millis(SystemTime::now());
+        // Frame times are given whether the database takes the rows or not: a source's time
+        // goes on.
+        let times: Vec<i64> = batch
+            .iter()
+            .map(|f| self.clocks.place(&f.source, &f.time))
+            .collect();
+        let with_facts = batch.iter().filter(|f| !f.is_empty()).count() as u64;
         let Some(conn) = self.conn.as_mut() else {
             self.counters
                 .dropped
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                .fetch_add(with_facts, Ordering::Relaxed);
             return;
         };
+        let clocks = &self.clocks;
         let result = (|| -> rusqlite::Result<u64> {
             let tx = conn.transaction()?;
             let mut rows = 0;
-            for facts in batch {
-                rows += apply(&tx, facts, &mut self.tracks, &mut self.motion)?;
+            for (facts, &at) in batch.iter().zip(&times) {
+                rows += apply(&tx, facts, at, &mut self.tracks, &mut self.motion)?;
             }
-            close_open(&tx, &mut self.tracks, now, TRACK_GONE, last)?;
-            close_open(&tx, &mut self.motion, now, MOTION_GAP, last)?;
+            let now = |source: &str| clocks.now(source).unwrap_or(i64::MIN);
+            close_open(&tx, &mut self.tracks, |k| now(&k.0), TRACK_GONE, last)?;
+            close_open(&tx, &mut self.motion, |k| now(&k.0), MOTION_GAP, last)?;
             tx.commit()?;
             Ok(rows)
         })();
@@ -222,7 +235,7 @@ impl Writer {
             Err(e) => {
                 self.counters
                     .dropped
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    .fetch_add(with_facts, Ordering::Relaxed);
                 let corrupt = schema::is_corrupt(&e);
                 self.fail(&format!("cannot write: {e}"));
                 if corrupt {
@@ -296,29 +309,35 @@ impl Writer {
     }
 }
 
+/// A new row, at one instant.
+const INSERT: &str =
+    "INSERT INTO events (start_ms, end_ms, source, kind, label, track_id, score, step, place,
+     direction, box) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
 /// Writes one frame's facts; returns the rows added.
 fn apply(
     tx: &Transaction<'_>,
     facts: &Facts,
+    at: i64,
     tracks: &mut HashMap<(Arc<str>, Arc<str>, u64), Open>,
     motion: &mut HashMap<(Arc<str>, Arc<str>), Open>,
 ) -> rusqlite::Result<u64> {
-    let at = millis(facts.at);
     let source = &facts.source;
     let mut rows = 0;
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO events (start_ms, end_ms, source, kind, label, track_id, score, step, place,
-         direction, box) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?;
+    let mut insert = tx.prepare_cached(INSERT)?;
     for (step, list) in &facts.tracks {
         for t in list.iter().filter(|t| !t.predicted) {
             let score = f64::from(t.detection.confidence);
             let key = (source.clone(), step.clone(), t.track_id);
             if let Some(open) = tracks.get_mut(&key) {
-                open.last = at;
-                open.score = open.score.max(score);
-                open.dirty = true;
-                continue;
+                if seen_since(open, at, TRACK_GONE) {
+                    open.last = at;
+                    open.score = open.score.max(score);
+                    open.dirty = true;
+                    continue;
+                }
+                // Unseen for longer (its frames came in this batch): its row ended.
+                flush(tx, open)?;
             }
             insert.execute(params![
                 at,
@@ -381,14 +400,30 @@ fn apply(
             ])?;
         }
     }
+    rows += apply_motion(tx, facts, at, motion)?;
+    Ok(rows)
+}
+
+/// Writes one frame's motion: a row per stretch; returns the rows added.
+fn apply_motion(
+    tx: &Transaction<'_>,
+    facts: &Facts,
+    at: i64,
+    motion: &mut HashMap<(Arc<str>, Arc<str>), Open>,
+) -> rusqlite::Result<u64> {
+    let source = &facts.source;
+    let mut rows = 0;
     for step in &facts.motion {
         let key = (source.clone(), step.clone());
         if let Some(open) = motion.get_mut(&key) {
-            open.last = at;
-            open.dirty = true;
-            continue;
+            if seen_since(open, at, MOTION_GAP) {
+                open.last = at;
+                open.dirty = true;
+                continue;
+            }
+            flush(tx, open)?;
         }
-        insert.execute(params![
+        tx.prepare_cached(INSERT)?.execute(params![
             at,
             &**source,
             "motion",
@@ -416,25 +451,37 @@ fn apply(
     Ok(rows)
 }
 
-/// Writes the end (and best score) of open rows that moved; closes those unseen for `gone`
-/// (every one when `all`).
+/// Writes the end (and best score) of open rows that moved; closes those unseen for `gone` of
+/// their source's frame time, `now` (every one when `all`).
 fn close_open<K: std::hash::Hash + Eq>(
     tx: &Transaction<'_>,
     open: &mut HashMap<K, Open>,
-    now: i64,
+    now: impl Fn(&K) -> i64,
     gone: Duration,
     all: bool,
 ) -> rusqlite::Result<()> {
-    let mut update = tx.prepare_cached(
-        "UPDATE events SET end_ms = ?1, score = CASE WHEN score IS NULL THEN NULL ELSE ?2 END
-         WHERE id = ?3",
-    )?;
-    let limit = now - gone.as_millis() as i64;
-    for o in open.values_mut().filter(|o| o.dirty) {
-        update.execute(params![o.last, o.score, o.row])?;
-        o.dirty = false;
+    for o in open.values_mut() {
+        flush(tx, o)?;
     }
-    open.retain(|_, o| !all && o.last >= limit);
+    open.retain(|k, o| !all && seen_since(o, now(k), gone));
+    Ok(())
+}
+
+/// Whether `open` was seen within `gone` before `now` (frame times).
+fn seen_since(open: &Open, now: i64, gone: Duration) -> bool {
+    open.last >= now.saturating_sub(gone.as_millis() as i64)
+}
+
+/// Writes the end (and best score) of `open`'s row if it moved.
+fn flush(tx: &Transaction<'_>, open: &mut Open) -> rusqlite::Result<()> {
+    if open.dirty {
+        tx.prepare_cached(
+            "UPDATE events SET end_ms = ?1, score = CASE WHEN score IS NULL THEN NULL ELSE ?2 END
+             WHERE id = ?3",
+        )?
+        .execute(params![open.last, open.score, open.row])?;
+        open.dirty = false;
+    }
     Ok(())
 }
 
