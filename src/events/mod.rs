@@ -17,9 +17,9 @@
 //! behind (a slow disk, a locked database) the frame's facts are dropped and counted, never
 //! waited for. A frame with no facts is not sent, unless it is the first after its source
 //! reconnected (where its timestamps are placed again, `time.rs`); one lost to a full queue
-//! loses nothing and is not counted. The writer takes what is queued, writes it in one transaction, and every
-//! [`writer::LINK_INTERVAL`] names the snapshots and clips the storage indexed for recent
-//! events. A database that is missing, locked or corrupt never stops the frames: the failure
+//! loses nothing and is not counted. The writer takes what is queued, writes it in one
+//! transaction, and every [`writer::LINK_INTERVAL`] names the snapshots and clips made for
+//! recent events by the sinks that trigger on them (`link.rs`). A database that is missing, locked or corrupt never stops the frames: the failure
 //! is counted and logged once, the connection dropped, and the file reopened (a corrupt one set
 //! aside as `NAME.corrupt-TIME` and recreated) after [`writer::REOPEN_DELAY`]; what comes
 //! meanwhile is counted as dropped.
@@ -45,6 +45,7 @@ use crate::spec::Ref;
 use crate::storage::Storage;
 use crate::value::{Event, Track, Value};
 
+mod link;
 pub mod query;
 pub mod schema;
 mod time;
@@ -83,15 +84,24 @@ pub struct Output {
     pub step: Arc<str>,
     pub at: Ref,
     pub tap: Tap,
+    /// The sinks whose `when` reads it: the snapshots and clips they make for a frame with
+    /// events are those events' (see `writer::link`).
+    pub sinks: Arc<[Arc<str>]>,
 }
+
+/// A step's name, its events on a frame, and the sinks that make files for them.
+pub type StepEvents = (Arc<str>, Arc<[Event]>, Arc<[Arc<str>]>);
 
 /// One frame's facts, as the writer gets them (`Arc` clones of the frame's values).
 #[derive(Debug)]
 pub struct Facts {
     pub source: Arc<str>,
+    /// The frame's number in its source.
+    pub seq: u64,
     pub time: FrameTime,
     pub tracks: Vec<(Arc<str>, Arc<[Track]>)>,
-    pub events: Vec<(Arc<str>, Arc<[Event]>)>,
+    /// A step's events, with the sinks that make files for them ([`Output::sinks`]).
+    pub events: Vec<StepEvents>,
     /// Motion steps with regions on this frame.
     pub motion: Vec<Arc<str>>,
 }
@@ -154,6 +164,7 @@ impl EventStore {
         let frame = result.frame();
         let mut facts = Facts {
             source: frame.source.clone(),
+            seq: frame.seq,
             time: FrameTime::of(frame),
             tracks: Vec::new(),
             events: Vec::new(),
@@ -165,7 +176,7 @@ impl EventStore {
                     facts.tracks.push((out.step.clone(), t));
                 }
                 (Tap::Events, Some(Value::Events(e))) if !e.is_empty() => {
-                    facts.events.push((out.step.clone(), e));
+                    facts.events.push((out.step.clone(), e, out.sinks.clone()));
                 }
                 (Tap::Motion, Some(Value::Detections(d))) if !d.is_empty() => {
                     facts.motion.push(out.step.clone());

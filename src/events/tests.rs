@@ -23,6 +23,7 @@ fn taps() -> Vec<Output> {
         step: "tracker".into(),
         at: Ref::Step { step: 0, output: 0 },
         tap: Tap::Tracks,
+        sinks: Arc::new([]),
     }]
 }
 

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::{Connection, Transaction, params};
 
+use super::link::{self, Pending};
 use super::schema;
 use super::time::Clocks;
 use super::{Counters, EventsConfig, Facts, Msg, millis};
-use crate::storage::{Class, Storage, StoredFile};
+use crate::storage::{Class, Storage};
 use crate::value::{BBox, EventKind};
 
 /// How often recent events get their snapshot and clip named (and the thread wakes when idle).
@@ -28,10 +29,10 @@ const BATCH: usize = 256;
 const TRACK_GONE: Duration = Duration::from_secs(3);
 /// Frames without motion for this long (frame time) end a stretch of motion.
 const MOTION_GAP: Duration = Duration::from_secs(3);
-/// Events older than this are no longer given a snapshot or clip (their files came or never will).
+/// Events written longer ago than this are no longer given a snapshot or clip (their files
+/// came or never will: a clip is finished `post_roll_s` after its last trigger, and at most
+/// `max_clip_s` long).
 const LINK_WINDOW: Duration = Duration::from_secs(600);
-/// A snapshot belongs to an event when it was written this close to it (the sink's queue lags).
-const SNAPSHOT_NEAR: Duration = Duration::from_secs(5);
 /// How often old rows are deleted.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -46,6 +47,11 @@ struct Open {
     dirty: bool,
 }
 
+/// Open tracks by source, step and track id.
+type Tracks = HashMap<(Arc<str>, Arc<str>, u64), Open>;
+/// Open stretches of motion by source and step.
+type Motion = HashMap<(Arc<str>, Arc<str>), Open>;
+
 pub(super) struct Writer {
     config: EventsConfig,
     storage: Storage,
@@ -57,8 +63,10 @@ pub(super) struct Writer {
     failed_at: Option<Instant>,
     /// A failure was logged (the next ones are counted only).
     said: bool,
-    tracks: HashMap<(Arc<str>, Arc<str>, u64), Open>,
-    motion: HashMap<(Arc<str>, Arc<str>), Open>,
+    tracks: Tracks,
+    motion: Motion,
+    /// Events to be given their snapshot and clip (`link.rs`), in rows of the open file.
+    pending: Vec<Pending>,
     /// Each source's frame time (rows' times, and what ends tracks and motion).
     clocks: Clocks,
     linked_at: Instant,
@@ -85,6 +93,7 @@ impl Writer {
             said: false,
             tracks: HashMap::new(),
             motion: HashMap::new(),
+            pending: Vec::new(),
             clocks: Clocks::default(),
             linked_at: Instant::now(),
             retained_at: None,
@@ -185,11 +194,13 @@ impl Writer {
         let motion = self.motion.iter().map(|(k, o)| (&k.0, o));
         let gone: Vec<i64> = tracks
             .chain(motion)
-            .filter(|(source, o)| !holds(conn, o, source))
+            .filter(|(source, o)| !holds(conn, o.row, o.start, source))
             .map(|(_, o)| o.row)
             .collect();
         self.tracks.retain(|_, o| !gone.contains(&o.row));
         self.motion.retain(|_, o| !gone.contains(&o.row));
+        self.pending
+            .retain(|p| holds(conn, p.row, p.start, &p.source));
     }
 
     fn write(&mut self, batch: &[Facts], last: bool) {
@@ -216,11 +227,13 @@ impl Writer {
             return;
         };
         let clocks = &self.clocks;
+        let mut pending = Vec::new();
         let result = (|| -> rusqlite::Result<u64> {
             let tx = conn.transaction()?;
             let mut rows = 0;
             for (facts, &at) in batch.iter().zip(&times) {
-                rows += apply(&tx, facts, at, &mut self.tracks, &mut self.motion)?;
+                let open = (&mut self.tracks, &mut self.motion);
+                rows += apply(&tx, facts, at, open, &mut pending)?;
             }
             let now = |source: &str| clocks.now(source).unwrap_or(i64::MIN);
             close_open(&tx, &mut self.tracks, |k| now(&k.0), TRACK_GONE, last)?;
@@ -231,6 +244,7 @@ impl Writer {
         match result {
             Ok(rows) => {
                 self.counters.events.fetch_add(rows, Ordering::Relaxed);
+                self.pending.append(&mut pending);
             }
             Err(e) => {
                 self.counters
@@ -247,44 +261,17 @@ impl Writer {
         }
     }
 
-    /// Names the snapshot and clip of recent events that have none yet.
+    /// Names the snapshot and clip of recent events that have none yet (`link.rs`).
     fn link(&mut self) {
         let Some(conn) = self.conn.as_ref() else {
             return;
         };
-        let since = millis(SystemTime::now()) - LINK_WINDOW.as_millis() as i64;
-        let result = (|| -> rusqlite::Result<()> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, source, start_ms, snapshot IS NULL, clip IS NULL FROM events
-                 WHERE start_ms > ?1 AND kind != 'track' AND (snapshot IS NULL OR clip IS NULL)",
-            )?;
-            let pending: Vec<(i64, String, i64, bool, bool)> = stmt
-                .query_map([since], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let files = self.storage.files(Some(Class::Event));
-            let tx = conn.unchecked_transaction()?;
-            for (id, source, start, no_snapshot, no_clip) in pending {
-                if no_snapshot && let Some(f) = snapshot_of(&files, &source, start) {
-                    tx.execute(
-                        "UPDATE events SET snapshot = ?1 WHERE id = ?2",
-                        params![f.path.to_string_lossy(), id],
-                    )?;
-                }
-                if no_clip && let Some(f) = clip_of(&files, &source, start) {
-                    tx.execute(
-                        "UPDATE events SET clip = ?1 WHERE id = ?2",
-                        params![f.path.to_string_lossy(), id],
-                    )?;
-                }
-            }
-            tx.commit()
-        })();
-        if let Err(e) = result {
+        self.pending.retain(|p| p.since.elapsed() < LINK_WINDOW);
+        if self.pending.is_empty() {
+            return;
+        }
+        let files = self.storage.files(Some(Class::Event));
+        if let Err(e) = link::link(conn, &files, &mut self.pending) {
             self.fail(&format!("cannot name snapshots and clips: {e}"));
         }
     }
@@ -319,8 +306,8 @@ fn apply(
     tx: &Transaction<'_>,
     facts: &Facts,
     at: i64,
-    tracks: &mut HashMap<(Arc<str>, Arc<str>, u64), Open>,
-    motion: &mut HashMap<(Arc<str>, Arc<str>), Open>,
+    (tracks, motion): (&mut Tracks, &mut Motion),
+    pending: &mut Vec<Pending>,
 ) -> rusqlite::Result<u64> {
     let source = &facts.source;
     let mut rows = 0;
@@ -365,11 +352,26 @@ fn apply(
             );
         }
     }
+    rows += apply_events(tx, facts, at, pending)?;
+    rows += apply_motion(tx, facts, at, motion)?;
+    Ok(rows)
+}
+
+/// Writes one frame's zone and line events and counts them; returns the rows added. Those
+/// that sinks make files for are added to `pending`, to be linked to them.
+fn apply_events(
+    tx: &Transaction<'_>,
+    facts: &Facts,
+    at: i64,
+    pending: &mut Vec<Pending>,
+) -> rusqlite::Result<u64> {
+    let source = &facts.source;
+    let mut rows = 0;
     let mut count = tx.prepare_cached(
         "INSERT INTO counts (source, step, place, name, minute, n) VALUES (?1, ?2, ?3, ?4, ?5, 1)
          ON CONFLICT (source, step, place, name, minute) DO UPDATE SET n = n + 1",
     )?;
-    for (step, list) in &facts.events {
+    for (step, list, sinks) in &facts.events {
         for e in list.iter() {
             let (kind, direction) = match e.event {
                 EventKind::Enter => ("enter", None),
@@ -378,7 +380,7 @@ fn apply(
                 EventKind::Out => ("crossing", Some("out")),
                 EventKind::Ended => continue,
             };
-            insert.execute(params![
+            tx.prepare_cached(INSERT)?.execute(params![
                 at,
                 &**source,
                 kind,
@@ -391,6 +393,18 @@ fn apply(
                 box_json(&e.bbox),
             ])?;
             rows += 1;
+            if !sinks.is_empty() {
+                pending.push(Pending {
+                    row: tx.last_insert_rowid(),
+                    start: at,
+                    source: source.clone(),
+                    frame: facts.seq,
+                    sinks: sinks.clone(),
+                    since: Instant::now(),
+                    snapshot: false,
+                    clip: false,
+                });
+            }
             count.execute(params![
                 &**source,
                 &**step,
@@ -400,7 +414,6 @@ fn apply(
             ])?;
         }
     }
-    rows += apply_motion(tx, facts, at, motion)?;
     Ok(rows)
 }
 
@@ -485,11 +498,11 @@ fn flush(tx: &Transaction<'_>, open: &mut Open) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Whether the file of `conn` holds `open`'s row: its id, start and source.
-fn holds(conn: &Connection, open: &Open, source: &str) -> bool {
+/// Whether the file of `conn` holds row `row`, with its start and source.
+fn holds(conn: &Connection, row: i64, start: i64, source: &str) -> bool {
     conn.query_row(
         "SELECT 1 FROM events WHERE id = ?1 AND start_ms = ?2 AND source = ?3",
-        params![open.row, open.start, source],
+        params![row, start, source],
         |_| Ok(()),
     )
     .is_ok()
@@ -503,34 +516,6 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 
 fn box_json(b: &BBox) -> String {
     format!("[{:.1},{:.1},{:.1},{:.1}]", b.x, b.y, b.width, b.height)
-}
-
-fn has_extension(path: &Path, ext: &str) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case(ext))
-}
-
-/// The JPEG of `source` written nearest to `start`, within [`SNAPSHOT_NEAR`].
-fn snapshot_of<'a>(files: &'a [StoredFile], source: &str, start: i64) -> Option<&'a StoredFile> {
-    files
-        .iter()
-        .filter(|f| &*f.source == source && has_extension(&f.path, "jpg"))
-        .map(|f| (f, (millis(f.created) - start).abs()))
-        .filter(|(_, d)| *d <= SNAPSHOT_NEAR.as_millis() as i64)
-        .min_by_key(|(_, d)| *d)
-        .map(|(f, _)| f)
-}
-
-/// The finished clip of `source` that holds `start`: begun before it (its trigger, give or take
-/// the sink's lag), finished after it.
-fn clip_of<'a>(files: &'a [StoredFile], source: &str, start: i64) -> Option<&'a StoredFile> {
-    let lag = SNAPSHOT_NEAR.as_millis() as i64;
-    files
-        .iter()
-        .filter(|f| &*f.source == source && has_extension(&f.path, "mp4"))
-        .filter(|f| millis(f.created) <= start + lag)
-        .filter(|f| f.closed.is_some_and(|c| millis(c) >= start))
-        .max_by_key(|f| f.created)
 }
 
 /// Renames a damaged database (and its WAL) to `NAME.corrupt-MS`: nothing is destroyed.

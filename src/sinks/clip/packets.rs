@@ -147,6 +147,7 @@ impl SourceThread {
             live: true,
             progress: None,
             trigger: None,
+            made_for: Vec::new(),
             clip: None,
             keyframes: KeyframeCounter::default(),
             said_far_ahead: false,
@@ -212,6 +213,8 @@ struct Work {
     progress: Option<Moment>,
     /// The last trigger, while it still calls for video.
     trigger: Option<Moment>,
+    /// The frame numbers of triggers not yet in a clip: the next clip written is made for them.
+    made_for: Vec<u64>,
     clip: Option<Clip>,
     keyframes: KeyframeCounter,
     /// The ring outgrew [`RING_BYTES`] once already (said once).
@@ -259,6 +262,7 @@ impl Work {
     fn moment(&mut self, m: Moment) {
         if m.triggered {
             self.trigger = Some(m.clone());
+            self.made_for.push(m.seq);
         }
         self.progress = Some(m);
         self.advance(false);
@@ -323,8 +327,14 @@ impl Work {
                     if ended || self.past(end, timing) && beyond {
                         // No keyframe to start from before the post-roll ran out.
                         self.trigger = None;
+                        self.made_for.clear();
                     }
                     break;
+                }
+            }
+            if let Some(clip) = &self.clip {
+                for seq in self.made_for.drain(..) {
+                    clip.file.made_for(seq);
                 }
             }
             if !self.write_up_to(end) {
