@@ -3,6 +3,7 @@
 //! clip are those that the sinks triggered by its line made for its frame, never the files of
 //! another sink on the same source (a snapshot of every frame, clips of every motion) that were
 //! written as close to it in time; and rows are at the frames' times, not the writing times.
+//! Clips of both modes: encoded from the images, and the source's own packets (of a file).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -10,15 +11,38 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{jsonl, spawn_run, write};
+use common::{jsonl, run_to_eos, spawn_run, write};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(180);
-/// Frames of the ball, at 15 fps: 20 s of the scene.
+/// Frames of the ball: 20 s of the scene at 15 fps, 10 s at 30.
 const FRAMES: u64 = 300;
 
 #[test]
 fn a_crossing_gets_the_snapshot_and_clip_its_line_made_for_its_frame_never_another_sinks() {
+    let uri = format!("test://ball?width=320&height=240&fps=15&frames={FRAMES}&live=false");
+    crossings_get_their_own_files(&uri, 15, "encode");
+}
+
+#[test]
+fn a_crossing_gets_the_packet_clip_its_line_made_for_its_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let video = dir.path().join("ball.mp4");
+    // A keyframe every half second, as a camera sends: each crossing's clip can start within
+    // its pre-roll.
+    run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers={FRAMES} ! \
+         video/x-raw,width=320,height=240,framerate=30/1 ! videoconvert ! \
+         video/x-raw,format=I420 ! x264enc speed-preset=ultrafast key-int-max=15 bframes=0 ! \
+         h264parse ! mp4mux ! filesink location={}",
+        video.display()
+    ));
+    crossings_get_their_own_files(&format!("file://{}", video.display()), 30, "packets");
+}
+
+/// Runs the pipeline on `uri` (`fps` frames a second) with its crossings' clips in `mode`, and
+/// checks every crossing's row.
+fn crossings_get_their_own_files(uri: &str, fps: i64, mode: &str) {
     let dir = tempfile::tempdir().unwrap();
     let p = write(
         dir.path(),
@@ -26,7 +50,7 @@ fn a_crossing_gets_the_snapshot_and_clip_its_line_made_for_its_frame_never_anoth
         &format!(
             r#"
 [sources.cam]
-uri = "test://ball?width=320&height=240&fps=15&frames={FRAMES}&live=false"
+uri = "{uri}"
 
 [steps.moving]
 kind = "motion"
@@ -70,6 +94,7 @@ kind = "clip"
 image = "$frame"
 when = ["$steps.crossing.events"]
 dir = "clips"
+mode = "{mode}"
 pre_roll_s = 1.0
 post_roll_s = 1.0
 
@@ -145,10 +170,10 @@ post_roll_s = 1.0
             clip.starts_with("clips/"),
             "crossing at frame {frame} got {clip}"
         );
-        // Frame time: 15 fps from the first crossing's frame, however fast the file was read.
+        // Frame time: `fps` from the first crossing's frame, however fast the file was read.
         let (_, first_direction, ..) = &rows[0];
         let first_frame = frames[&(rows[0].0, first_direction.clone())][0];
-        let expected = (frame - first_frame) as i64 * 1000 / 15;
+        let expected = (frame - first_frame) as i64 * 1000 / fps;
         assert!(
             (start - first_start - expected).abs() <= 1,
             "crossing at frame {frame}: {} ms after the first, not {expected}",
