@@ -1,6 +1,8 @@
 //! The writer thread, `vidflow-events` (see the module above): batches of facts in one
-//! transaction each, tracks and motion kept open in memory and closed by time, snapshots and
-//! clips named as the storage indexes them, old rows deleted, and a failing database reopened.
+//! transaction each, at their frames' times (`time.rs`), tracks and motion kept open in memory
+//! and closed by their sources' frame time, snapshots and clips named once the sinks that
+//! trigger on an event made them for its frame (`link.rs`), old rows deleted, and a failing
+//! database reopened.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
