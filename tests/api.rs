@@ -406,8 +406,10 @@ fn a_browser_opens_the_page_with_the_token_once_and_keeps_it_in_a_cookie() {
     assert!(finished.status.success(), "{}", finished.stderr);
 }
 
-/// The event store's file deleted under a running daemon (as a user cleaning a disk would):
-/// frames go on, the loss is logged once, and the store is made again and written to.
+/// The event store's file deleted under a running daemon (as a user cleaning a disk would),
+/// while a track is open in it: frames go on, the loss is logged once, and the store is made
+/// again and written to; the open track gets a row of its own in the new file, and no row
+/// there takes the old file's updates.
 #[test]
 fn an_event_store_deleted_under_the_run_is_made_again_and_frames_go_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -422,10 +424,19 @@ fn an_event_store_deleted_under_the_run_is_made_again_and_frames_go_on() {
     });
     let stored = |h: &serde_json::Value| h["events"]["events"].as_u64().unwrap();
     let decoded = |h: &serde_json::Value| h["run"]["sources"][0]["decoded"].as_u64().unwrap();
-    wait_until("events in the store", DEADLINE, || {
-        (stored(&health()) > 0).then_some(())
-    });
     let db = dir.path().join("events.db");
+    // A track open in the file (its row written, its end still moving) when it goes.
+    wait_until("a track in the store", DEADLINE, || {
+        let conn = rusqlite::Connection::open(&db).ok()?;
+        let n: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE kind = 'track'",
+                [],
+                |r| r.get(0),
+            )
+            .ok()?;
+        (n > 0).then_some(())
+    });
     for name in ["events.db", "events.db-wal", "events.db-shm"] {
         let _ = std::fs::remove_file(dir.path().join(name));
     }
@@ -438,14 +449,51 @@ fn an_event_store_deleted_under_the_run_is_made_again_and_frames_go_on() {
         (stored(&health()) > stored(&again)).then_some(())
     });
     assert!(decoded(&health()) > decoded(&before), "{}", health());
-    let rows: i64 = rusqlite::Connection::open(&db)
-        .unwrap()
-        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
-        .unwrap();
-    assert!(rows > 0, "the new file holds no event");
+    // A crossing in the new file, by a track the writer may have opened in the old one.
+    let crossing = "SELECT COUNT(*) FROM events WHERE kind = 'crossing'";
+    let count = |sql: &str| -> i64 {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    };
+    wait_until("a crossing in the new file", DEADLINE, || {
+        (count(crossing) > 0).then_some(())
+    });
     run.signal("TERM");
     let out = run.finish(DEADLINE);
     assert!(out.status.success(), "{}", out.stderr);
+    // Every track that crossed has its own row in the new file, and no row of the new file
+    // took another's updates (a crossing is one instant, without a score).
+    // (kind, track_id, start_ms, end_ms, score) of every row.
+    type Row = (String, Option<i64>, i64, i64, Option<f64>);
+    let rows: Vec<Row> = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT kind, track_id, start_ms, end_ms, score FROM events")
+            .unwrap();
+        stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    };
+    let tracks: Vec<Option<i64>> = rows
+        .iter()
+        .filter(|r| r.0 == "track")
+        .map(|r| r.1)
+        .collect();
+    for (kind, track, start, end, score) in rows.iter().filter(|r| r.0 == "crossing") {
+        assert!(
+            tracks.contains(track),
+            "{kind} of track {track:?} has no track row: {rows:?}"
+        );
+        assert!(
+            start == end && score.is_none(),
+            "an overwritten crossing: {rows:?}"
+        );
+    }
     assert_eq!(
         out.stderr.matches("the database file is gone").count(),
         1,

@@ -9,7 +9,7 @@ use super::Live;
 use super::feed::LiveFrame;
 use crate::events::{EventStore, Output, Tap};
 use crate::outcome::FrameResult;
-use crate::spec::Ref;
+use crate::spec::{Ref, SinkInput};
 use crate::steps::Shape;
 use crate::value::{Value, ValueType};
 use crate::workflow::Graph;
@@ -29,8 +29,30 @@ pub(super) struct Taps {
     shapes: Vec<(Arc<str>, Ref, Arc<[Shape]>)>,
 }
 
+/// A sink's name and its `when` inputs: the events that make it write a file, linked to them.
+pub(super) type Triggers = Vec<(Arc<str>, Vec<Ref>)>;
+
+/// The `when` inputs of each sink in `sinks`.
+pub(super) fn triggers<'a>(
+    sinks: impl IntoIterator<Item = (&'a str, &'a [SinkInput])>,
+) -> Triggers {
+    sinks
+        .into_iter()
+        .map(|(name, inputs)| {
+            let when = inputs.iter().filter(|i| i.port == "when").map(|i| i.from);
+            (name.into(), when.collect())
+        })
+        .collect()
+}
+
 impl Taps {
-    pub(super) fn new(graph: &Graph, store: Option<EventStore>, live: Arc<Live>) -> Self {
+    /// `sinks`: the run's sinks' triggers ([`triggers`]).
+    pub(super) fn new(
+        graph: &Graph,
+        store: Option<EventStore>,
+        live: Arc<Live>,
+        sinks: &Triggers,
+    ) -> Self {
         let mut taps = Self {
             store,
             live,
@@ -66,10 +88,12 @@ impl Taps {
                     ValueType::Image => None,
                 };
                 if let Some(tap) = tap {
+                    let made_by = sinks.iter().filter(|(_, when)| when.contains(&at));
                     taps.outputs.push(Output {
                         step: node.name.clone(),
                         at,
                         tap,
+                        sinks: made_by.map(|(name, _)| name.clone()).collect(),
                     });
                 }
             }
@@ -80,9 +104,9 @@ impl Taps {
         taps
     }
 
-    /// The same store and feed, for a reload's graph.
-    pub(super) fn for_graph(&self, graph: &Graph) -> Self {
-        Self::new(graph, self.store.clone(), self.live.clone())
+    /// The same store and feed, for a reload's graph and sinks.
+    pub(super) fn for_graph(&self, graph: &Graph, sinks: &Triggers) -> Self {
+        Self::new(graph, self.store.clone(), self.live.clone(), sinks)
     }
 
     pub(super) fn store(&self) -> Option<&EventStore> {

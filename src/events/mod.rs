@@ -6,13 +6,20 @@
 //! zone or line, and the snapshot and clip (files of the `snapshot` and `clip` sinks) that show
 //! it; a `counts` row per source, line or zone, direction and minute.
 //!
+//! Times are frame times (`time.rs`): a row starts and ends at its frames' times, and a track
+//! or stretch of motion ends when its source's frames have gone on for some seconds of their
+//! own time without it (seen again later, it starts a new row), however late or slowly they
+//! were delivered.
+//!
 //! Threads: one, `vidflow-events`, owns the only writing connection (`writer.rs`). The frame
 //! path (the executor's delivery callback) only clones a frame's `Arc`ed values into a
 //! [`Facts`] and `try_send`s it on a bounded channel of [`QUEUE`] frames: when the writer is
 //! behind (a slow disk, a locked database) the frame's facts are dropped and counted, never
-//! waited for. The writer takes what is queued, writes it in one transaction, and every
-//! [`writer::LINK_INTERVAL`] names the snapshots and clips the storage indexed for recent
-//! events. A database that is missing, locked or corrupt never stops the frames: the failure
+//! waited for. A frame with no facts is not sent, unless it is the first after its source
+//! reconnected (where its timestamps are placed again, `time.rs`); one lost to a full queue
+//! loses nothing and is not counted. The writer takes what is queued, writes it in one
+//! transaction, and every [`writer::LINK_INTERVAL`] names the snapshots and clips made for
+//! recent events by the sinks that trigger on them (`link.rs`). A database that is missing, locked or corrupt never stops the frames: the failure
 //! is counted and logged once, the connection dropped, and the file reopened (a corrupt one set
 //! aside as `NAME.corrupt-TIME` and recreated) after [`writer::REOPEN_DELAY`]; what comes
 //! meanwhile is counted as dropped.
@@ -38,9 +45,13 @@ use crate::spec::Ref;
 use crate::storage::Storage;
 use crate::value::{Event, Track, Value};
 
+mod link;
 pub mod query;
 pub mod schema;
+mod time;
 mod writer;
+
+pub use time::FrameTime;
 
 /// Frames of facts queued for the writer: some seconds of a few cameras, so a commit that
 /// waits for the disk now and then loses nothing.
@@ -73,17 +84,33 @@ pub struct Output {
     pub step: Arc<str>,
     pub at: Ref,
     pub tap: Tap,
+    /// The sinks whose `when` reads it: the snapshots and clips they make for a frame with
+    /// events are those events' (see `writer::link`).
+    pub sinks: Arc<[Arc<str>]>,
 }
+
+/// A step's name, its events on a frame, and the sinks that make files for them.
+pub type StepEvents = (Arc<str>, Arc<[Event]>, Arc<[Arc<str>]>);
 
 /// One frame's facts, as the writer gets them (`Arc` clones of the frame's values).
 #[derive(Debug)]
 pub struct Facts {
     pub source: Arc<str>,
-    pub at: SystemTime,
+    /// The frame's number in its source.
+    pub seq: u64,
+    pub time: FrameTime,
     pub tracks: Vec<(Arc<str>, Arc<[Track]>)>,
-    pub events: Vec<(Arc<str>, Arc<[Event]>)>,
+    /// A step's events, with the sinks that make files for them ([`Output::sinks`]).
+    pub events: Vec<StepEvents>,
     /// Motion steps with regions on this frame.
     pub motion: Vec<Arc<str>>,
+}
+
+impl Facts {
+    /// Only its frame's time (see the module header).
+    fn is_empty(&self) -> bool {
+        self.tracks.is_empty() && self.events.is_empty() && self.motion.is_empty()
+    }
 }
 
 #[derive(Debug)]
@@ -137,7 +164,8 @@ impl EventStore {
         let frame = result.frame();
         let mut facts = Facts {
             source: frame.source.clone(),
-            at: SystemTime::now(),
+            seq: frame.seq,
+            time: FrameTime::of(frame),
             tracks: Vec::new(),
             events: Vec::new(),
             motion: Vec::new(),
@@ -148,7 +176,7 @@ impl EventStore {
                     facts.tracks.push((out.step.clone(), t));
                 }
                 (Tap::Events, Some(Value::Events(e))) if !e.is_empty() => {
-                    facts.events.push((out.step.clone(), e));
+                    facts.events.push((out.step.clone(), e, out.sinks.clone()));
                 }
                 (Tap::Motion, Some(Value::Detections(d))) if !d.is_empty() => {
                     facts.motion.push(out.step.clone());
@@ -156,15 +184,18 @@ impl EventStore {
                 _ => {}
             }
         }
-        if facts.tracks.is_empty() && facts.events.is_empty() && facts.motion.is_empty() {
-            // The writer closes tracks and motion by time: an empty frame tells it nothing.
+        let empty = facts.is_empty();
+        if empty && !facts.time.reconnected {
+            // Rows end by the frame time of their source's next facts: an empty frame tells
+            // the writer nothing.
             return;
         }
         match self.tx.try_send(Msg::Facts(facts)) {
             Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) if !empty => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             }
+            Err(_) => {}
         }
     }
 
@@ -187,3 +218,6 @@ pub fn millis(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,8 @@
 //! The writer thread, `vidflow-events` (see the module above): batches of facts in one
-//! transaction each, tracks and motion kept open in memory and closed by time, snapshots and
-//! clips named as the storage indexes them, old rows deleted, and a failing database reopened.
+//! transaction each, at their frames' times (`time.rs`), tracks and motion kept open in memory
+//! and closed by their sources' frame time, snapshots and clips named once the sinks that
+//! trigger on an event made them for its frame (`link.rs`), old rows deleted, and a failing
+//! database reopened.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,9 +13,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::{Connection, Transaction, params};
 
+use super::link::{self, Pending};
 use super::schema;
+use super::time::Clocks;
 use super::{Counters, EventsConfig, Facts, Msg, millis};
-use crate::storage::{Class, Storage, StoredFile};
+use crate::storage::{Class, Storage};
 use crate::value::{BBox, EventKind};
 
 /// How often recent events get their snapshot and clip named (and the thread wakes when idle).
@@ -22,14 +26,15 @@ pub(super) const LINK_INTERVAL: Duration = Duration::from_secs(2);
 pub(super) const REOPEN_DELAY: Duration = Duration::from_secs(5);
 /// Frames of facts written in one transaction at most.
 const BATCH: usize = 256;
-/// A track not seen for this long has ended (its row's end is its last sighting).
+/// A track not seen for this long of its source's frame time has ended (its row's end is its
+/// last sighting).
 const TRACK_GONE: Duration = Duration::from_secs(3);
-/// Frames without motion for this long end a stretch of motion.
+/// Frames without motion for this long (frame time) end a stretch of motion.
 const MOTION_GAP: Duration = Duration::from_secs(3);
-/// Events older than this are no longer given a snapshot or clip (their files came or never will).
+/// Events written longer ago than this are no longer given a snapshot or clip (their files
+/// came or never will: a clip is finished `post_roll_s` after its last trigger, and at most
+/// `max_clip_s` long).
 const LINK_WINDOW: Duration = Duration::from_secs(600);
-/// A snapshot belongs to an event when it was written this close to it (the sink's queue lags).
-const SNAPSHOT_NEAR: Duration = Duration::from_secs(5);
 /// How often old rows are deleted.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -37,22 +42,35 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 struct Open {
     row: i64,
+    /// The row's `start_ms`: with its id and source, how a reopened file is known to hold it.
+    start: i64,
     last: i64,
     score: f64,
     dirty: bool,
 }
+
+/// Open tracks by source, step and track id.
+type Tracks = HashMap<(Arc<str>, Arc<str>, u64), Open>;
+/// Open stretches of motion by source and step.
+type Motion = HashMap<(Arc<str>, Arc<str>), Open>;
 
 pub(super) struct Writer {
     config: EventsConfig,
     storage: Storage,
     counters: Arc<Counters>,
     conn: Option<Connection>,
+    /// The file `conn` has open (device, inode): another file at the path is not it.
+    file: Option<(u64, u64)>,
     /// When the database last failed (it is reopened [`REOPEN_DELAY`] later).
     failed_at: Option<Instant>,
     /// A failure was logged (the next ones are counted only).
     said: bool,
-    tracks: HashMap<(Arc<str>, Arc<str>, u64), Open>,
-    motion: HashMap<(Arc<str>, Arc<str>), Open>,
+    tracks: Tracks,
+    motion: Motion,
+    /// Events to be given their snapshot and clip (`link.rs`), in rows of the open file.
+    pending: Vec<Pending>,
+    /// Each source's frame time (rows' times, and what ends tracks and motion).
+    clocks: Clocks,
     linked_at: Instant,
     retained_at: Option<Instant>,
 }
@@ -72,10 +90,13 @@ impl Writer {
             storage,
             counters,
             conn: None,
+            file: None,
             failed_at: None,
             said: false,
             tracks: HashMap::new(),
             motion: HashMap::new(),
+            pending: Vec::new(),
+            clocks: Clocks::default(),
             linked_at: Instant::now(),
             retained_at: None,
         }
@@ -136,6 +157,8 @@ impl Writer {
                     self.counters.reopened.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(path = %path.display(), "event store: database open again");
                 }
+                self.file = file_id(path);
+                self.keep_rows_of(&conn);
                 self.conn = Some(conn);
             }
             Err(e) => self.fail(&e.to_string()),
@@ -155,15 +178,36 @@ impl Writer {
         self.failed_at = Some(Instant::now());
     }
 
-    /// A file deleted or replaced under the open connection is written no more: reopened.
+    /// A file deleted, moved or replaced under the open connection is written no more:
+    /// reopened. (While the connection holds the old file open, no other file can have its
+    /// device and inode.)
     fn check_file(&mut self) {
-        if self.conn.is_some() && !self.config.path.exists() {
-            self.fail("the database file is gone");
+        if self.conn.is_some() && file_id(&self.config.path) != self.file {
+            self.fail("the database file is gone (deleted, moved or replaced)");
             self.failed_at = Some(Instant::now() - REOPEN_DELAY);
         }
     }
 
+    /// Keeps only the open rows that the file `conn` has open holds: after a reconnection it
+    /// may be another file (made again, restored) whose row ids are other rows. Those not
+    /// there start a row again when next seen.
+    fn keep_rows_of(&mut self, conn: &Connection) {
+        let tracks = self.tracks.iter().map(|(k, o)| (&k.0, o));
+        let motion = self.motion.iter().map(|(k, o)| (&k.0, o));
+        let gone: Vec<i64> = tracks
+            .chain(motion)
+            .filter(|(source, o)| !holds(conn, o.row, o.start, source))
+            .map(|(_, o)| o.row)
+            .collect();
+        self.tracks.retain(|_, o| !gone.contains(&o.row));
+        self.motion.retain(|_, o| !gone.contains(&o.row));
+        self.pending
+            .retain(|p| holds(conn, p.row, p.start, &p.source));
+    }
+
     fn write(&mut self, batch: &[Facts], last: bool) {
+        // A `stat`: rows are not written into a file deleted since the last batch.
+        self.check_file();
         if self.conn.is_none()
             && self
                 .failed_at
@@ -171,82 +215,65 @@ impl Writer {
         {
             self.connect();
         }
-        let now = millis(SystemTime::now());
+        // Frame times are given whether the database takes the rows or not: a source's time
+        // goes on.
+        let times: Vec<i64> = batch
+            .iter()
+            .map(|f| self.clocks.place(&f.source, &f.time))
+            .collect();
+        let with_facts = batch.iter().filter(|f| !f.is_empty()).count() as u64;
         let Some(conn) = self.conn.as_mut() else {
             self.counters
                 .dropped
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                .fetch_add(with_facts, Ordering::Relaxed);
             return;
         };
+        let clocks = &self.clocks;
+        let mut pending = Vec::new();
         let result = (|| -> rusqlite::Result<u64> {
             let tx = conn.transaction()?;
             let mut rows = 0;
-            for facts in batch {
-                rows += apply(&tx, facts, &mut self.tracks, &mut self.motion)?;
+            for (facts, &at) in batch.iter().zip(&times) {
+                let open = (&mut self.tracks, &mut self.motion);
+                rows += apply(&tx, facts, at, open, &mut pending)?;
             }
-            close_open(&tx, &mut self.tracks, now, TRACK_GONE, last)?;
-            close_open(&tx, &mut self.motion, now, MOTION_GAP, last)?;
+            let now = |source: &str| clocks.now(source).unwrap_or(i64::MIN);
+            close_open(&tx, &mut self.tracks, |k| now(&k.0), TRACK_GONE, last)?;
+            close_open(&tx, &mut self.motion, |k| now(&k.0), MOTION_GAP, last)?;
             tx.commit()?;
             Ok(rows)
         })();
         match result {
             Ok(rows) => {
                 self.counters.events.fetch_add(rows, Ordering::Relaxed);
+                self.pending.append(&mut pending);
             }
             Err(e) => {
                 self.counters
                     .dropped
-                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    .fetch_add(with_facts, Ordering::Relaxed);
                 let corrupt = schema::is_corrupt(&e);
                 self.fail(&format!("cannot write: {e}"));
                 if corrupt {
                     set_aside(&self.config.path);
                 }
-                // Rows of the old file may be gone: what was open starts again.
-                self.tracks.clear();
-                self.motion.clear();
+                // What the rolled-back transaction opened is not in the file: reopening keeps
+                // only the rows it holds (`keep_rows_of`).
             }
         }
     }
 
-    /// Names the snapshot and clip of recent events that have none yet.
+    /// Names the snapshot and clip of recent events that have none yet (`link.rs`).
     fn link(&mut self) {
         let Some(conn) = self.conn.as_ref() else {
             return;
         };
-        let since = millis(SystemTime::now()) - LINK_WINDOW.as_millis() as i64;
-        let result = (|| -> rusqlite::Result<()> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, source, start_ms, snapshot IS NULL, clip IS NULL FROM events
-                 WHERE start_ms > ?1 AND kind != 'track' AND (snapshot IS NULL OR clip IS NULL)",
-            )?;
-            let pending: Vec<(i64, String, i64, bool, bool)> = stmt
-                .query_map([since], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            if pending.is_empty() {
-                return Ok(());
-            }
-            let files = self.storage.files(Some(Class::Event));
-            let tx = conn.unchecked_transaction()?;
-            for (id, source, start, no_snapshot, no_clip) in pending {
-                if no_snapshot && let Some(f) = snapshot_of(&files, &source, start) {
-                    tx.execute(
-                        "UPDATE events SET snapshot = ?1 WHERE id = ?2",
-                        params![f.path.to_string_lossy(), id],
-                    )?;
-                }
-                if no_clip && let Some(f) = clip_of(&files, &source, start) {
-                    tx.execute(
-                        "UPDATE events SET clip = ?1 WHERE id = ?2",
-                        params![f.path.to_string_lossy(), id],
-                    )?;
-                }
-            }
-            tx.commit()
-        })();
-        if let Err(e) = result {
+        self.pending.retain(|p| p.since.elapsed() < LINK_WINDOW);
+        if self.pending.is_empty() {
+            return;
+        }
+        let files = self.storage.files(Some(Class::Event));
+        if let Err(e) = link::link(conn, &files, &mut self.pending) {
             self.fail(&format!("cannot name snapshots and clips: {e}"));
         }
     }
@@ -271,29 +298,35 @@ impl Writer {
     }
 }
 
+/// A new row, at one instant.
+const INSERT: &str =
+    "INSERT INTO events (start_ms, end_ms, source, kind, label, track_id, score, step, place,
+     direction, box) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
 /// Writes one frame's facts; returns the rows added.
 fn apply(
     tx: &Transaction<'_>,
     facts: &Facts,
-    tracks: &mut HashMap<(Arc<str>, Arc<str>, u64), Open>,
-    motion: &mut HashMap<(Arc<str>, Arc<str>), Open>,
+    at: i64,
+    (tracks, motion): (&mut Tracks, &mut Motion),
+    pending: &mut Vec<Pending>,
 ) -> rusqlite::Result<u64> {
-    let at = millis(facts.at);
     let source = &facts.source;
     let mut rows = 0;
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO events (start_ms, end_ms, source, kind, label, track_id, score, step, place,
-         direction, box) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?;
+    let mut insert = tx.prepare_cached(INSERT)?;
     for (step, list) in &facts.tracks {
         for t in list.iter().filter(|t| !t.predicted) {
             let score = f64::from(t.detection.confidence);
             let key = (source.clone(), step.clone(), t.track_id);
             if let Some(open) = tracks.get_mut(&key) {
-                open.last = at;
-                open.score = open.score.max(score);
-                open.dirty = true;
-                continue;
+                if seen_since(open, at, TRACK_GONE) {
+                    open.last = at;
+                    open.score = open.score.max(score);
+                    open.dirty = true;
+                    continue;
+                }
+                // Unseen for longer (its frames came in this batch): its row ended.
+                flush(tx, open)?;
             }
             insert.execute(params![
                 at,
@@ -313,6 +346,7 @@ fn apply(
                 key,
                 Open {
                     row,
+                    start: at,
                     last: at,
                     score,
                     dirty: false,
@@ -320,11 +354,26 @@ fn apply(
             );
         }
     }
+    rows += apply_events(tx, facts, at, pending)?;
+    rows += apply_motion(tx, facts, at, motion)?;
+    Ok(rows)
+}
+
+/// Writes one frame's zone and line events and counts them; returns the rows added. Those
+/// that sinks make files for are added to `pending`, to be linked to them.
+fn apply_events(
+    tx: &Transaction<'_>,
+    facts: &Facts,
+    at: i64,
+    pending: &mut Vec<Pending>,
+) -> rusqlite::Result<u64> {
+    let source = &facts.source;
+    let mut rows = 0;
     let mut count = tx.prepare_cached(
         "INSERT INTO counts (source, step, place, name, minute, n) VALUES (?1, ?2, ?3, ?4, ?5, 1)
          ON CONFLICT (source, step, place, name, minute) DO UPDATE SET n = n + 1",
     )?;
-    for (step, list) in &facts.events {
+    for (step, list, sinks) in &facts.events {
         for e in list.iter() {
             let (kind, direction) = match e.event {
                 EventKind::Enter => ("enter", None),
@@ -333,7 +382,7 @@ fn apply(
                 EventKind::Out => ("crossing", Some("out")),
                 EventKind::Ended => continue,
             };
-            insert.execute(params![
+            tx.prepare_cached(INSERT)?.execute(params![
                 at,
                 &**source,
                 kind,
@@ -346,6 +395,18 @@ fn apply(
                 box_json(&e.bbox),
             ])?;
             rows += 1;
+            if !sinks.is_empty() {
+                pending.push(Pending {
+                    row: tx.last_insert_rowid(),
+                    start: at,
+                    source: source.clone(),
+                    frame: facts.seq,
+                    sinks: sinks.clone(),
+                    since: Instant::now(),
+                    snapshot: false,
+                    clip: false,
+                });
+            }
             count.execute(params![
                 &**source,
                 &**step,
@@ -355,14 +416,29 @@ fn apply(
             ])?;
         }
     }
+    Ok(rows)
+}
+
+/// Writes one frame's motion: a row per stretch; returns the rows added.
+fn apply_motion(
+    tx: &Transaction<'_>,
+    facts: &Facts,
+    at: i64,
+    motion: &mut HashMap<(Arc<str>, Arc<str>), Open>,
+) -> rusqlite::Result<u64> {
+    let source = &facts.source;
+    let mut rows = 0;
     for step in &facts.motion {
         let key = (source.clone(), step.clone());
         if let Some(open) = motion.get_mut(&key) {
-            open.last = at;
-            open.dirty = true;
-            continue;
+            if seen_since(open, at, MOTION_GAP) {
+                open.last = at;
+                open.dirty = true;
+                continue;
+            }
+            flush(tx, open)?;
         }
-        insert.execute(params![
+        tx.prepare_cached(INSERT)?.execute(params![
             at,
             &**source,
             "motion",
@@ -380,6 +456,7 @@ fn apply(
             key,
             Open {
                 row,
+                start: at,
                 last: at,
                 score: 0.0,
                 dirty: false,
@@ -389,58 +466,58 @@ fn apply(
     Ok(rows)
 }
 
-/// Writes the end (and best score) of open rows that moved; closes those unseen for `gone`
-/// (every one when `all`).
+/// Writes the end (and best score) of open rows that moved; closes those unseen for `gone` of
+/// their source's frame time, `now` (every one when `all`).
 fn close_open<K: std::hash::Hash + Eq>(
     tx: &Transaction<'_>,
     open: &mut HashMap<K, Open>,
-    now: i64,
+    now: impl Fn(&K) -> i64,
     gone: Duration,
     all: bool,
 ) -> rusqlite::Result<()> {
-    let mut update = tx.prepare_cached(
-        "UPDATE events SET end_ms = ?1, score = CASE WHEN score IS NULL THEN NULL ELSE ?2 END
-         WHERE id = ?3",
-    )?;
-    let limit = now - gone.as_millis() as i64;
-    for o in open.values_mut().filter(|o| o.dirty) {
-        update.execute(params![o.last, o.score, o.row])?;
-        o.dirty = false;
+    for o in open.values_mut() {
+        flush(tx, o)?;
     }
-    open.retain(|_, o| !all && o.last >= limit);
+    open.retain(|k, o| !all && seen_since(o, now(k), gone));
     Ok(())
+}
+
+/// Whether `open` was seen within `gone` before `now` (frame times).
+fn seen_since(open: &Open, now: i64, gone: Duration) -> bool {
+    open.last >= now.saturating_sub(gone.as_millis() as i64)
+}
+
+/// Writes the end (and best score) of `open`'s row if it moved.
+fn flush(tx: &Transaction<'_>, open: &mut Open) -> rusqlite::Result<()> {
+    if open.dirty {
+        tx.prepare_cached(
+            "UPDATE events SET end_ms = ?1, score = CASE WHEN score IS NULL THEN NULL ELSE ?2 END
+             WHERE id = ?3",
+        )?
+        .execute(params![open.last, open.score, open.row])?;
+        open.dirty = false;
+    }
+    Ok(())
+}
+
+/// Whether the file of `conn` holds row `row`, with its start and source.
+fn holds(conn: &Connection, row: i64, start: i64, source: &str) -> bool {
+    conn.query_row(
+        "SELECT 1 FROM events WHERE id = ?1 AND start_ms = ?2 AND source = ?3",
+        params![row, start, source],
+        |_| Ok(()),
+    )
+    .is_ok()
+}
+
+/// The device and inode of the file at `path`, if there is one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn box_json(b: &BBox) -> String {
     format!("[{:.1},{:.1},{:.1},{:.1}]", b.x, b.y, b.width, b.height)
-}
-
-fn has_extension(path: &Path, ext: &str) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case(ext))
-}
-
-/// The JPEG of `source` written nearest to `start`, within [`SNAPSHOT_NEAR`].
-fn snapshot_of<'a>(files: &'a [StoredFile], source: &str, start: i64) -> Option<&'a StoredFile> {
-    files
-        .iter()
-        .filter(|f| &*f.source == source && has_extension(&f.path, "jpg"))
-        .map(|f| (f, (millis(f.created) - start).abs()))
-        .filter(|(_, d)| *d <= SNAPSHOT_NEAR.as_millis() as i64)
-        .min_by_key(|(_, d)| *d)
-        .map(|(f, _)| f)
-}
-
-/// The finished clip of `source` that holds `start`: begun before it (its trigger, give or take
-/// the sink's lag), finished after it.
-fn clip_of<'a>(files: &'a [StoredFile], source: &str, start: i64) -> Option<&'a StoredFile> {
-    let lag = SNAPSHOT_NEAR.as_millis() as i64;
-    files
-        .iter()
-        .filter(|f| &*f.source == source && has_extension(&f.path, "mp4"))
-        .filter(|f| millis(f.created) <= start + lag)
-        .filter(|f| f.closed.is_some_and(|c| millis(c) >= start))
-        .max_by_key(|f| f.created)
 }
 
 /// Renames a damaged database (and its WAL) to `NAME.corrupt-MS`: nothing is destroyed.

@@ -187,13 +187,14 @@ struct Snapshot {
 
 /// Writes `bytes` to a new file at `path`, or at `path` with `-1`, `-2`... before its extension
 /// when that name is taken: an existing file is never replaced. The file is indexed in `files`
-/// once made (so a name taken by someone else is never claimed); on a full disk the storage
-/// purges by its policies and the write is tried once more, else the empty file is removed.
+/// once made (so a name taken by someone else is never claimed), as made for frame `seq` of
+/// `source`; on a full disk the storage purges by its policies and the write is tried once
+/// more, else the empty file is removed.
 fn write_new(
     path: &Path,
     bytes: &[u8],
     files: &SinkFiles,
-    source: &str,
+    (source, seq): (&str, u64),
 ) -> Result<PathBuf, SinkError> {
     let (mut file, candidate) = naming::create_new(path, Counter::Dash)?;
     let io = |source| SinkError::Io {
@@ -201,6 +202,7 @@ fn write_new(
         source,
     };
     let writing = files.create(&candidate, source).map_err(io)?;
+    writing.made_for(seq);
     let mut written = file.write_all(bytes);
     if let Err(e) = &written
         && crate::storage::is_full(e)
@@ -274,7 +276,7 @@ impl Sink for Snapshot {
                 &self.dir.join(format!("{name}.jpg")),
                 self.encode(mat)?.as_slice(),
                 &self.files,
-                &frame.source,
+                (&frame.source, frame.seq),
             )?;
             written += 1;
         } else {
@@ -299,7 +301,7 @@ impl Sink for Snapshot {
                     &self.dir.join(format!("{name}-{i}-{class}.jpg")),
                     self.encode(&crop)?.as_slice(),
                     &self.files,
-                    &frame.source,
+                    (&frame.source, frame.seq),
                 )?;
                 written += 1;
             }
@@ -337,8 +339,8 @@ mod tests {
         let files = storage.sink("snap", policy);
         let path = dir.path().join("cam-000001-x.jpg");
         std::fs::write(&path, b"a user's").unwrap();
-        let first = write_new(&path, b"first", &files, "cam").unwrap();
-        let second = write_new(&path, b"second", &files, "cam").unwrap();
+        let first = write_new(&path, b"first", &files, ("cam", 1)).unwrap();
+        let second = write_new(&path, b"second", &files, ("cam", 1)).unwrap();
         assert_eq!(first, dir.path().join("cam-000001-x-1.jpg"));
         assert_eq!(second, dir.path().join("cam-000001-x-2.jpg"));
         assert_eq!(std::fs::read(&path).unwrap(), b"a user's");

@@ -32,6 +32,7 @@ use super::common::geometry::{
     ANCHOR_DOC, Anchor, CLASSES_DOC, Point, RawPoints, Segment, stay_in_pixels,
 };
 use super::common::per_source::PerSource;
+use super::common::reid::{REID_DISTANCE_DOC, REID_FRAMES_DOC, Reid};
 use super::zone_count::{COUNTS_EVENTS_OUT, TRACKS_IN};
 use super::{Shape, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
@@ -40,10 +41,6 @@ use crate::value::{Counts, Event, EventKind, Track, Value};
 
 /// Default `dead_band`: a few pixels absorb a detector's box jitter at a standstill.
 const DEFAULT_DEAD_BAND: f32 = 3.0;
-/// Default `reid_distance` (pixels): about a stride of a person near the camera.
-const DEFAULT_REID_DISTANCE: f32 = 40.0;
-/// Default `reid_frames`: a few seconds at common frame rates.
-const DEFAULT_REID_FRAMES: u64 = 30;
 
 pub(super) static KIND: StepKind = StepKind {
     name: "line_counter",
@@ -69,18 +66,8 @@ pub(super) static KIND: StepKind = StepKind {
             default: "3.0",
             doc: "positions closer to the line than this (pixels) have no side, against jitter",
         },
-        ParamDoc {
-            name: "reid_distance",
-            ty: "float >= 0",
-            default: "40.0",
-            doc: "a new track ID first seen this close (pixels) to where a lost one was last seen takes its place, so it is not counted again: more catches longer jumps, and may merge two people (0: off)",
-        },
-        ParamDoc {
-            name: "reid_frames",
-            ty: "integer in [0, 100000]",
-            default: "30",
-            doc: "frames a lost track is remembered, for its ID coming back or a new ID taking its place",
-        },
+        REID_DISTANCE_DOC,
+        REID_FRAMES_DOC,
         CLASSES_DOC,
         ANCHOR_DOC,
     ],
@@ -131,31 +118,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
         Some(d) => d.into_inner(),
         None => DEFAULT_DEAD_BAND,
     };
-    let reid_distance = match c.reid_distance {
-        Some(d) if !(d.get_ref().is_finite() && *d.get_ref() >= 0.0) => {
-            return Err(Diagnostic::at(
-                d.span(),
-                format!("reid_distance must be a number >= 0, not {}", d.get_ref()),
-            ));
-        }
-        Some(d) => d.into_inner(),
-        None => DEFAULT_REID_DISTANCE,
-    };
-    let reid_frames = match c.reid_frames {
-        Some(n) => u64::try_from(*n.get_ref())
-            .ok()
-            .filter(|n| *n <= 100_000)
-            .ok_or_else(|| {
-                Diagnostic::at(
-                    n.span(),
-                    format!(
-                        "reid_frames must be a whole number from 0 to 100000, not {}",
-                        n.get_ref()
-                    ),
-                )
-            })?,
-        None => DEFAULT_REID_FRAMES,
-    };
+    let reid = Reid::parse(c.reid_distance, c.reid_frames)?;
     Ok(Box::new(LineCounter {
         line: Line {
             segment,
@@ -163,8 +126,8 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             dead_band,
             classes: c.classes.map(|cs| cs.into_iter().map(Arc::from).collect()),
             anchor: c.anchor.unwrap_or_default(),
-            reid_distance,
-            reid_frames,
+            reid_distance: reid.distance,
+            reid_frames: reid.frames,
         },
         states: PerSource::default(),
     }))
@@ -335,8 +298,8 @@ mod tests {
             dead_band: DEFAULT_DEAD_BAND,
             classes: None,
             anchor: Anchor::BottomCenter,
-            reid_distance: DEFAULT_REID_DISTANCE,
-            reid_frames: DEFAULT_REID_FRAMES,
+            reid_distance: Reid::default().distance,
+            reid_frames: Reid::default().frames,
         }
     }
 

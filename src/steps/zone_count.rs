@@ -2,9 +2,15 @@
 //!
 //! A track's position is judged only on frames where it was seen (`predicted: false`); while
 //! the tracker only predicts it, it stays where it was last seen (inside or not), so a short
-//! occlusion never reads as a leave and a re-enter. When a track is absent from the input it is
-//! gone for good: it leaves every zone it was in, on that frame, with the box it was last seen
-//! with. Stateful: one state per source ([`PerSource`]), frames in order.
+//! occlusion never reads as a leave and a re-enter. A track absent from the input (the tracker
+//! missed it: with its default `report_lost = 0` a single missed detection does that) is
+//! remembered for `reid_frames` frames, still inside the zones it was in and counted there: back
+//! under its ID it goes on from there, and a *new* ID first seen within `reid_distance` pixels
+//! of where it was last seen takes its place (the tracker found it again under another ID), so
+//! neither says leave and enter again. A track absent for longer is gone: it leaves every zone
+//! it was in, on that frame, with the box it was last seen with. The hysteresis is
+//! `line_counter`'s (`common::reid`). Stateful: one state per source ([`PerSource`]), frames in
+//! order.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,9 +18,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::common::geometry::{
-    ANCHOR_DOC, Anchor, CLASSES_DOC, Polygon, RawPoints, stay_in_pixels,
+    ANCHOR_DOC, Anchor, CLASSES_DOC, Point, Polygon, RawPoints, stay_in_pixels,
 };
 use super::common::per_source::PerSource;
+use super::common::reid::{REID_DISTANCE_DOC, REID_FRAMES_DOC, Reid};
 use super::{Port, Shape, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::frame::Format;
 use crate::spec::{Diagnostic, ParamDoc, Params};
@@ -53,6 +60,8 @@ pub(super) static KIND: StepKind = StepKind {
         },
         CLASSES_DOC,
         ANCHOR_DOC,
+        REID_DISTANCE_DOC,
+        REID_FRAMES_DOC,
     ],
     stateful: true,
     build,
@@ -64,6 +73,8 @@ struct Config {
     zones: toml::Spanned<BTreeMap<String, RawPoints>>,
     classes: Option<Vec<String>>,
     anchor: Option<Anchor>,
+    reid_distance: Option<toml::Spanned<f32>>,
+    reid_frames: Option<toml::Spanned<i64>>,
 }
 
 #[derive(Debug)]
@@ -79,6 +90,7 @@ struct Zones {
     polygons: Vec<Polygon>,
     classes: Option<Vec<Arc<str>>>,
     anchor: Anchor,
+    reid: Reid,
 }
 
 fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
@@ -101,6 +113,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
             polygons,
             classes: c.classes.map(|cs| cs.into_iter().map(Arc::from).collect()),
             anchor: c.anchor.unwrap_or_default(),
+            reid: Reid::parse(c.reid_distance, c.reid_frames)?,
         },
         states: PerSource::default(),
     }))
@@ -142,25 +155,33 @@ impl Step for ZoneCount {
     }
 }
 
-/// What one source's tracks were last seen doing.
+/// What one source's tracks, live or lately lost, were last seen doing.
 #[derive(Debug, Default)]
 struct ZoneState {
+    /// Frames taken so far.
+    frame: u64,
     tracks: HashMap<u64, Inside>,
 }
 
-/// One track: which zones it is in (by zone index) and how it was last seen.
+/// One track: which zones it is in (by zone index), how and where it was last seen, and when
+/// it was last in the input.
 #[derive(Debug)]
 struct Inside {
     zones: Vec<bool>,
     class: Arc<str>,
     bbox: BBox,
+    at: Point,
+    /// The frame (of this state's count) it was last in the input.
+    present: u64,
 }
 
 impl ZoneState {
     /// Takes one frame's tracks; gives the counts now and this frame's events: enters and
     /// leaves of the tracks in input order (zones in name order), then the leaves of the tracks
-    /// that ended, by track ID.
+    /// that ended (absent for more than `reid_frames`), by track ID.
     fn update(&mut self, zones: &Zones, tracks: &[Track]) -> (Counts, Vec<Event>) {
+        self.frame += 1;
+        let now = self.frame;
         let mut events = Vec::new();
         let event = |kind, zone: usize, id, class: &Arc<str>, bbox| Event {
             event: kind,
@@ -175,20 +196,34 @@ impl ZoneState {
                 .as_ref()
                 .is_none_or(|cs| cs.contains(&t.detection.class))
         });
-        let mut alive = Vec::new();
+        let counted: Vec<&Track> = counted.collect();
+        for t in &counted {
+            if let Some(known) = self.tracks.get_mut(&t.track_id) {
+                known.present = now;
+            }
+        }
         for t in counted {
-            alive.push(t.track_id);
             if t.predicted {
                 continue;
             }
             let d = &t.detection;
             let at = zones.anchor.of(&d.bbox);
-            let state = self.tracks.entry(t.track_id).or_insert_with(|| Inside {
-                zones: vec![false; zones.polygons.len()],
-                class: d.class.clone(),
-                bbox: d.bbox,
-            });
+            if !self.tracks.contains_key(&t.track_id) {
+                let state = self.take_lost_near(zones, at).unwrap_or_else(|| Inside {
+                    zones: vec![false; zones.polygons.len()],
+                    class: d.class.clone(),
+                    bbox: d.bbox,
+                    at,
+                    present: now,
+                });
+                self.tracks.insert(t.track_id, state);
+            }
+            let Some(state) = self.tracks.get_mut(&t.track_id) else {
+                continue;
+            };
             state.bbox = d.bbox;
+            state.at = at;
+            state.present = now;
             for (z, polygon) in zones.polygons.iter().enumerate() {
                 let now = polygon.contains(at);
                 if now != state.zones[z] {
@@ -204,9 +239,9 @@ impl ZoneState {
         }
         let mut ended: Vec<u64> = self
             .tracks
-            .keys()
-            .copied()
-            .filter(|id| !alive.contains(id))
+            .iter()
+            .filter(|(_, s)| now - s.present > zones.reid.frames)
+            .map(|(id, _)| *id)
             .collect();
         ended.sort_unstable();
         for id in ended {
@@ -226,6 +261,18 @@ impl ZoneState {
             })
             .collect();
         (Counts(counts), events)
+    }
+
+    /// Removes and gives the lost track (absent from this frame's input) last seen nearest to
+    /// `at`, within `reid_distance`.
+    fn take_lost_near(&mut self, zones: &Zones, at: Point) -> Option<Inside> {
+        let gap = |s: &Inside| (s.at[0] - at[0]).hypot(s.at[1] - at[1]);
+        let (&id, _) = self
+            .tracks
+            .iter()
+            .filter(|(_, s)| s.present < self.frame && gap(s) <= zones.reid.distance)
+            .min_by(|a, b| gap(a.1).total_cmp(&gap(b.1)))?;
+        self.tracks.remove(&id)
     }
 }
 
@@ -249,6 +296,7 @@ mod tests {
             polygons: vec![square(0.0), square(100.0)],
             classes: None,
             anchor: Anchor::BottomCenter,
+            reid: Reid::default(),
         }
     }
 
@@ -351,13 +399,91 @@ mod tests {
         let (zones, mut state) = (zones(), ZoneState::default());
         state.update(&zones, &[seen(1, 50.0, 50.0), seen(2, 150.0, 50.0)]);
         state.update(&zones, &[predicted(1, 55.0, 50.0), seen(2, 150.0, 50.0)]);
+        // Absent for reid_frames frames: still inside, counted.
+        for _ in 0..zones.reid.frames {
+            let (c, e) = state.update(&zones, &[seen(2, 150.0, 50.0)]);
+            assert!(e.is_empty(), "{e:?}");
+            assert_eq!(counts(&c), "a=1 b=1");
+        }
         let (c, e) = state.update(&zones, &[seen(2, 150.0, 50.0)]);
         assert_eq!(said(&e), vec![(EventKind::Leave, 1, "a")]);
         assert_eq!(e[0].bbox, seen(1, 50.0, 50.0).detection.bbox);
         assert_eq!(counts(&c), "a=0 b=1");
         // Gone for good: nothing more about it.
-        let (_, e) = state.update(&zones, &[]);
-        assert_eq!(said(&e), vec![(EventKind::Leave, 2, "b")]);
+        let mut last = Vec::new();
+        for _ in 0..=zones.reid.frames {
+            let (_, e) = state.update(&zones, &[]);
+            last.extend(said(&e).into_iter().map(|(k, id, z)| (k, id, z.to_owned())));
+        }
+        assert_eq!(last, vec![(EventKind::Leave, 2, "b".to_owned())]);
+    }
+
+    #[test]
+    fn a_track_the_tracker_misses_for_a_frame_neither_leaves_nor_reenters() {
+        // With the tracker's default report_lost = 0, a missed detection is a frame without
+        // the track.
+        let (zones, mut state) = (zones(), ZoneState::default());
+        let (_, e) = state.update(&zones, &[seen(1, 50.0, 50.0)]);
+        assert_eq!(said(&e), vec![(EventKind::Enter, 1, "a")]);
+        let (c, e) = state.update(&zones, &[]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(counts(&c), "a=1 b=0");
+        let (c, e) = state.update(&zones, &[seen(1, 52.0, 50.0)]);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(counts(&c), "a=1 b=0");
+        // Without the memory (reid_frames = 0): a leave and an enter, as before.
+        let mut off = zones;
+        off.reid.frames = 0;
+        let mut state = ZoneState::default();
+        state.update(&off, &[seen(1, 50.0, 50.0)]);
+        let (_, left) = state.update(&off, &[]);
+        let (_, back) = state.update(&off, &[seen(1, 52.0, 50.0)]);
+        assert_eq!(said(&left), vec![(EventKind::Leave, 1, "a")]);
+        assert_eq!(said(&back), vec![(EventKind::Enter, 1, "a")]);
+    }
+
+    #[test]
+    fn a_track_found_again_under_a_new_id_nearby_takes_its_place() {
+        use EventKind::{Enter, Leave};
+        let (zones, mut state) = (zones(), ZoneState::default());
+        let mut all = Vec::new();
+        let mut inside = Vec::new();
+        // Track 1 enters "a" and is lost; track 2 comes up 10 px away, then walks into "b".
+        // Track 3, far from where track 1 was lost, is someone else.
+        let frames: [&[Track]; 5] = [
+            &[seen(1, 50.0, 50.0)],
+            &[],
+            &[seen(2, 58.0, 56.0), seen(3, 10.0, 10.0)],
+            &[seen(2, 90.0, 56.0), seen(3, 10.0, 10.0)],
+            &[seen(2, 150.0, 56.0), seen(3, 10.0, 10.0)],
+        ];
+        for tracks in frames {
+            let (c, e) = state.update(&zones, tracks);
+            inside.push(counts(&c));
+            all.extend(said(&e).into_iter().map(|(k, id, z)| (k, id, z.to_owned())));
+        }
+        assert_eq!(
+            all,
+            vec![
+                (Enter, 1, "a".to_owned()),
+                (Enter, 3, "a".to_owned()),
+                (Leave, 2, "a".to_owned()),
+                (Enter, 2, "b".to_owned()),
+            ]
+        );
+        assert_eq!(
+            inside,
+            vec!["a=1 b=0", "a=1 b=0", "a=2 b=0", "a=2 b=0", "a=1 b=1"]
+        );
+        // Without the take-over, track 2 enters again and track 1 stays counted meanwhile.
+        let mut off = zones;
+        off.reid.distance = 0.0;
+        let mut state = ZoneState::default();
+        state.update(&off, frames[0]);
+        state.update(&off, frames[1]);
+        let (c, e) = state.update(&off, frames[2]);
+        assert_eq!(said(&e), vec![(Enter, 2, "a"), (Enter, 3, "a")]);
+        assert_eq!(counts(&c), "a=3 b=0");
     }
 
     #[test]

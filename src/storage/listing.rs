@@ -20,6 +20,8 @@ pub struct StoredFile {
     /// When it was finished; `None` while it is written (or if its run ended first).
     pub closed: Option<SystemTime>,
     pub bytes: u64,
+    /// The frames of its source (first and last number) its sink made it for.
+    pub made_for: Option<(u64, u64)>,
 }
 
 impl Storage {
@@ -38,6 +40,7 @@ impl Storage {
                 created: e.created,
                 closed: e.closed,
                 bytes: e.bytes,
+                made_for: e.made_for,
             })
             .collect()
     }

@@ -588,6 +588,12 @@ impl Writing {
         &self.path
     }
 
+    /// Says the file was made for frame `seq` of its source (a snapshot of it, a clip it
+    /// triggered): what links it to the frame's events.
+    pub fn made_for(&self, seq: u64) {
+        lock(&self.files.storage.shared.state).made_for(&self.path, seq);
+    }
+
     /// Finishes the file, removing it if nothing was written to it (a disk that was full
     /// from its first byte).
     pub fn discard_if_empty(self) {

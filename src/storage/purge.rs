@@ -46,6 +46,9 @@ pub(super) struct Entry {
     /// still counts against its caps and stays in the index, but passes leave it alone for
     /// [`DELETE_RETRY`] and free room with other files.
     pub undeletable: Option<std::time::Instant>,
+    /// The frames of its source (first and last number) it was made for, as its sink said
+    /// (`Writing::made_for`); not kept in the index: a file of an earlier run has none.
+    pub made_for: Option<(u64, u64)>,
 }
 
 impl Entry {
@@ -201,6 +204,7 @@ impl State {
                         bytes,
                         open: false,
                         undeletable: None,
+                        made_for: None,
                     },
                 );
             }
@@ -259,9 +263,26 @@ impl State {
                 bytes: disk::file_size(path).unwrap_or(0),
                 open: true,
                 undeletable: None,
+                made_for: None,
             },
         );
         Ok(())
+    }
+
+    /// Adds frame `seq` to those `path` was made for.
+    pub(super) fn made_for(&mut self, path: &Path, seq: u64) {
+        let Some(entry) = self
+            .by_path
+            .get(path)
+            .and_then(|id| self.entries.get_mut(id))
+        else {
+            return;
+        };
+        entry.made_for = Some(
+            entry
+                .made_for
+                .map_or((seq, seq), |(first, last)| (first.min(seq), last.max(seq))),
+        );
     }
 
     /// Marks `path` finished: its size is taken, and written in the index.

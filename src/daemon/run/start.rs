@@ -18,7 +18,7 @@ use super::super::shutdown::{Delivered, StopDeadline, close_in_order, close_sink
 use super::super::supervise::{
     Channels, FromExecutor, OpenSink, RunParts, RunningSource, Segment, Supervisor, executor_thread,
 };
-use super::super::taps::Taps;
+use super::super::taps::{self, Taps};
 use super::super::{DaemonError, Failure, Live, RunOptions, Shutdown, notify};
 use crate::config::{ExecutorConfig, SinkConfig, Written};
 use crate::events::EventStore;
@@ -164,7 +164,8 @@ impl Starting {
         let (to_tx, to_rx) = crossbeam_channel::bounded::<Segment>(1);
         let handing_over = Arc::new(AtomicBool::new(false));
         let live = parts.live;
-        let taps = Arc::new(Taps::new(&parts.graph, parts.events, live.clone()));
+        let sinks = taps::triggers(self.sinks.iter().map(|s| (s.runner.name(), &s.inputs[..])));
+        let taps = Arc::new(Taps::new(&parts.graph, parts.events, live.clone(), &sinks));
         let first = Segment {
             queues: queues.clone(),
             sinks: self.sinks.iter().map(|s| s.runner.sender()).collect(),

@@ -248,7 +248,9 @@ impl Supervisor {
         let kept = plan.kept_steps.iter().flatten().count();
         self.parts.graph = Arc::new(Graph::new(steps));
         self.parts.last_counts = Arc::new(self.parts.last_counts.carried_to(&self.parts.graph));
-        self.parts.taps = Arc::new(self.parts.taps.for_graph(&self.parts.graph));
+        let sinks = (self.parts.sinks.iter()).map(|s| (s.runner.name(), &s.inputs[..]));
+        let sinks = super::super::taps::triggers(sinks);
+        self.parts.taps = Arc::new(self.parts.taps.for_graph(&self.parts.graph, &sinks));
         self.parts.written = std::mem::take(&mut new.written);
 
         // Sources: restarted and new ones start now.

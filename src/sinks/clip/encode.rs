@@ -107,6 +107,9 @@ struct SourceClips {
     /// Each pushed image's encoder time, frame number and capture time, until it is encoded
     /// (for the clip's name and its line in the index).
     pushed: VecDeque<(gst::ClockTime, u64, std::time::SystemTime)>,
+    /// Each trigger's encoder time and frame number, until its encoded frame is written to a
+    /// clip (which is then said to be made for it) or can no longer be.
+    triggers: VecDeque<(gst::ClockTime, u64)>,
 }
 
 impl SourceClips {
@@ -168,6 +171,7 @@ impl SourceClips {
             writer: None,
             trigger: None,
             pushed: VecDeque::new(),
+            triggers: VecDeque::new(),
         })
     }
 
@@ -290,6 +294,10 @@ impl SourceClips {
             // No keyframe at all: nothing here can start a clip.
             None => self.ring.clear(),
         }
+        // A trigger before what the ring keeps can be in no clip now.
+        let oldest = self.ring.front().map(|e| e.pts);
+        self.triggers
+            .retain(|(at, _)| oldest.map_or(*at > newest, |o| *at >= o));
     }
 
     /// Opens a clip file whose first frame is the latest keyframe at least `pre_roll` before the
@@ -358,6 +366,12 @@ impl SourceClips {
         }
         writer.end = encoded.pts;
         writer.frames += 1;
+        while let Some(&(at, seq)) = self.triggers.front()
+            && at <= encoded.pts
+        {
+            writer.file.made_for(seq);
+            self.triggers.pop_front();
+        }
         while self
             .pushed
             .front()
@@ -473,6 +487,7 @@ impl Sink for ClipSink {
         let pts = clips.push(settings, result, &image, at)?;
         if triggered {
             clips.trigger = Some(pts);
+            clips.triggers.push_back((pts, frame.seq));
         }
         clips.pull(settings, gst::ClockTime::ZERO)?;
         Ok(true)

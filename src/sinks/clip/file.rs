@@ -91,6 +91,13 @@ impl ClipFile {
         }))
     }
 
+    /// Says the clip was made for frame `seq` of its source (a trigger written into it).
+    pub(super) fn made_for(&self, seq: u64) {
+        if let Some(writing) = &self._writing {
+            writing.made_for(seq);
+        }
+    }
+
     pub(super) fn push(&self, buffer: gst::Buffer) -> Result<(), SinkError> {
         self.appsrc
             .push_buffer(buffer)

@@ -65,6 +65,8 @@ pub(super) struct Moment {
     pts: Option<Duration>,
     clock: Option<Arc<CameraClock>>,
     pub(super) triggered: bool,
+    /// Its frame number.
+    pub(super) seq: u64,
 }
 
 impl Moment {
@@ -74,6 +76,7 @@ impl Moment {
             pts: frame.pts,
             clock: frame.clock.clone(),
             triggered,
+            seq: frame.seq,
         }
     }
 
@@ -85,6 +88,7 @@ impl Moment {
             pts: Some(pts),
             clock: None,
             triggered,
+            seq: 0,
         }
     }
 
@@ -172,6 +176,7 @@ mod tests {
             pts: Some(Duration::from_secs(2)),
             clock: Some(Arc::new(clock)),
             triggered: true,
+            seq: 0,
         }
     }
 

@@ -187,6 +187,8 @@ struct Work {
     progress: Option<Moment>,
     /// The last trigger, while it still calls for video.
     trigger: Option<Moment>,
+    /// The frame numbers of triggers not yet in a clip: the next clip written is made for them.
+    made_for: Vec<u64>,
     clip: Option<Clip>,
     /// The ring outgrew its bounds once already (said once).
     said_far_ahead: bool,
@@ -202,6 +204,7 @@ impl PacketWork for Work {
     fn moment(&mut self, on: &mut Common, m: Moment) {
         if m.triggered {
             self.trigger = Some(m.clone());
+            self.made_for.push(m.seq);
         }
         self.progress = Some(m);
         self.advance(on, false);
@@ -246,6 +249,7 @@ impl Work {
             live: true,
             progress: None,
             trigger: None,
+            made_for: Vec::new(),
             clip: None,
             said_far_ahead: false,
             bounds: Bounds {
@@ -270,8 +274,14 @@ impl Work {
                     if ended || self.past(end, timing) && beyond {
                         // No keyframe to start from before the post-roll ran out.
                         self.trigger = None;
+                        self.made_for.clear();
                     }
                     break;
+                }
+            }
+            if let Some(clip) = &self.clip {
+                for seq in self.made_for.drain(..) {
+                    clip.file.made_for(seq);
                 }
             }
             if !self.write_up_to(on, end) {
