@@ -315,6 +315,8 @@ mod tests {
     /// A kind that takes a packet only when its gate opens (a disk too slow for the stream:
     /// the subscription fills), and says what it was given.
     struct Slow {
+        /// Told when a packet is taken from the subscription, before the gate.
+        taking: Sender<()>,
         gate: Receiver<()>,
         seen: Sender<Seen>,
     }
@@ -326,6 +328,7 @@ mod tests {
         const FAILED: &'static str = "slow: failed";
 
         fn packet(&mut self, _: &mut Common, packet: Packet) {
+            let _ = self.taking.send(());
             let _ = self.gate.recv();
             let keyframe = packet.keyframe();
             let _ = self.seen.send(Seen::Packet { keyframe });
@@ -344,7 +347,9 @@ mod tests {
         let (source, sink): (Arc<str>, &str) = ("gap-at-once".into(), "rec-gap-at-once");
         let (open, gate) = crossbeam_channel::unbounded();
         let (seen_tx, seen) = crossbeam_channel::unbounded();
+        let (taking, taken) = crossbeam_channel::unbounded();
         let work = Slow {
+            taking,
             gate,
             seen: seen_tx,
         };
@@ -354,6 +359,7 @@ mod tests {
         // The thread takes the keyframe and waits at its gate; the queue fills, and the next
         // packet of the live stream is lost.
         topic.publish(&packet(true), false);
+        assert_eq!(taken.recv_timeout(GUARD), Ok(()));
         for _ in 0..=SUBSCRIPTION_PACKETS {
             topic.publish(&packet(false), false);
         }
