@@ -13,24 +13,16 @@ mod common;
 mod http_client;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Running, spawn, write};
+use common::{Running, free_port, spawn, write};
 use http_client::{request, wait_until};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
 const TOKEN: &str = "t0ken-of-the-day";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn start(dir: &Path) -> (Running, u16) {
     let port = free_port();

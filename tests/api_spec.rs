@@ -11,8 +11,9 @@ mod http_client;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use common::free_port;
 use common::{repo_root, spawn_run, write};
-use http_client::{free_port, get, wait_until};
+use http_client::{get, wait_until};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(90);

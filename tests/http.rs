@@ -12,9 +12,10 @@ mod rtsp;
 
 use std::time::Duration;
 
+use common::free_port;
 use common::{read_json, spawn_run, write};
 use http_client::{get, request, scrape, value, wait_for_frames, wait_until};
-use rtsp::{RtspServer, RtspServerOptions, free_port};
+use rtsp::{RtspServer, RtspServerOptions};
 
 /// Guards against a hang only: a loaded machine may be slow, never wrong.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -22,7 +23,7 @@ const DEADLINE: Duration = Duration::from_secs(120);
 #[test]
 fn metrics_parse_as_prometheus_text_and_match_the_jsonl_lines_and_the_stats() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     // `clip` is the short run measured; the live `cam` keeps the daemon up while it is scraped.
     let p = write(
         dir.path(),
@@ -114,7 +115,7 @@ fn metrics_parse_as_prometheus_text_and_match_the_jsonl_lines_and_the_stats() {
 fn healthz_turns_503_when_the_rtsp_server_is_gone_past_the_stall_limit_and_200_when_it_is_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = RtspServer::start(RtspServerOptions::default()).unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     // Limit: 2 x stall_timeout_ms = 2 s without a frame.
     let p = write(
         dir.path(),
@@ -191,7 +192,7 @@ fn a_port_in_use_stops_the_run_at_once_with_exit_69_naming_the_address() {
 #[test]
 fn unknown_pages_are_404_with_the_pages_that_exist_and_bare_lf_heads_are_read() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir.path(),
         "p.toml",

@@ -17,11 +17,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::free_port;
 use common::{Running, spawn, vidflow, write};
 use http_client::{
     Load, assert_healthz_answers_quickly, load, request, wait_for_baseline, wait_until,
 };
-use rtsp::free_port;
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -33,7 +33,7 @@ const OPS_HUNTER2: &str = "b3BzOmh1bnRlcjI=";
 /// A live source with a preview sink and the endpoint with `http_extra` in `[http]`; the
 /// environment gives `CREDENTIALS_DIRECTORY`. Returns once `/healthz` answers, with the load.
 fn start(dir: &Path, http_extra: &str) -> (Running, u16, Load) {
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir,
         "p.toml",

@@ -16,11 +16,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::free_port;
 use common::{Running, spawn_run, write};
 use http_client::{
     Load, assert_healthz_answers_quickly, get, load, wait_for_baseline, wait_for_frames,
 };
-use rtsp::free_port;
 
 /// Guards against a hang only: a loaded machine may be slow, never wrong.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -29,7 +29,7 @@ const SLOWLORIS_BYTES: usize = 60;
 
 /// A live source and the endpoint; returns once frames flow, with the daemon's load then.
 fn start(dir: &Path) -> (Running, u16, Load) {
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir,
         "p.toml",

@@ -18,26 +18,17 @@ mod common;
 mod http_client;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::{asset, repo_root, run_to_eos, spawn_run, write};
+use common::{asset, free_port, repo_root, run_to_eos, spawn_run, write};
 use headless_chrome::Tab;
 use http_client::{get, wait_until};
 
 /// Frames of the demo's video the street source plays: its first three line crossings are at
 /// frames 23, 60 and 103.
 const STREET_FRAMES: u32 = 140;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The first [`STREET_FRAMES`] frames of the demo's video, as H.264 in MPEG-TS.
 fn street_video(dir: &Path) -> PathBuf {

@@ -15,9 +15,10 @@ mod http_client;
 mod rtsp;
 
 use browser::{DEADLINE, browser, screenshot, wait_js};
+use common::free_port;
 use common::{spawn_run, write};
 use http_client::{get, wait_until};
-use rtsp::{RtspServer, RtspServerOptions, free_port};
+use rtsp::{RtspServer, RtspServerOptions};
 
 const PASSWORD: &str = "pa55-of-the-camera";
 
@@ -42,7 +43,7 @@ fn a_lost_camera_shows_its_last_error_and_its_record_streams_state_without_the_p
         ..RtspServerOptions::default()
     })
     .unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir.path(),
         "p.toml",

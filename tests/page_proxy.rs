@@ -20,9 +20,10 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
+use common::free_port;
 use common::{spawn, write};
 use headless_chrome::protocol::cdp::Emulation;
-use http_client::{free_port, get, wait_until};
+use http_client::{get, wait_until};
 
 const PREFIX: &str = "/cameras";
 /// The endpoint's token (`[http] token_file`).

@@ -21,8 +21,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use common::free_port;
 use common::{Running, spawn, wait_for_lines, write};
-use rtsp::{RtspServer, RtspServerOptions, free_port};
+use rtsp::{RtspServer, RtspServerOptions};
 
 /// Bound for anything that should take a second or two; it only turns a hang into a failure.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -141,7 +142,7 @@ fn everything_shown(
     source: &str,
     ready: impl FnOnce(&Running),
 ) -> Vec<(&'static str, String)> {
-    let http_port = free_port().unwrap();
+    let http_port = free_port();
     let running = run(dir, &pipeline(dir, source, http_port));
     ready(&running);
     let metrics = metrics(http_port);
@@ -176,7 +177,7 @@ fn frames_arrive(dir: &Path) -> impl FnOnce(&Running) {
 #[test]
 fn a_refusing_camera_never_shows_its_password() {
     let _turn = serial();
-    let camera = free_port().unwrap();
+    let camera = free_port();
     for &(written, decoded) in UNDERSTOOD {
         let dir = tempfile::tempdir().unwrap();
         let uri = format!("uri = \"rtsp://viewer:{written}@127.0.0.1:{camera}/cam\"");
@@ -237,11 +238,11 @@ fn a_password_given_apart_from_the_uri_is_taken_raw_and_never_shown() {
 #[test]
 fn a_raw_hash_question_mark_slash_or_percent_is_a_config_error_that_hides_the_password() {
     let _turn = serial();
-    let camera = free_port().unwrap();
+    let camera = free_port();
     for &written in REFUSED {
         let dir = tempfile::tempdir().unwrap();
         let uri = format!("uri = \"rtsp://viewer:{written}@127.0.0.1:{camera}/cam\"");
-        let p = pipeline(dir.path(), &uri, free_port().unwrap());
+        let p = pipeline(dir.path(), &uri, free_port());
         let out = run(dir.path(), &p).finish(DEADLINE);
         assert_eq!(
             out.status.code(),

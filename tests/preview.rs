@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::free_port;
 use common::{Running, spawn_run, write};
 use http_client::{
     assert_healthz_answers_quickly, get, open, read_part, scrape, value, wait_for_frames,
@@ -25,14 +26,14 @@ use http_client::{
 };
 use opencv::core::{Mat, MatTraitConst, Rect, Vector};
 use opencv::imgcodecs;
-use rtsp::{RtspServer, RtspServerOptions, free_port};
+use rtsp::{RtspServer, RtspServerOptions};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
 
 /// `cam` (a moving ball) has a preview sink; `still` has none.
 fn start(dir: &Path) -> (Running, u16) {
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir,
         "p.toml",
@@ -303,7 +304,7 @@ fn watchers(port: u16, source: &str) -> Option<f64> {
 fn a_watcher_whose_source_stalls_is_let_go_and_its_slot_freed() {
     let dir = tempfile::tempdir().unwrap();
     let server = RtspServer::start(RtspServerOptions::default()).unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     // A long stall_timeout: the source keeps its session while the server sends no frame.
     let p = write(
         dir.path(),

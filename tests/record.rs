@@ -170,7 +170,7 @@ fn what_was_recorded_before_a_sigkill_plays() {
 fn a_main_stream_lost_and_back_never_stops_detection_and_records_in_a_new_segment() {
     let dir = tempfile::tempdir().unwrap();
     let (main, mut main_server, sub_server) = camera_on_two_servers(dir.path(), 450);
-    let port = rtsp::free_port().unwrap();
+    let port = common::free_port();
     let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
     let text = pipeline_with(
         &sub_server.url("/sub"),
@@ -282,7 +282,7 @@ fn healthz_until(port: u16, status: u16, what: &str) -> String {
 fn a_recording_that_writes_nothing_or_fails_is_unhealthy_with_its_reason_until_it_writes_again() {
     let dir = tempfile::tempdir().unwrap();
     let (_, mut main_server, sub_server) = camera_on_two_servers(dir.path(), 900);
-    let port = rtsp::free_port().unwrap();
+    let port = common::free_port();
     let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
     let text = pipeline_with(
         &sub_server.url("/sub"),
@@ -354,7 +354,7 @@ fn a_record_sink_changed_by_a_reload_hands_over_without_overlap_and_its_counts_g
         "each frame of the file is its own"
     );
     let server = FileServer::start(&[("/main", main)]).unwrap();
-    let port = rtsp::free_port().unwrap();
+    let port = common::free_port();
     let http = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n");
     let text = pipeline_with(&server.url("/main"), None, 60, &http);
     let file = write(dir.path(), "p.toml", &text);

@@ -118,7 +118,7 @@ fn a_capped_recording_never_passes_its_cap_spares_foreign_files_and_resumes_purg
         std::fs::write(rec.join(name), text).unwrap();
     }
     let cap: u64 = 12_000_000;
-    let port = rtsp::free_port().unwrap();
+    let port = common::free_port();
     let p = pipeline(dir.path(), &disk.path, "max_gb = 0.012", port);
     let mut run = spawn_run(&p, &["--stats-json", "stats.json"], dir.path());
 
@@ -182,7 +182,7 @@ fn a_capped_recording_never_passes_its_cap_spares_foreign_files_and_resumes_purg
     }
 
     // Restarted with a lower cap: the first run's files, known from the index only, go first.
-    let port = rtsp::free_port().unwrap();
+    let port = common::free_port();
     let p = pipeline(dir.path(), &disk.path, "max_gb = 0.006", port);
     let run = spawn_run(&p, &["--stats-json", "stats.json"], dir.path());
     run.wait_for_stderr_times("new video segment", 8, DEADLINE);

@@ -19,8 +19,9 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use common::free_port;
 use common::{Finished, Running, gst_init, jsonl, read_json, spawn, wait_for_lines, write};
-use rtsp::{RtspServer, RtspServerOptions, free_port};
+use rtsp::{RtspServer, RtspServerOptions};
 
 /// Bound for anything that should take a second or two; it only turns a hang into a failure.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -337,7 +338,7 @@ fn an_unreachable_server_is_retried_with_growing_delays() {
     // Loads GStreamer's registry here, so the child does not rebuild it on its clock.
     gst_init();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir.path(),
         "p.toml",

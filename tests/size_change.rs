@@ -20,10 +20,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::free_port;
 use common::*;
 use http_client::{open, read_part, scrape, value};
 use opencv::core::MatTraitConst;
-use rtsp::{RtspServer, RtspServerOptions, free_port};
+use rtsp::{RtspServer, RtspServerOptions};
 
 /// Bound for anything that should take seconds; it only turns a hang into a failure.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -134,7 +135,7 @@ fn preview_size(port: u16) -> (i32, i32) {
 fn a_camera_back_at_another_size_is_recorded_in_new_segments_both_ways() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = RtspServer::start(options(320, 240)).unwrap();
-    let port = free_port().unwrap();
+    let port = free_port();
     let p = write(
         dir.path(),
         "p.toml",

@@ -11,20 +11,11 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// Guards a read against a hang only.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A port nothing listens on now, for a `vidflow` endpoint to take.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A response: status and body; `None` if nothing listens (yet).
 pub fn get(port: u16, path: &str) -> Option<(u16, String)> {

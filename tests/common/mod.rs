@@ -22,6 +22,16 @@ pub fn gst_init() {
     INIT.call_once(|| gst::init().unwrap());
 }
 
+/// A port that was free a moment ago (bound to 0 and released): for a server a test starts, or
+/// for an address nobody listens on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Runs a gst-launch description to end of stream.
 pub fn run_to_eos(description: &str) {
     gst_init();

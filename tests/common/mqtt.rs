@@ -3,7 +3,6 @@
 //! collects what it receives. Used by `tests/mqtt.rs` and `scripts/bench-mqtt`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,20 +21,12 @@ pub struct Broker {
     child: Option<Child>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Broker {
     /// Starts a broker in `dir` that keeps the sessions of offline subscribers across its own
     /// restarts (`persistence`), so a restart mid-run loses nothing a QoS 1 subscriber asked for.
     /// `extra` lines are added to its configuration (e.g. a password file).
     pub fn start(dir: &Path, extra: &str) -> Self {
-        let port = free_port();
+        let port = crate::common::free_port();
         let data = dir.join("mosquitto-data");
         std::fs::create_dir_all(&data).unwrap();
         let conf = dir.join("mosquitto.conf");

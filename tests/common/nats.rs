@@ -4,18 +4,9 @@
 //! `tests/nats.rs` and `scripts/bench-nats`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One `nats-server` process; killed when dropped.
 pub struct NatsServer {
@@ -30,7 +21,7 @@ impl NatsServer {
     /// A single server with JetStream, storing in `dir/NAME`. `extra` is added to its
     /// configuration (e.g. an `authorization { ... }` block).
     pub fn start(dir: &Path, extra: &str) -> Self {
-        let mut s = Self::configure(dir, "n1", free_port(), extra);
+        let mut s = Self::configure(dir, "n1", crate::common::free_port(), extra);
         s.restart();
         s
     }
@@ -97,7 +88,9 @@ impl Drop for NatsServer {
 
 /// `n` servers joined by routes into one JetStream cluster, each started.
 pub fn cluster(dir: &Path, n: usize) -> Vec<NatsServer> {
-    let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+    let ports: Vec<(u16, u16)> = (0..n)
+        .map(|_| (crate::common::free_port(), crate::common::free_port()))
+        .collect();
     let routes: Vec<String> = ports
         .iter()
         .map(|(_, r)| format!("nats-route://127.0.0.1:{r}"))

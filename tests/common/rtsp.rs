@@ -22,7 +22,6 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::fmt::Write as _;
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -342,10 +341,4 @@ fn percent_encode(text: &str) -> String {
         }
     }
     out
-}
-
-/// A port that was free a moment ago (bound to 0 and released); for tests that need a port
-/// nobody listens on.
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
