@@ -158,13 +158,23 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     })
 }
 
-fn open(path: &Path) -> rusqlite::Result<Connection> {
-    schema::open_reader(path)
+/// The store read-only, or `None` while it holds nothing yet: its file not made, or made and
+/// its tables not yet (the writer opens it in its own thread, while the API already answers;
+/// and makes it again after it was deleted). Read as empty, not as unavailable.
+fn open(path: &Path) -> rusqlite::Result<Option<Connection>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let conn = schema::open_reader(path)?;
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    Ok((version > 0).then_some(conn))
 }
 
 /// Events matching `f`, newest first (by id: the order they were recorded in).
 pub fn events(path: &Path, f: &EventFilter) -> Result<Vec<EventRow>, QueryError> {
-    let conn = open(path)?;
+    let Some(conn) = open(path)? else {
+        return Ok(Vec::new());
+    };
     let mut clauses = Vec::new();
     let mut args: Vec<Sql> = Vec::new();
     let mut add = |clause: &str, v: Sql| {
@@ -210,7 +220,9 @@ pub fn events(path: &Path, f: &EventFilter) -> Result<Vec<EventRow>, QueryError>
 
 /// One event, if it exists.
 pub fn event(path: &Path, id: i64) -> Result<Option<EventRow>, QueryError> {
-    let conn = open(path)?;
+    let Some(conn) = open(path)? else {
+        return Ok(None);
+    };
     let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM events WHERE id = ?1"))?;
     let mut rows = stmt.query_map([id], row)?;
     Ok(rows.next().transpose()?)
@@ -280,7 +292,9 @@ impl CountFilter {
 
 /// Counts summed per bucket, oldest first.
 pub fn counts(path: &Path, f: &CountFilter) -> Result<Vec<CountRow>, QueryError> {
-    let conn = open(path)?;
+    let Some(conn) = open(path)? else {
+        return Ok(Vec::new());
+    };
     let minutes = f.bucket_ms / 60_000;
     let mut stmt = conn.prepare_cached(
         "SELECT source, step, place, name, (minute / ?1) * ?1 * 60000 AS t, sum(n) FROM counts
@@ -334,5 +348,29 @@ mod tests {
         assert_eq!(f.after, Some(1_796_288_400_000));
         assert_eq!(f.label.as_deref(), Some("person"));
         assert!(CountFilter::from_pairs(&pairs(&[("bucket", "week")])).is_err());
+    }
+
+    #[test]
+    fn a_store_not_yet_made_or_without_its_tables_reads_as_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let all = EventFilter {
+            limit: DEFAULT_LIMIT,
+            ..EventFilter::default()
+        };
+        let by_bucket = CountFilter::from_pairs(&[]).unwrap();
+        assert!(events(&path, &all).unwrap().is_empty());
+        assert!(counts(&path, &by_bucket).unwrap().is_empty());
+        assert!(event(&path, 1).unwrap().is_none());
+        // As the writer leaves it between opening the file and making its tables.
+        let made = Connection::open(&path).unwrap();
+        made.pragma_update(None, "journal_mode", "wal").unwrap();
+        assert!(events(&path, &all).unwrap().is_empty());
+        assert!(counts(&path, &by_bucket).unwrap().is_empty());
+        assert!(event(&path, 1).unwrap().is_none());
+        // A file that is not a database is still an error, not an empty store.
+        drop(made);
+        std::fs::write(&path, vec![7u8; 4096]).unwrap();
+        assert!(events(&path, &all).is_err());
     }
 }
