@@ -182,6 +182,9 @@ fn bad_parameters_get_400_a_wrong_token_401_and_files_outside_the_media_folders_
         "/api/media/snapshots/..%2Fcredentials%2Fhttp-token",
         "/api/media/snapshots/planted.jpg",
         "/api/media/nosink/p.toml",
+        "/api/media/snapshots/0123456789abcdef/..%2Fp.toml",
+        "/api/media/snapshots/..%2F..%2F/p.toml",
+        "/api/media/snapshots/0123456789abcdef/planted.jpg",
         "/api/events/999999999/snapshot.jpg",
         "/api/events/1/clip.mp4x",
     ] {

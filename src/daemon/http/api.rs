@@ -13,7 +13,8 @@
 //! - `GET /api/events?source=&kind=&label=&place=&after=&before=&before_id=&limit=`;
 //! - `GET /api/events/{id}`, `/api/events/{id}/snapshot.jpg`, `/api/events/{id}/clip.mp4`;
 //! - `GET /api/recordings?source=&after=&before=`: continuous footage, from the storage's index;
-//! - `GET /api/media/{sink}/{file}`: a file the storage lists;
+//! - `GET /api/media/{sink}/{id}/{file}`: a file the storage lists, by its sink, the id of its
+//!   whole path ([`media_id`]) and its name: two cameras' folders may hold the same names;
 //! - `GET /api/counts?source=&step=&bucket=minute|hour|day&after=&before=`.
 //!
 //! Stop protocol: dropping the [`Api`] drops the stop channel's sender, which wakes each
@@ -193,7 +194,11 @@ fn route(head: &Head, shared: &Shared) -> Answer {
         ["sources"] => json_answer(200, &super::pages::sources(&shared.live)),
         ["health"] => json_answer(200, &super::pages::health(&shared.live, &parts)),
         ["recordings"] => recordings(&parts, &pairs),
-        ["media", sink, name] => media(&parts, sink, name),
+        ["media", sink, id, name] => media(&parts, sink, id, name),
+        ["media", ..] => text(
+            404,
+            "a file's URL is api/media/SINK/ID/NAME, as /api/recordings gives it",
+        ),
         ["events"] | ["counts"] | ["events", ..] => {
             let Some(store) = &parts.events else {
                 return text(
@@ -299,7 +304,12 @@ fn file_json(f: &StoredFile) -> serde_json::Value {
         "start": crate::events::millis(f.created),
         "end": f.closed.map(crate::events::millis),
         "bytes": f.bytes,
-        "url": format!("api/media/{}/{}", enc(&f.sink), enc(&name)),
+        "url": format!(
+            "api/media/{}/{}/{}",
+            enc(&f.sink),
+            media_id(&f.path),
+            enc(&name)
+        ),
     })
 }
 
@@ -339,7 +349,19 @@ fn recordings(parts: &crate::daemon::live::Parts, pairs: &[(String, String)]) ->
     json_answer(200, &json!(files.iter().map(file_json).collect::<Vec<_>>()))
 }
 
-fn media(parts: &crate::daemon::live::Parts, sink: &str, name: &str) -> Answer {
+/// The id of a kept file's path in its URL: the first 64 bits of the SHA-256 of the whole path
+/// as written (its folders too), in hex. The same path has the same id in every run, so a
+/// link stays good across restarts; files of one name in two folders (two cameras' segments
+/// cut at the same second) have two. Only a kept file is ever looked up by it, so it needs no
+/// path checks: nothing from the URL is joined to a folder.
+fn media_id(path: &Path) -> String {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let digest = sha2::Sha256::digest(path.as_os_str().as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn media(parts: &crate::daemon::live::Parts, sink: &str, id: &str, name: &str) -> Answer {
     let (Some(sink), Some(name)) = (
         crate::spec::percent_decode(sink),
         crate::spec::percent_decode(name),
@@ -352,13 +374,14 @@ fn media(parts: &crate::daemon::live::Parts, sink: &str, name: &str) -> Answer {
                 && f.path
                     .file_name()
                     .is_some_and(|n| n.to_string_lossy() == name)
+                && media_id(&f.path) == id
         })
     });
     match found {
         Some(f) => Answer::File(f.path),
         None => text(
             404,
-            &format!("no file \"{name}\" of sink \"{sink}\" among those vidflow wrote"),
+            &format!("no file \"{name}\" ({id}) of sink \"{sink}\" among those vidflow wrote"),
         ),
     }
 }
