@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::time::Duration;
 
+use common::free_port;
 use common::{spawn_run, write};
-use http_client::{free_port, get, open, wait_until};
+use http_client::{get, open, wait_until};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
