@@ -4,7 +4,7 @@
 //! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
 //! is served in the byte range asked for, a thousand live clients at once each get frames (the
 //! live thread below the frame path's priority), a browser that opens the page once as
-//! `/?token=TOKEN` keeps the token in a cookie, and an event store deleted under the run is made
+//! `/?token=TOKEN` keeps the token in a cookie (Secure behind a TLS proxy), and an event store deleted under the run is made
 //! again while frames go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -380,6 +380,23 @@ fn a_browser_opens_the_page_with_the_token_once_and_keeps_it_in_a_cookie() {
         .unwrap_or_else(|| panic!("no cookie: {headers:?}"));
     assert!(set.ends_with("; HttpOnly; SameSite=Strict"), "{set}");
     let cookie = set.split(';').next().unwrap();
+    // Behind a proxy that took the browser's TLS (as docs/guides/events-and-page.md sets nginx
+    // up), the cookie is Secure: the browser never sends it over plain HTTP.
+    for says_https in [
+        "X-Forwarded-Proto: https\r\n",
+        "Forwarded: for=192.0.2.7;proto=https\r\n",
+    ] {
+        let (status, headers, _) = raw(&format!("/?token={TOKEN}"), says_https);
+        assert_eq!(status, 303, "{headers:?}");
+        let set = headers
+            .iter()
+            .find_map(|h| h.strip_prefix("Set-Cookie: "))
+            .unwrap_or_else(|| panic!("no cookie: {headers:?}"));
+        assert!(
+            set.ends_with("; HttpOnly; SameSite=Strict; Secure"),
+            "{says_https}: {set}"
+        );
+    }
     // The cookie counts as the token for the page, its API and its live stream; a wrong one
     // does not, nor does ?token= on anything but the page.
     for target in ["/", "/api/sources", "/assets/app.js"] {
