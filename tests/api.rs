@@ -301,23 +301,6 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
     assert!(finished.status.success(), "{}", finished.stderr);
 }
 
-/// The nice value of each of `pid`'s threads, by the name /proc shows (15 bytes of it).
-#[cfg(target_os = "linux")]
-fn nice_by_thread(pid: u32) -> Vec<(String, i64)> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|task| {
-            let task = task.ok()?.path();
-            let name = std::fs::read_to_string(task.join("comm")).ok()?;
-            let stat = std::fs::read_to_string(task.join("stat")).ok()?;
-            // Field 19 of stat(5); the name, field 2, is in parentheses and may hold spaces.
-            let (_, fields) = stat.rsplit_once(')')?;
-            let nice = fields.split_whitespace().nth(16)?.parse().ok()?;
-            Some((name.trim().to_owned(), nice))
-        })
-        .collect()
-}
-
 #[test]
 #[cfg(target_os = "linux")]
 fn the_live_thread_yields_the_cores_to_the_frame_path() {
@@ -331,7 +314,7 @@ fn the_live_thread_yields_the_cores_to_the_frame_path() {
     assert_eq!(frame["source"], "cam");
     // The live thread's writes (one per client per frame) run below the executor's priority,
     // so that a thousand clients take their cores from the live stream, not from the frames.
-    let threads = nice_by_thread(run.pid());
+    let threads = common::nice_by_thread(run.pid());
     let nice = |name: &str| {
         threads
             .iter()
