@@ -4,7 +4,7 @@
 //! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
 //! is served in the byte range asked for, a thousand live clients at once each get frames (the
 //! live thread below the frame path's priority), a browser that opens the page once as
-//! `/?token=TOKEN` keeps the token in a cookie, and an event store deleted under the run is made
+//! `/?token=TOKEN` keeps the token in a cookie (Secure behind a TLS proxy), and an event store deleted under the run is made
 //! again while frames go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -293,23 +293,6 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
     assert!(finished.status.success(), "{}", finished.stderr);
 }
 
-/// The nice value of each of `pid`'s threads, by the name /proc shows (15 bytes of it).
-#[cfg(target_os = "linux")]
-fn nice_by_thread(pid: u32) -> Vec<(String, i64)> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|task| {
-            let task = task.ok()?.path();
-            let name = std::fs::read_to_string(task.join("comm")).ok()?;
-            let stat = std::fs::read_to_string(task.join("stat")).ok()?;
-            // Field 19 of stat(5); the name, field 2, is in parentheses and may hold spaces.
-            let (_, fields) = stat.rsplit_once(')')?;
-            let nice = fields.split_whitespace().nth(16)?.parse().ok()?;
-            Some((name.trim().to_owned(), nice))
-        })
-        .collect()
-}
-
 #[test]
 #[cfg(target_os = "linux")]
 fn the_live_thread_yields_the_cores_to_the_frame_path() {
@@ -323,7 +306,7 @@ fn the_live_thread_yields_the_cores_to_the_frame_path() {
     assert_eq!(frame["source"], "cam");
     // The live thread's writes (one per client per frame) run below the executor's priority,
     // so that a thousand clients take their cores from the live stream, not from the frames.
-    let threads = nice_by_thread(run.pid());
+    let threads = common::nice_by_thread(run.pid());
     let nice = |name: &str| {
         threads
             .iter()
@@ -372,6 +355,23 @@ fn a_browser_opens_the_page_with_the_token_once_and_keeps_it_in_a_cookie() {
         .unwrap_or_else(|| panic!("no cookie: {headers:?}"));
     assert!(set.ends_with("; HttpOnly; SameSite=Strict"), "{set}");
     let cookie = set.split(';').next().unwrap();
+    // Behind a proxy that took the browser's TLS (as docs/guides/events-and-page.md sets nginx
+    // up), the cookie is Secure: the browser never sends it over plain HTTP.
+    for says_https in [
+        "X-Forwarded-Proto: https\r\n",
+        "Forwarded: for=192.0.2.7;proto=https\r\n",
+    ] {
+        let (status, headers, _) = raw(&format!("/?token={TOKEN}"), says_https);
+        assert_eq!(status, 303, "{headers:?}");
+        let set = headers
+            .iter()
+            .find_map(|h| h.strip_prefix("Set-Cookie: "))
+            .unwrap_or_else(|| panic!("no cookie: {headers:?}"));
+        assert!(
+            set.ends_with("; HttpOnly; SameSite=Strict; Secure"),
+            "{says_https}: {set}"
+        );
+    }
     // The cookie counts as the token for the page, its API and its live stream; a wrong one
     // does not, nor does ?token= on anything but the page.
     for target in ["/", "/api/sources", "/assets/app.js"] {

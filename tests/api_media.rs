@@ -76,6 +76,11 @@ fn two_cameras_with_the_same_file_names_each_get_their_own_footage_served() {
             let url = format!("/{}", r["url"].as_str().unwrap());
             let (status, headers, mut reader) = open(port, &url).unwrap();
             assert_eq!(status, 200, "{url}: {headers:?}");
+            // For the one who asked: a shared cache (a proxy in front) must not keep it.
+            assert!(
+                headers.contains(&"Cache-Control: private, max-age=60".to_owned()),
+                "{url}: {headers:?}"
+            );
             let mut served = Vec::new();
             reader.read_to_end(&mut served).unwrap();
             let on_disk =

@@ -2,11 +2,16 @@
 //! against the binary this build made, `systemd-analyze security` rates it 2.0 or better, and
 //! the codecs and models run under the strictest setting it asks for that could break them,
 //! `MemoryDenyWriteExecute=yes` (reproduced with the kernel's own switch for it,
-//! `prctl(PR_SET_MDWE)`, which a process keeps across `exec`: no systemd needed).
+//! `prctl(PR_SET_MDWE)`, which a process keeps across `exec`: no systemd needed), and the HTTP
+//! live thread runs below the frames under its system call filter (its deny lists reproduced
+//! as a seccomp program of the test's own, answering EPERM as the unit does).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/http.rs"]
+mod http_client;
 
+use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -214,4 +219,195 @@ include = ["$steps.people.detections", "$steps.faces.detections", "$steps.motion
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 5);
     assert!(lines.iter().all(|l| l.get("error").is_none()), "{lines:?}");
+}
+
+/// The system calls the unit's `SystemCallFilter=` lines refuse, by name: each `~` list adds
+/// its calls, and a plain list after the first line takes calls back (systemd's rule: the
+/// first line sets the default, the later ones edit the set). The first line's allow list
+/// (`@system-service`) is not reproduced: calls outside it pass here.
+fn refused_by(unit_text: &str) -> BTreeSet<String> {
+    let mut refused = BTreeSet::new();
+    let lines: Vec<&str> = settings(unit_text)
+        .into_iter()
+        .filter(|(k, _)| *k == "SystemCallFilter")
+        .map(|(_, v)| v)
+        .collect();
+    for value in lines.iter().skip(1) {
+        match value.strip_prefix('~') {
+            Some(names) => refused.extend(expand(names)),
+            None => expand(value).iter().for_each(|n| {
+                refused.remove(n);
+            }),
+        }
+    }
+    refused
+}
+
+/// System call names and `@groups` (as `systemd-analyze syscall-filter` lists them, nested
+/// groups too), as names.
+fn expand(names: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for name in names.split_whitespace() {
+        if name.starts_with('@') {
+            let listed = analyze(&["syscall-filter", name]);
+            assert!(listed.status.success(), "{name}");
+            let text = String::from_utf8(listed.stdout).unwrap();
+            for line in text.lines().skip(1).map(str::trim) {
+                if !line.is_empty() && !line.starts_with('#') {
+                    out.extend(expand(line));
+                }
+            }
+        } else {
+            out.insert(name.to_owned());
+        }
+    }
+    out
+}
+
+/// x86-64's system call numbers, by name, from the kernel's header (linux-libc-dev).
+#[cfg(target_arch = "x86_64")]
+fn syscall_numbers() -> std::collections::BTreeMap<String, u32> {
+    let header = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h";
+    std::fs::read_to_string(header)
+        .unwrap_or_else(|e| panic!("{header}: {e} (package linux-libc-dev)"))
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("#define __NR_")?.split_whitespace();
+            Some((words.next()?.to_owned(), words.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A seccomp program that answers EPERM to each of `numbers` (as the unit's
+/// `SystemCallErrorNumber=EPERM`) and lets every other call through.
+#[cfg(target_arch = "x86_64")]
+fn eperm_filter(numbers: &[u32]) -> Vec<libc::sock_filter> {
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: u16::try_from(code).unwrap(),
+        jt,
+        jf,
+        k,
+    };
+    let eperm = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::EPERM).unwrap();
+    let mut program = vec![
+        // seccomp_data.arch: another ABI's calls pass (the unit allows the native one only).
+        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 4, 0, 0),
+        op(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            AUDIT_ARCH_X86_64,
+            1,
+            0,
+        ),
+        op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+        // seccomp_data.nr
+        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+    ];
+    for &n in numbers {
+        program.push(op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, n, 0, 1));
+        program.push(op(libc::BPF_RET | libc::BPF_K, eperm, 0, 0));
+    }
+    program.push(op(
+        libc::BPF_RET | libc::BPF_K,
+        libc::SECCOMP_RET_ALLOW,
+        0,
+        0,
+    ));
+    program
+}
+
+/// What a run under the calls `refused` (EPERM) shows of its live thread: its nice value and
+/// the executor's, `/api/health`'s `live`, and the log.
+#[cfg(target_arch = "x86_64")]
+fn live_priority_under(refused: &BTreeSet<String>) -> (i64, i64, serde_json::Value, String) {
+    let table = syscall_numbers();
+    let numbers: Vec<u32> = refused
+        .iter()
+        .filter_map(|n| table.get(n).copied())
+        .collect();
+    let program = eperm_filter(&numbers);
+    let dir = tempfile::tempdir().unwrap();
+    let port = http_client::free_port();
+    let pipeline = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "[sources.cam]\nuri = \"test://ball?width=160&height=120&fps=10\"\n\n\
+             [steps.moving]\nkind = \"motion\"\nimage = \"$frame\"\n\n\
+             [http]\nlisten = \"127.0.0.1:{port}\"\n\n\
+             [sinks.frames]\nkind = \"jsonl\"\npath = \"frames.jsonl\"\n"
+        ),
+    );
+    let mut command = vidflow();
+    command.arg("run").arg(&pipeline);
+    // SAFETY: only prctl, which is async-signal-safe, runs between fork and exec; the
+    // program was built before the fork and outlives the call (the kernel copies it).
+    unsafe {
+        command.pre_exec(move || {
+            let fprog = libc::sock_fprog {
+                len: u16::try_from(program.len()).unwrap_or(u16::MAX),
+                filter: program.as_ptr().cast_mut(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &raw const fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let run = spawn_command(dir.path(), command);
+    let health = http_client::wait_until("the live thread started", RUN_DEADLINE, || {
+        let (status, body) = http_client::get(port, "/api/health")?;
+        let health: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (status == 200 && !health["live"]["below_frames"].is_null()).then_some(health)
+    });
+    let threads = nice_by_thread(run.pid());
+    let nice = |name: &str| {
+        threads
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no thread {name:?} in {threads:?}"))
+            .1
+    };
+    let (live, executor) = (nice("vidflow-http-li"), nice("vidflow-executo"));
+    run.signal("TERM");
+    let finished = run.finish(RUN_DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+    (live, executor, health["live"].clone(), finished.stderr)
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_live_thread_runs_below_the_frames_under_the_units_system_call_filter() {
+    let text = std::fs::read_to_string(unit()).unwrap();
+    let refused = refused_by(&text);
+    assert!(
+        refused.contains("setrlimit") && refused.contains("chroot"),
+        "{refused:?}"
+    );
+    let (live, executor, health, stderr) = live_priority_under(&refused);
+    assert_eq!(live, (executor + 10).min(19), "{stderr}");
+    assert_eq!(health["below_frames"], true, "{health}");
+    assert!(!stderr.contains("cannot lower its priority"), "{stderr}");
+
+    // The unit's filter without the line that gives setpriority back: refused, and said so
+    // once, in the log and in /api/health, the thread at the executor's priority.
+    let without = text.replace("\nSystemCallFilter=setpriority\n", "\n");
+    let refused = refused_by(&without);
+    assert!(refused.contains("setpriority"), "{refused:?}");
+    let (live, executor, health, stderr) = live_priority_under(&refused);
+    assert_eq!(live, executor, "{stderr}");
+    assert_eq!(health["below_frames"], false, "{health}");
+    assert_eq!(
+        stderr
+            .matches("the live thread cannot lower its priority")
+            .count(),
+        1,
+        "{stderr}"
+    );
 }

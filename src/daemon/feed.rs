@@ -9,7 +9,7 @@
 //! turns a frame into JSON once and hands it to each client (`http/live.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -110,7 +110,18 @@ pub struct Feed {
     pub dropped: AtomicU64,
     /// Live clients let go because they did not read fast enough (`http/live.rs`).
     pub slow_clients: AtomicU64,
+    /// Whether the live thread runs below the frame path's priority (`http/live.rs`): one of
+    /// the `PRIORITY_*` values, written once by the live thread as it starts (Relaxed: it is
+    /// only shown).
+    pub priority: AtomicU8,
 }
+
+/// [`Feed::priority`]: the live thread has not started.
+pub const PRIORITY_UNKNOWN: u8 = 0;
+/// [`Feed::priority`]: the live thread runs below the frame path's priority.
+pub const PRIORITY_BELOW_FRAMES: u8 = 1;
+/// [`Feed::priority`]: lowering it was refused (a system call filter): it runs at theirs.
+pub const PRIORITY_REFUSED: u8 = 2;
 
 impl Default for Feed {
     fn default() -> Self {
@@ -121,6 +132,7 @@ impl Default for Feed {
             rx,
             dropped: AtomicU64::new(0),
             slow_clients: AtomicU64::new(0),
+            priority: AtomicU8::new(PRIORITY_UNKNOWN),
         }
     }
 }
@@ -129,6 +141,20 @@ impl Feed {
     /// Whether a client listens (the executor builds no frame otherwise).
     pub fn listening(&self) -> bool {
         self.listeners.load(Ordering::Relaxed) > 0
+    }
+
+    /// Live clients connected now.
+    pub fn listeners(&self) -> usize {
+        self.listeners.load(Ordering::Relaxed)
+    }
+
+    /// Whether the live thread runs below the frame path's priority (`None`: not started).
+    pub fn below_frames(&self) -> Option<bool> {
+        match self.priority.load(Ordering::Relaxed) {
+            PRIORITY_BELOW_FRAMES => Some(true),
+            PRIORITY_REFUSED => Some(false),
+            _ => None,
+        }
     }
 
     pub fn set_listeners(&self, n: usize) {

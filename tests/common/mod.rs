@@ -573,3 +573,20 @@ include = ["$steps.motion.detections"]
 "#
     )
 }
+
+/// The nice value of each of `pid`'s threads, by the name /proc shows (15 bytes of it).
+#[cfg(target_os = "linux")]
+pub fn nice_by_thread(pid: u32) -> Vec<(String, i64)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.ok()?.path();
+            let name = std::fs::read_to_string(task.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+            // Field 19 of stat(5); the name, field 2, is in parentheses and may hold spaces.
+            let (_, fields) = stat.rsplit_once(')')?;
+            let nice = fields.split_whitespace().nth(16)?.parse().ok()?;
+            Some((name.trim().to_owned(), nice))
+        })
+        .collect()
+}

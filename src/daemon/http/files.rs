@@ -2,6 +2,8 @@
 //! or the one byte range asked for (`Range: bytes=A-B`, `A-`, `-N`), so a browser can seek a
 //! video. Only files the storage lists (vidflow wrote them and has not deleted them) are
 //! served: a path from the database or the URL that names anything else is a 404, never read.
+//! Answers are `Cache-Control: private`: a browser may keep a file a minute, a shared cache
+//! (a proxy in front) never keeps what one user's credentials were asked for.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -87,7 +89,7 @@ pub(super) fn send(
     };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {count}\r\n\
-         {range_line}Accept-Ranges: bytes\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\n"
+         {range_line}Accept-Ranges: bytes\r\nCache-Control: private, max-age=60\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(head.as_bytes())?;
     file.seek(SeekFrom::Start(start))?;

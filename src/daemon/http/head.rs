@@ -1,6 +1,7 @@
 //! A request head (`GET /path HTTP/1.1`, then headers), parsed by `httparse` (the parser hyper
 //! uses: maintained and fuzzed): whether it is all there, and the few parts the endpoint reads
-//! (method, target, `Host`, `Authorization`). Lines may end in CRLF or a bare LF, as RFC 9112
+//! (method, target, `Host`, `Authorization`, the token cookie, `Range`, and whether a proxy in
+//! front says the browser came over TLS). Lines may end in CRLF or a bare LF, as RFC 9112
 //! allows a recipient to accept: a client that sends bare LFs is answered at once, not at the
 //! head deadline.
 
@@ -22,6 +23,10 @@ pub(super) struct Head {
     pub cookie_token: Option<String>,
     /// `Range` (snapshots and clips are served in parts: a browser seeks).
     pub range: Option<String>,
+    /// A reverse proxy in front says the browser reached it over TLS (`X-Forwarded-Proto:
+    /// https`, or `Forwarded: proto=https`): the token's cookie is then `Secure`. A client
+    /// that sends it itself gains nothing: it only keeps the cookie off plain HTTP.
+    pub https: bool,
 }
 
 /// Why a head cannot be read.
@@ -54,6 +59,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
         authorization: None,
         cookie_token: None,
         range: None,
+        https: false,
     };
     for header in request.headers.iter() {
         let value = || {
@@ -73,6 +79,14 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
             }
         } else if header.name.eq_ignore_ascii_case("range") {
             head.range = Some(value()?);
+        } else if header.name.eq_ignore_ascii_case("x-forwarded-proto") {
+            // The first proxy's (the one the browser reached), when several are chained.
+            head.https |= value()?
+                .split(',')
+                .next()
+                .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
+        } else if header.name.eq_ignore_ascii_case("forwarded") {
+            head.https |= forwarded_https(&value()?);
         }
     }
     Ok(Some(head))
@@ -85,6 +99,20 @@ fn cookie(header: &str, name: &str) -> Option<String> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(k, _)| *k == name)
         .and_then(|(_, v)| crate::spec::percent_decode(v))
+}
+
+/// Whether the first element of a `Forwarded` header (RFC 7239: `for=a;proto=https, for=b`)
+/// says `proto=https`.
+fn forwarded_https(header: &str) -> bool {
+    header
+        .split(',')
+        .next()
+        .into_iter()
+        .flat_map(|element| element.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .any(|(k, v)| {
+            k.eq_ignore_ascii_case("proto") && v.trim_matches('"').eq_ignore_ascii_case("https")
+        })
 }
 
 #[cfg(test)]
@@ -112,6 +140,25 @@ mod tests {
         assert_eq!(head.cookie_token.as_deref(), Some("t;k"));
         let other = parse(b"GET / HTTP/1.1\r\nHost: h\r\nCookie: vidflow_tokens=x\r\n\r\n");
         assert_eq!(other.unwrap().unwrap().cookie_token, None);
+    }
+
+    #[test]
+    fn a_proxy_saying_https_is_heard_in_either_header_and_only_for_https() {
+        let https = |line: &str| {
+            let bytes = format!("GET / HTTP/1.1\r\nHost: h\r\n{line}\r\n\r\n");
+            parse(bytes.as_bytes()).unwrap().unwrap().https
+        };
+        assert!(https("X-Forwarded-Proto: https"));
+        assert!(https("x-forwarded-proto: HTTPS, http"));
+        assert!(https(
+            "Forwarded: for=192.0.2.1;proto=https;host=example.net"
+        ));
+        assert!(https("Forwarded: proto=\"https\", for=10.0.0.1;proto=http"));
+        assert!(!https("X-Forwarded-Proto: http"));
+        assert!(!https("X-Forwarded-Proto: http, https"));
+        assert!(!https("Forwarded: for=192.0.2.1;proto=http"));
+        assert!(!https("Forwarded: for=a;proto=http, for=b;proto=https"));
+        assert!(!https("X-Other: https"));
     }
 
     #[test]

@@ -16,7 +16,11 @@
 //! TCP runs in the writer's system call too. So the thread runs [`NICENESS`] steps below the
 //! daemon's priority: when the cores are busy the frame path goes first, the frames that came
 //! meanwhile wait in the feed and go out together, in one write per client (and past
-//! [`FEED_QUEUE`] the feed drops and counts them, as it does for any thread behind).
+//! [`FEED_QUEUE`] the feed drops and counts them, as it does for any thread behind). Lowering
+//! it is `setpriority(2)`, which the shipped unit allows (its `@resources` filter otherwise
+//! refuses it); where a system call filter refuses it anyway, the thread says so once (a
+//! warning) and runs at the daemon's priority, and `/api/health` shows `live.below_frames:
+//! false` (`Feed::priority`).
 //!
 //! Stop protocol: the [`LiveThread`]'s drop drops the stop channel's sender, which wakes the
 //! thread; it closes every client and is joined.
@@ -155,19 +159,50 @@ X-Accel-Buffering: no\r\nConnection: close\r\n\r\nretry: 2000\n\n";
 
 /// Lowers the calling thread's priority by [`NICENESS`]; on Linux only, where the nice value is
 /// a thread's own (setpriority(2), "Bugs"): elsewhere it would lower the whole daemon's.
-fn yield_to_the_frames() {
+/// Raising a nice value needs no privilege, but a system call filter may refuse the call
+/// (systemd's `SystemCallFilter=~@resources` does, with EPERM).
+fn yield_to_the_frames() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: nice(2) takes an integer and touches no memory of ours. On Linux it sets the
-        // calling thread's nice value (getpriority and setpriority on who = 0, the caller);
-        // raising it is never refused, so its result (the new value) is not checked.
-        unsafe { libc::nice(NICENESS) };
+        // SAFETY: getpriority(2) and setpriority(2) take integers and touch no memory of ours;
+        // on Linux, who = 0 with PRIO_PROCESS is the calling thread. getpriority may return
+        // -1 as a value, so errno is cleared first and read only then.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let now = libc::getpriority(libc::PRIO_PROCESS, 0);
+            if now == -1 && *libc::__errno_location() != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let lower = (now + NICENESS).min(19);
+            if libc::setpriority(libc::PRIO_PROCESS, 0, lower) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
     }
+    Ok(())
+}
+
+/// Lowers the thread's priority and says how it went: in the feed, and once in the log if it
+/// was refused.
+fn lower_priority(feed: &crate::daemon::feed::Feed) {
+    use crate::daemon::feed::{PRIORITY_BELOW_FRAMES, PRIORITY_REFUSED};
+    let outcome = match yield_to_the_frames() {
+        Ok(()) => PRIORITY_BELOW_FRAMES,
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "http: the live thread cannot lower its priority (a system call filter \
+                 refusing setpriority?); its writes share the cores with the frames as equals"
+            );
+            PRIORITY_REFUSED
+        }
+    };
+    feed.priority.store(outcome, Ordering::Relaxed);
 }
 
 fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
-    yield_to_the_frames();
     let feed = &shared.live.feed;
+    lower_priority(feed);
     let frames = feed.receiver();
     let mut clients: Vec<Client> = Vec::new();
     loop {

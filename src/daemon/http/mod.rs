@@ -377,12 +377,14 @@ fn pages_and_api(head: &Head, shared: &Shared) -> Option<Reply> {
     if path == "/" {
         if let Some(token) = query_token(head).filter(|t| shared.access.check_token(t)) {
             // Kept in a cookie (HttpOnly: no script reads it; SameSite=Strict: no other site's
-            // page sends it; no Path: only the page's own folder, under a proxy's sub-path too),
-            // and taken out of the address bar and its history.
+            // page sends it; no Path: only the page's own folder, under a proxy's sub-path too;
+            // Secure when a proxy says the browser came over TLS: never sent in clear), and
+            // taken out of the address bar and its history.
             let value =
                 percent_encoding::utf8_percent_encode(&token, percent_encoding::NON_ALPHANUMERIC);
+            let secure = if head.https { "; Secure" } else { "" };
             let cookie = format!(
-                "Location: ./\r\nSet-Cookie: {}={value}; HttpOnly; SameSite=Strict\r\n",
+                "Location: ./\r\nSet-Cookie: {}={value}; HttpOnly; SameSite=Strict{secure}\r\n",
                 access::TOKEN_COOKIE
             );
             return Some(Reply::Now(response(303, "text/plain", b"", &cookie)));

@@ -120,5 +120,10 @@ pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
         "storage": parts.storage.as_ref().map(|s| json!(*s.snapshot())),
         "events": events,
         "live_dropped": get(&live.feed.dropped),
+        "live": {
+            "clients": live.feed.listeners(),
+            "slow_clients": get(&live.feed.slow_clients),
+            "below_frames": live.feed.below_frames(),
+        },
     })
 }
