@@ -6,7 +6,16 @@
 //!     cargo bench --bench events
 //!
 //! Prints the median of 15 runs of each query, and its ratio to the baseline.
+//!
+//! Then a month of ten cameras (`paging.rs`): every count by minute and every recording, each
+//! read as the API answered before it had pages (one query, one JSON answer) and page by page,
+//! each way in a process of its own, with its time and peak RSS, and their ratios:
+//!
+//!     cargo bench --bench events -- paging
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "events/paging.rs"]
+mod paging;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -74,6 +83,13 @@ fn pairs(q: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 fn main() {
+    if paging::child() {
+        return;
+    }
+    if std::env::args().any(|a| a == "paging") {
+        paging::run();
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty.db");
     let big = dir.path().join("big.db");
@@ -117,7 +133,7 @@ fn main() {
             CountFilter::from_pairs(&pairs(&[("bucket", bucket), ("after", &week_ago)])).unwrap();
         let base = median(|| drop(query::counts(&empty, &f).unwrap()));
         let mut rows = 0;
-        let t = median(|| rows = query::counts(&big, &f).unwrap().len());
+        let t = median(|| rows = query::counts(&big, &f).unwrap().rows.len());
         println!(
             "  counts by {bucket:4}, last week            {rows:5} rows  {t:>10.2?}  (empty {base:.2?}, x{:.1})",
             t.as_secs_f64() / base.as_secs_f64()
@@ -139,4 +155,5 @@ fn main() {
         "page load with 10,000 events: newest 60 as JSON ({bytes} bytes) {t:.2?} (empty {base:.2?}, x{:.1})",
         t.as_secs_f64() / base.as_secs_f64()
     );
+    paging::run();
 }

@@ -167,6 +167,33 @@ fn bad_parameters_get_400_a_wrong_token_401_and_files_outside_the_media_folders_
             "/api/recordings?before=noon",
             "before \"noon\" is not a time",
         ),
+        // Pages: their size is bounded, their cursor is one the API gave.
+        ("/api/counts?limit=0", "limit must be 1 to 10000, not 0"),
+        (
+            "/api/counts?limit=10001",
+            "limit must be 1 to 10000, not 10001",
+        ),
+        (
+            "/api/counts?limit=all",
+            "limit \"all\" is not a whole number",
+        ),
+        (
+            "/api/counts?cursor=abc",
+            "cursor \"abc\" is not one this API gave",
+        ),
+        ("/api/recordings?limit=0", "limit must be 1 to 1000, not 0"),
+        (
+            "/api/recordings?limit=1001",
+            "limit must be 1 to 1000, not 1001",
+        ),
+        (
+            "/api/recordings?limit=-5",
+            "limit must be 1 to 1000, not -5",
+        ),
+        (
+            "/api/recordings?cursor=abc",
+            "cursor \"abc\" is not one this API gave",
+        ),
         ("/api/events/abc", "event id \"abc\" is not a whole number"),
     ] {
         let (status, body) = get(port, path);

@@ -327,7 +327,7 @@ fn live_priority_under(refused: &BTreeSet<String>) -> (i64, i64, serde_json::Val
         .collect();
     let program = eperm_filter(&numbers);
     let dir = tempfile::tempdir().unwrap();
-    let port = http_client::free_port();
+    let port = common::free_port();
     let pipeline = write(
         dir.path(),
         "p.toml",

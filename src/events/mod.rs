@@ -45,6 +45,7 @@ use crate::spec::Ref;
 use crate::storage::Storage;
 use crate::value::{Event, Track, Value};
 
+mod counts;
 mod link;
 pub mod query;
 pub mod schema;

@@ -1,14 +1,21 @@
 //! Reading the store, for the HTTP API: events newest first with filters, one event, counts by
-//! bucket. Each call opens its own read-only connection (cheap; WAL keeps it from blocking the
+//! bucket (`counts.rs`, paged), and what paged answers share: `limit` and the opaque `cursor`
+//! of the next page. Each call opens its own read-only connection (cheap; WAL keeps it from blocking the
 //! writer), so a store that was reopened or recreated is simply read as it is now.
 
 use std::path::Path;
 
+use base64::Engine as _;
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, params_from_iter};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::schema;
+
+pub use super::counts::{
+    CountCursor, CountFilter, CountPage, CountRow, DEFAULT_COUNTS, MAX_COUNTS, bucket, counts,
+};
 
 /// The most events one request returns.
 pub const MAX_LIMIT: u32 = 1000;
@@ -74,13 +81,7 @@ impl EventFilter {
                 "after" => f.after = time(k, v)?,
                 "before" => f.before = time(k, v)?,
                 "before_id" => f.before_id = Some(integer(k, v)?),
-                "limit" => {
-                    let n = integer(k, v)?;
-                    if !(1..=i64::from(MAX_LIMIT)).contains(&n) {
-                        return Err(BadParam(format!("limit must be 1 to {MAX_LIMIT}, not {n}")));
-                    }
-                    f.limit = n as u32;
-                }
+                "limit" => f.limit = limit(v, MAX_LIMIT)?,
                 other => {
                     return Err(BadParam(format!(
                         "unknown parameter \"{other}\": expected source, kind, label, place, after, before, before_id, limit"
@@ -112,6 +113,35 @@ pub fn time(key: &str, v: &str) -> Result<Option<i64>, BadParam> {
 fn integer(key: &str, v: &str) -> Result<i64, BadParam> {
     v.parse()
         .map_err(|_| BadParam(format!("{key} \"{v}\" is not a whole number")))
+}
+
+/// A `limit` parameter: a whole number from 1 to `max`.
+pub fn limit(v: &str, max: u32) -> Result<u32, BadParam> {
+    let n = integer("limit", v)?;
+    u32::try_from(n)
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| BadParam(format!("limit must be 1 to {max}, not {n}")))
+}
+
+/// The opaque `cursor` of a next page: where the last page ended (its key, as JSON, in
+/// URL-safe base64, so that it goes into a query without escaping).
+pub fn cursor<T: Serialize>(key: &T) -> String {
+    let json = serde_json::to_vec(key).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
+/// A `cursor` parameter back into the key it was made from.
+pub fn from_cursor<T: DeserializeOwned>(v: &str) -> Result<T, BadParam> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(v)
+        .ok()
+        .and_then(|json| serde_json::from_slice(&json).ok())
+        .ok_or_else(|| {
+            BadParam(format!(
+                "cursor \"{v}\" is not one this API gave: pass the `next` of the page before, or no cursor for the first page"
+            ))
+        })
 }
 
 /// One event, as the API returns it.
@@ -161,7 +191,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
 /// The store read-only, or `None` while it holds nothing yet: its file not made, or made and
 /// its tables not yet (the writer opens it in its own thread, while the API already answers;
 /// and makes it again after it was deleted). Read as empty, not as unavailable.
-fn open(path: &Path) -> rusqlite::Result<Option<Connection>> {
+pub(super) fn open(path: &Path) -> rusqlite::Result<Option<Connection>> {
     if !path.exists() {
         return Ok(None);
     }
@@ -228,98 +258,6 @@ pub fn event(path: &Path, id: i64) -> Result<Option<EventRow>, QueryError> {
     Ok(rows.next().transpose()?)
 }
 
-/// A bucket's width for `GET /api/counts`.
-pub fn bucket(v: &str) -> Result<i64, BadParam> {
-    match v {
-        "" | "hour" => Ok(3_600_000),
-        "minute" => Ok(60_000),
-        "day" => Ok(86_400_000),
-        other => Err(BadParam(format!(
-            "bucket \"{other}\" is not one of minute, hour, day"
-        ))),
-    }
-}
-
-/// One bucket of one count.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct CountRow {
-    pub source: String,
-    pub step: String,
-    pub place: String,
-    /// `in`, `out`, `enter` or `leave`.
-    pub name: String,
-    /// The bucket's start, ms since the epoch (UTC).
-    pub t: i64,
-    pub n: i64,
-}
-
-/// `GET /api/counts`'s filters.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CountFilter {
-    pub source: Option<String>,
-    pub step: Option<String>,
-    pub bucket_ms: i64,
-    pub after: Option<i64>,
-    pub before: Option<i64>,
-}
-
-impl CountFilter {
-    pub fn from_pairs(pairs: &[(String, String)]) -> Result<Self, BadParam> {
-        let mut f = Self {
-            source: None,
-            step: None,
-            bucket_ms: bucket("")?,
-            after: None,
-            before: None,
-        };
-        for (k, v) in pairs {
-            match k.as_str() {
-                "source" => f.source = (!v.is_empty()).then(|| v.clone()),
-                "step" => f.step = (!v.is_empty()).then(|| v.clone()),
-                "bucket" => f.bucket_ms = bucket(v)?,
-                "after" => f.after = time(k, v)?,
-                "before" => f.before = time(k, v)?,
-                other => {
-                    return Err(BadParam(format!(
-                        "unknown parameter \"{other}\": expected source, step, bucket, after, before"
-                    )));
-                }
-            }
-        }
-        Ok(f)
-    }
-}
-
-/// Counts summed per bucket, oldest first.
-pub fn counts(path: &Path, f: &CountFilter) -> Result<Vec<CountRow>, QueryError> {
-    let Some(conn) = open(path)? else {
-        return Ok(Vec::new());
-    };
-    let minutes = f.bucket_ms / 60_000;
-    let mut stmt = conn.prepare_cached(
-        "SELECT source, step, place, name, (minute / ?1) * ?1 * 60000 AS t, sum(n) FROM counts
-         WHERE (?2 IS NULL OR source = ?2) AND (?3 IS NULL OR step = ?3)
-           AND (?4 IS NULL OR minute >= ?4 / 60000) AND (?5 IS NULL OR minute < ?5 / 60000)
-         GROUP BY source, step, place, name, t ORDER BY t, source, step, place, name",
-    )?;
-    let rows = stmt
-        .query_map(
-            rusqlite::params![minutes, f.source, f.step, f.after, f.before],
-            |r| {
-                Ok(CountRow {
-                    source: r.get(0)?,
-                    step: r.get(1)?,
-                    place: r.get(2)?,
-                    name: r.get(3)?,
-                    t: r.get(4)?,
-                    n: r.get(5)?,
-                })
-            },
-        )?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,7 +285,6 @@ mod tests {
         .unwrap();
         assert_eq!(f.after, Some(1_796_288_400_000));
         assert_eq!(f.label.as_deref(), Some("person"));
-        assert!(CountFilter::from_pairs(&pairs(&[("bucket", "week")])).is_err());
     }
 
     #[test]
@@ -360,13 +297,13 @@ mod tests {
         };
         let by_bucket = CountFilter::from_pairs(&[]).unwrap();
         assert!(events(&path, &all).unwrap().is_empty());
-        assert!(counts(&path, &by_bucket).unwrap().is_empty());
+        assert!(counts(&path, &by_bucket).unwrap().rows.is_empty());
         assert!(event(&path, 1).unwrap().is_none());
         // As the writer leaves it between opening the file and making its tables.
         let made = Connection::open(&path).unwrap();
         made.pragma_update(None, "journal_mode", "wal").unwrap();
         assert!(events(&path, &all).unwrap().is_empty());
-        assert!(counts(&path, &by_bucket).unwrap().is_empty());
+        assert!(counts(&path, &by_bucket).unwrap().rows.is_empty());
         assert!(event(&path, 1).unwrap().is_none());
         // A file that is not a database is still an error, not an empty store.
         drop(made);

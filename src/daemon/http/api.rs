@@ -12,10 +12,15 @@
 //! - `GET /api/health`: the run, its sources and sinks, the storage and the event store;
 //! - `GET /api/events?source=&kind=&label=&place=&after=&before=&before_id=&limit=`;
 //! - `GET /api/events/{id}`, `/api/events/{id}/snapshot.jpg`, `/api/events/{id}/clip.mp4`;
-//! - `GET /api/recordings?source=&after=&before=`: continuous footage, from the storage's index;
+//! - `GET /api/recordings?source=&after=&before=&limit=&cursor=`: continuous footage, from the
+//!   storage's index;
 //! - `GET /api/media/{sink}/{id}/{file}`: a file the storage lists, by its sink, the id of its
 //!   whole path ([`media_id`]) and its name: two cameras' folders may hold the same names;
-//! - `GET /api/counts?source=&step=&bucket=minute|hour|day&after=&before=`.
+//! - `GET /api/counts?source=&step=&bucket=minute|hour|day&after=&before=&limit=&cursor=`.
+//!
+//! Recordings and counts come a page at a time, `{"recordings"|"counts": [...], "next": CURSOR}`
+//! with `Link: <...&cursor=CURSOR>; rel="next"` (RFC 8288) while more remain: each page is read
+//! alone (`Storage::page`, `events::query::counts`), never the whole list.
 //!
 //! Stop protocol: dropping the [`Api`] drops the stop channel's sender, which wakes each
 //! thread; a request in progress finishes (bounded as above), those queued are closed
@@ -27,7 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 use serde_json::json;
@@ -36,6 +41,10 @@ use super::head::Head;
 use super::{Shared, response};
 use crate::events::query::{self, BadParam, CountFilter, EventFilter, EventRow, QueryError};
 use crate::storage::{Class, StoredFile};
+
+/// The most recordings one page holds, and how many when `limit` is not given.
+pub(super) const MAX_RECORDINGS: u32 = 1000;
+const DEFAULT_RECORDINGS: u32 = 100;
 
 /// Requests waiting for an API thread: a few pages' worth of polls.
 pub(super) const QUEUE: usize = 64;
@@ -146,6 +155,32 @@ fn json_answer(status: u16, value: &serde_json::Value) -> Answer {
     Answer::Bytes(response(status, "application/json", &body, ""))
 }
 
+/// A page of `items` of the route `name` (`counts`, `recordings`): `{name: items, "next":
+/// cursor}`, and while more remain, a `Link` to the next page: this request's query with the
+/// cursor (relative, so that it works under a reverse proxy's sub-path).
+fn page_answer(
+    name: &str,
+    items: serde_json::Value,
+    next: Option<String>,
+    pairs: &[(String, String)],
+) -> Answer {
+    let link = next.as_deref().map_or_else(String::new, |cursor| {
+        let enc = |s: &str| {
+            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+        };
+        let query: Vec<String> = pairs
+            .iter()
+            .filter(|(k, _)| k != "cursor")
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain([("cursor", cursor)])
+            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+            .collect();
+        format!("Link: <{name}?{}>; rel=\"next\"\r\n", query.join("&"))
+    });
+    let body = serde_json::to_vec(&json!({ name: items, "next": next })).unwrap_or_default();
+    Answer::Bytes(response(200, "application/json", &body, &link))
+}
+
 fn text(status: u16, message: &str) -> Answer {
     Answer::Bytes(response(
         status,
@@ -222,7 +257,12 @@ fn route(head: &Head, shared: &Shared) -> Answer {
                     .map_err(QueryError::from)
                     .and_then(|f| query::counts(db, &f))
                 {
-                    Ok(rows) => json_answer(200, &json!(rows)),
+                    Ok(page) => page_answer(
+                        "counts",
+                        json!(page.rows),
+                        page.next.map(|c| query::cursor(&c)),
+                        &pairs,
+                    ),
                     Err(e) => failed(&e),
                 },
                 ["events", id, file @ ..] => one_event(&parts, db, id, file),
@@ -313,40 +353,99 @@ fn file_json(f: &StoredFile) -> serde_json::Value {
     })
 }
 
-fn recordings(parts: &crate::daemon::live::Parts, pairs: &[(String, String)]) -> Answer {
-    let mut source = None;
-    let (mut after, mut before) = (None, None);
-    for (k, v) in pairs {
-        let parsed = match k.as_str() {
-            "source" => {
-                source = (!v.is_empty()).then_some(v.as_str());
-                Ok(())
-            }
-            "after" => query::time(k, v).map(|t| after = t),
-            "before" => query::time(k, v).map(|t| before = t),
-            other => Err(BadParam(format!(
-                "unknown parameter \"{other}\": expected source, after, before"
-            ))),
+/// Where a page of recordings ended: the run that numbered the files, and the last one's key.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordingCursor {
+    run: u64,
+    below: u64,
+}
+
+/// This run's number: storage keys are a run's own (`Storage::page`), so a cursor of another
+/// run is refused rather than read as another place in the list.
+fn run_number() -> u64 {
+    static RUN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *RUN.get_or_init(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        now ^ u64::from(std::process::id()).rotate_left(40)
+    })
+}
+
+/// `GET /api/recordings`'s parameters: the source, the range, the page's size and start.
+struct RecordingFilter<'a> {
+    source: Option<&'a str>,
+    after: Option<i64>,
+    before: Option<i64>,
+    limit: u32,
+    below: Option<u64>,
+}
+
+impl<'a> RecordingFilter<'a> {
+    fn from_pairs(pairs: &'a [(String, String)]) -> Result<Self, BadParam> {
+        let mut f = Self {
+            source: None,
+            after: None,
+            before: None,
+            limit: DEFAULT_RECORDINGS,
+            below: None,
         };
-        if let Err(BadParam(m)) = parsed {
-            return text(400, &m);
+        for (k, v) in pairs {
+            match k.as_str() {
+                "source" => f.source = (!v.is_empty()).then_some(v.as_str()),
+                "after" => f.after = query::time(k, v)?,
+                "before" => f.before = query::time(k, v)?,
+                "limit" => f.limit = query::limit(v, MAX_RECORDINGS)?,
+                "cursor" if v.is_empty() => f.below = None,
+                "cursor" => {
+                    let c: RecordingCursor = query::from_cursor(v)?;
+                    if c.run != run_number() {
+                        return Err(BadParam(format!(
+                            "cursor \"{v}\" is of an earlier run of vidflow (a run numbers its files anew): start again without it"
+                        )));
+                    }
+                    f.below = Some(c.below);
+                }
+                other => {
+                    return Err(BadParam(format!(
+                        "unknown parameter \"{other}\": expected source, after, before, limit, cursor"
+                    )));
+                }
+            }
         }
+        Ok(f)
     }
-    let Some(storage) = &parts.storage else {
-        return json_answer(200, &json!([]));
+
+    /// Whether a file of `source`, made at `created` and finished at `closed`, is asked for:
+    /// its source, and footage overlapping the range.
+    fn takes(&self, source: &str, created: SystemTime, closed: Option<SystemTime>) -> bool {
+        let start = crate::events::millis(created);
+        let end = closed.map_or(i64::MAX, crate::events::millis);
+        self.source.is_none_or(|s| source == s)
+            && self.before.is_none_or(|b| start < b)
+            && self.after.is_none_or(|a| end >= a)
+    }
+}
+
+fn recordings(parts: &crate::daemon::live::Parts, pairs: &[(String, String)]) -> Answer {
+    let f = match RecordingFilter::from_pairs(pairs) {
+        Ok(f) => f,
+        Err(BadParam(m)) => return text(400, &m),
     };
-    let mut files: Vec<_> = storage
-        .files(Some(Class::Continuous))
-        .into_iter()
-        .filter(|f| source.is_none_or(|s| &*f.source == s))
-        .filter(|f| {
-            let start = crate::events::millis(f.created);
-            let end = f.closed.map_or(i64::MAX, crate::events::millis);
-            before.is_none_or(|b| start < b) && after.is_none_or(|a| end >= a)
+    let Some(storage) = &parts.storage else {
+        return page_answer("recordings", json!([]), None, pairs);
+    };
+    let (files, below) = storage.page(Class::Continuous, f.below, f.limit as usize, |s, c, e| {
+        f.takes(s, c, e)
+    });
+    let next = below.map(|below| {
+        query::cursor(&RecordingCursor {
+            run: run_number(),
+            below,
         })
-        .collect();
-    files.reverse();
-    json_answer(200, &json!(files.iter().map(file_json).collect::<Vec<_>>()))
+    });
+    let items = files.iter().map(file_json).collect::<Vec<_>>();
+    page_answer("recordings", json!(items), next, pairs)
 }
 
 /// The id of a kept file's path in its URL: the first 64 bits of the SHA-256 of the whole path

@@ -253,14 +253,28 @@ function play(e) {
 // ---------------------------------------------------------------- counts
 let chart = null;
 
+// Every page of a paged route (`{key: [...], next}`), in order.
+async function apiPages(path, key) {
+  const rows = [];
+  for (let next = null; ;) {
+    const page = await api(path + (next ? "&cursor=" + encodeURIComponent(next) : ""));
+    rows.push(...page[key]);
+    if (!(next = page.next)) return rows;
+  }
+}
+
 async function loadCounts() {
   try {
     let bucket = $("c-bucket").value;
-    let rows = await api("api/counts?bucket=" + (bucket || "minute"));
-    if (!bucket && rows.length) {
-      const span = rows[rows.length - 1].t - rows[0].t;
-      bucket = span > 7 * 86400e3 ? "day" : span > 6 * 3600e3 ? "hour" : "minute";
-      if (bucket !== "minute") rows = await api("api/counts?bucket=" + bucket);
+    const counts = (b) => apiPages("api/counts?limit=10000&bucket=" + b, "counts");
+    let rows;
+    if (bucket) rows = await counts(bucket);
+    else {
+      // The widest bucket first (the fewest rows): a narrower one only for a short span.
+      for (const [b, wider] of [["day", 7 * 86400e3], ["hour", 6 * 3600e3], ["minute", -1]]) {
+        rows = await counts((bucket = b));
+        if (!rows.length || rows[rows.length - 1].t - rows[0].t > wider) break;
+      }
     }
     const keys = [...new Set(rows.map((r) => `${r.source} ${r.place} ${r.name}`))].sort();
     const times = [...new Set(rows.map((r) => r.t))].sort((a, b) => a - b);
@@ -314,8 +328,8 @@ function drawChart(keys, times, series) {
 async function loadRecordings() {
   const source = $("r-source").value;
   try {
-    const list = await api("api/recordings?source=" + encodeURIComponent(source));
-    $("r-list").replaceChildren(...list.slice(0, 30).map((r) => {
+    const list = (await api("api/recordings?limit=30&source=" + encodeURIComponent(source))).recordings;
+    $("r-list").replaceChildren(...list.map((r) => {
       const li = el("li", {}, el("a", { href: r.url }, `${r.source}: ${when(r.start)}${r.end ? " to " + when(r.end) : " (being written)"}`));
       li.firstChild.addEventListener("click", (ev) => { ev.preventDefault(); playRecording(r, r.start); });
       return li;
@@ -339,7 +353,7 @@ $("r-form").addEventListener("submit", async (ev) => {
   if (!Number.isFinite(at)) return;
   const q = new URLSearchParams({ source: $("r-source").value, after: String(at), before: String(at + 1) });
   try {
-    const list = await api("api/recordings?" + q);
+    const list = await apiPages("api/recordings?" + q, "recordings");
     if (list.length) playRecording(list[list.length - 1], at);
     else $("r-list").prepend(el("li", { class: "muted" }, "no recording holds " + new Date(at).toLocaleString()));
   } catch (e) {

@@ -184,3 +184,5 @@ fn a_client_trying_passwords_holds_up_neither_healthz_nor_a_client_that_passed()
         "no try was refused at once: {statuses:?}"
     );
 }
+
+mod paging;
