@@ -110,6 +110,9 @@ pub struct Feed {
     pub dropped: AtomicU64,
     /// Live clients let go because they did not read fast enough (`http/live.rs`).
     pub slow_clients: AtomicU64,
+    /// Cameras' stills a live client did not take before a newer one replaced them
+    /// (`http/stills.rs`).
+    pub stills_dropped: AtomicU64,
 }
 
 impl Default for Feed {
@@ -121,6 +124,7 @@ impl Default for Feed {
             rx,
             dropped: AtomicU64::new(0),
             slow_clients: AtomicU64::new(0),
+            stills_dropped: AtomicU64::new(0),
         }
     }
 }

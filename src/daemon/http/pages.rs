@@ -103,7 +103,9 @@ fn record_stream(source: &LiveSource) -> serde_json::Value {
 }
 
 /// `/api/health`: the run (what `/stats.json` says), the storage's last report and the event
-/// store's and the live feed's counters.
+/// store's and the live stream's counters (`live_dropped`: frames it did not carry;
+/// `live_slow_clients`: clients closed for reading too slowly; `live_stills_dropped`: stills
+/// replaced before a client took them).
 pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
     let run = run(live);
     let events = parts.events.as_ref().map(|e| {
@@ -120,5 +122,7 @@ pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
         "storage": parts.storage.as_ref().map(|s| json!(*s.snapshot())),
         "events": events,
         "live_dropped": get(&live.feed.dropped),
+        "live_slow_clients": get(&live.feed.slow_clients),
+        "live_stills_dropped": get(&live.feed.stills_dropped),
     })
 }
