@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Running, free_port, spawn, write};
+use common::{BALL_CROSSINGS, Running, free_port, spawn, write};
 use http_client::{request, wait_until};
 
 /// Guards against a hang only.
@@ -34,21 +34,7 @@ fn start(dir: &Path) -> (Running, u16) {
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=15"
 
-[steps.moving]
-kind = "motion"
-image = "$frame"
-class = "ball"
-min_area = 50.0
-
-[steps.tracks]
-kind = "tracker"
-detections = "$steps.moving.detections"
-
-[steps.crossing]
-kind = "line_counter"
-tracks = "$steps.tracks.tracks"
-line = [[160, 240], [160, 0]]
-name = "middle"
+{BALL_CROSSINGS}
 
 [http]
 listen = "127.0.0.1:{port}"

@@ -130,7 +130,7 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
     tab.set_default_timeout(DEADLINE);
     let run = spawn_run(&path, &[], dir.path());
     wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
-    // Not `wait_until_navigated`: the previews' MJPEG streams keep the page loading.
+    // Not `wait_until_navigated`: what the page shows is waited for below.
     tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
         .unwrap();
 

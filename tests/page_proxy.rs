@@ -20,8 +20,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::free_port;
-use common::{spawn, write};
+use common::{BALL_CROSSINGS, free_port, spawn, write};
 use headless_chrome::protocol::cdp::Emulation;
 use http_client::{get, wait_until};
 
@@ -103,21 +102,7 @@ fn the_page_works_behind_a_proxy_under_a_sub_path_on_a_phone() {
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=10"
 
-[steps.moving]
-kind = "motion"
-image = "$frame"
-class = "ball"
-min_area = 50.0
-
-[steps.tracks]
-kind = "tracker"
-detections = "$steps.moving.detections"
-
-[steps.crossing]
-kind = "line_counter"
-tracks = "$steps.tracks.tracks"
-line = [[160, 240], [160, 0]]
-name = "middle"
+{BALL_CROSSINGS}
 
 [http]
 listen = "127.0.0.1:{port}"
@@ -165,7 +150,7 @@ image = "$frame"
     );
     wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
     let (via, refused) = proxy(port);
-    // Not `wait_until_navigated`: the preview's MJPEG stream keeps the page loading.
+    // Not `wait_until_navigated`: what the page shows is waited for below.
     // The link a user gets: the token once, then kept in a cookie and out of the address bar.
     tab.navigate_to(&format!("http://127.0.0.1:{via}{PREFIX}/?token={TOKEN}"))
         .unwrap();
@@ -205,13 +190,9 @@ image = "$frame"
         "performance.getEntriesByType('resource').map(e => new URL(e.name).pathname)",
     );
     let urls: Vec<String> = serde_json::from_value(urls).unwrap();
-    // (The live stream is not listed until it ends: the boxes drawn above came through it.)
-    for want in [
-        "assets/app.js",
-        "assets/uPlot.iife.min.js",
-        "api/sources",
-        "preview/cam",
-    ] {
+    // (The live stream is not listed until it ends: the boxes drawn above came through it, and
+    // so did the picture, as stills.)
+    for want in ["assets/app.js", "assets/uPlot.iife.min.js", "api/sources"] {
         assert!(
             urls.iter().any(|u| u == &format!("{PREFIX}/{want}")),
             "{want} not fetched under {PREFIX}/: {urls:?}"

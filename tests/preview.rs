@@ -1,12 +1,14 @@
 //! The live preview on a real `vidflow` process: `/preview/SOURCE` streams JPEGs that decode
 //! and change, none is encoded before somebody watches, a source without a preview sink is a
 //! clear 404, the page shows the moving preview and the counters in headless Chromium
-//! (Debian's `chromium`, installed by scripts/install-deps), and a stream ends (its slot
+//! (Debian's `chromium`, driven by `tests/common/browser.rs`), and a stream ends (its slot
 //! freed) when its source stalls or a reload removes its preview sink. The preview is found in
 //! the page's screenshot by what it shows (a box the source's size, black with the moving ball
 //! of `test://ball`), never at a fixed place, so a change of margins or fonts moves nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/browser.rs"]
+mod browser;
 mod common;
 #[path = "common/http.rs"]
 mod http_client;
@@ -14,12 +16,12 @@ mod http_client;
 mod rtsp;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use common::free_port;
 use common::{Running, spawn_run, write};
+use headless_chrome::Tab;
 use http_client::{
     assert_healthz_answers_quickly, get, open, read_part, scrape, value, wait_for_frames,
     wait_until,
@@ -115,28 +117,6 @@ fn mjpeg_parts_decode_and_change_and_nothing_is_encoded_before_a_client_watches(
     assert!(finished.status.success(), "{}", finished.stderr);
 }
 
-/// Runs headless Chromium on `url` with `args`; its stdout.
-fn chromium(url: &str, args: &[&str]) -> String {
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .args(["--window-size=800,600", "--virtual-time-budget=3000"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("chromium (Debian package chromium, installed by scripts/install-deps)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The sources' size in [`start`], which the page shows at its own size.
 const SIZE: (i32, i32) = (320, 240);
 
@@ -199,11 +179,11 @@ fn area(page: &Mat, rect: Rect) -> Mat {
     Mat::roi(page, rect).unwrap().try_clone().unwrap()
 }
 
-/// A screenshot of the page once a box of it shows the ball (the first JPEG may come after
-/// the page is drawn: a few tries).
-fn screenshot(url: &str, path: &Path) -> Mat {
+/// A screenshot of the page, kept as `target/tmp/page/NAME`, once a box of it shows the ball
+/// (the first JPEG may come after the page is drawn: a few tries).
+fn screenshot(tab: &Tab, name: &str) -> Mat {
     for _ in 0..5 {
-        chromium(url, &[&format!("--screenshot={}", path.display())]);
+        let path = browser::screenshot(tab, name);
         let page = imgcodecs::imread(path.to_str().unwrap(), imgcodecs::IMREAD_COLOR).unwrap();
         assert!(!page.empty(), "{} is not an image", path.display());
         if dark_boxes(&page)
@@ -212,8 +192,9 @@ fn screenshot(url: &str, path: &Path) -> Mat {
         {
             return page;
         }
+        std::thread::sleep(Duration::from_millis(500));
     }
-    panic!("no box of {} shows the ball", path.display());
+    panic!("no box of the page's screenshot {name} shows the ball");
 }
 
 #[test]
@@ -222,32 +203,33 @@ fn the_page_in_headless_chromium_shows_a_moving_preview_and_counters() {
     let (run, port) = start(dir.path());
     // The one-file status page (the full page, `/`, has its own tests: tests/page.rs).
     let url = format!("http://127.0.0.1:{port}/simple");
+    let browser = browser::browser(800, 600);
+    let tab = browser.new_tab().unwrap();
+    tab.set_default_timeout(DEADLINE);
     wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
-
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let first_path = shots.join("preview-page-1.png");
-    let second_path = shots.join("preview-page-2.png");
-    let first = screenshot(&url, &first_path);
-    std::thread::sleep(Duration::from_secs(1));
-    let second = screenshot(&url, &second_path);
-    println!(
-        "screenshots: {} {}",
-        first_path.display(),
-        second_path.display()
+    // Not `wait_until_navigated`: the preview's MJPEG stream keeps the page loading.
+    tab.navigate_to(&url).unwrap();
+    browser::wait_js(
+        &tab,
+        "the preview's first JPEG",
+        "(document.getElementById('preview-cam') || {}).naturalWidth",
     );
+
+    let first = screenshot(&tab, "preview-page-1.png");
+    std::thread::sleep(Duration::from_secs(1));
+    let second = screenshot(&tab, "preview-page-2.png");
     // Two boxes the sources' size, wherever the page put them: `cam`'s preview, which moves,
     // and `still`'s "no preview" box, which does not.
     let boxes = dark_boxes(&second);
     assert_eq!(boxes, dark_boxes(&first), "the layout moved");
-    assert_eq!(boxes.len(), 2, "{boxes:?} in {}", second_path.display());
+    assert_eq!(boxes.len(), 2, "{boxes:?} in preview-page-2.png");
     let (moving, still): (Vec<Rect>, Vec<Rect>) = boxes
         .into_iter()
         .partition(|b| differing(&area(&first, *b), &area(&second, *b)) > 0);
     assert_eq!(
         (moving.len(), still.len()),
         (1, 1),
-        "the preview did not move in a second, or the other box did: {}",
-        second_path.display()
+        "the preview did not move in a second, or the other box did (preview-page-*.png)"
     );
     // What moves is `cam`'s own picture: a ball the size the stream's JPEGs show it.
     let (status, _, mut reader) = open(port, "/preview/cam").unwrap();
@@ -259,14 +241,15 @@ fn the_page_in_headless_chromium_shows_a_moving_preview_and_counters() {
         jpeg > 0 && shown * 2 > jpeg && shown < jpeg * 2,
         "the ball covers {shown} pixels on the page, {jpeg} in a JPEG of the stream"
     );
-    assert_eq!(
-        bright(&area(&second, still[0])),
-        0,
-        "{}",
-        second_path.display()
-    );
+    assert_eq!(bright(&area(&second, still[0])), 0, "preview-page-2.png");
 
-    let dom = chromium(&url, &["--dump-dom"]);
+    browser::wait_js(
+        &tab,
+        "a decoded counter",
+        "Number((document.querySelector('[data-counter=decoded]') || {}).textContent)",
+    );
+    let dom = browser::js(&tab, "document.documentElement.outerHTML");
+    let dom = dom.as_str().unwrap();
     let decoded = dom
         .split("data-counter=\"decoded\">")
         .nth(1)

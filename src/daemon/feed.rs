@@ -114,6 +114,9 @@ pub struct Feed {
     /// the `PRIORITY_*` values, written once by the live thread as it starts (Relaxed: it is
     /// only shown).
     pub priority: AtomicU8,
+    /// Cameras' stills a live client did not take before a newer one replaced them
+    /// (`http/stills.rs`).
+    pub stills_dropped: AtomicU64,
 }
 
 /// [`Feed::priority`]: the live thread has not started.
@@ -133,6 +136,7 @@ impl Default for Feed {
             dropped: AtomicU64::new(0),
             slow_clients: AtomicU64::new(0),
             priority: AtomicU8::new(PRIORITY_UNKNOWN),
+            stills_dropped: AtomicU64::new(0),
         }
     }
 }

@@ -3,8 +3,9 @@
 //! The sink publishes into a process-wide [`Hub`] (here, since a sink kind must not import the
 //! daemon): one [`Channel`] per source. It encodes a JPEG only while somebody watches that
 //! source (a [`Watch`] is held) and at most `max_fps` times a second; every other frame costs
-//! an atomic load. The HTTP side (`daemon/http/preview.rs`) holds a `Watch` per client and
-//! waits on the channel for the next JPEG.
+//! an atomic load. The HTTP side holds a `Watch` per MJPEG client (`daemon/http/preview.rs`),
+//! which waits on the channel for the next JPEG, and one per source while the live stream
+//! carries stills (`daemon/http/stills.rs`), which takes the newest without waiting.
 //!
 //! Threads and locks: the sink runs on its own sink thread (`runner`). Each channel has one
 //! mutex, taken by the sink only to swap in a new JPEG (after encoding, outside the lock) and
@@ -331,14 +332,26 @@ impl Watch {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0
         };
-        if latest.seq > self.seen
-            && let Some(jpeg) = &latest.jpeg
-        {
-            self.seen = latest.seq;
-            return Some(jpeg.clone());
-        }
-        None
+        newer(&latest, &mut self.seen)
     }
+
+    /// The JPEG newer than the last one returned, if one came; never waits (the HTTP live
+    /// thread takes each source's newest at its own pace).
+    pub fn try_next(&mut self) -> Option<Arc<[u8]>> {
+        let latest = self
+            .channel
+            .latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        newer(&latest, &mut self.seen)
+    }
+}
+
+/// `latest`'s JPEG if it is newer than the one numbered `seen` (which it then becomes).
+fn newer(latest: &Latest, seen: &mut u64) -> Option<Arc<[u8]>> {
+    let jpeg = latest.jpeg.as_ref().filter(|_| latest.seq > *seen)?;
+    *seen = latest.seq;
+    Some(jpeg.clone())
 }
 
 impl Drop for Watch {

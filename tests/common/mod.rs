@@ -548,6 +548,25 @@ pub mod wait;
 pub use probes::*;
 pub use wait::{poll, wait_until};
 
+/// The steps that find `test://ball` (320 x 240) by its motion, track it and count it across
+/// the middle line (`$steps.crossing`, line `middle`), for a `format!` pipeline.
+pub const BALL_CROSSINGS: &str = r#"[steps.moving]
+kind = "motion"
+image = "$frame"
+class = "ball"
+min_area = 50.0
+
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.moving.detections"
+
+[steps.crossing]
+kind = "line_counter"
+tracks = "$steps.tracks.tracks"
+line = [[160, 240], [160, 0]]
+name = "middle"
+"#;
+
 /// A pipeline of `sources` (name, URI) through `motion`, with a `jsonl` sink of its detections
 /// at `out/lines.jsonl` and the `sinks` given: what the network sinks' tests compare against.
 pub fn motion_pipeline(sources: &[(&str, &str)], sinks: &str) -> String {

@@ -1,6 +1,7 @@
-//! `/api/live` and `/api/live/SOURCE`: each frame's boxes and counts as Server-Sent Events
-//! (`event: frame`, JSON data, see `daemon::feed::LiveFrame::to_json`), for the page to draw
-//! over the preview's JPEG.
+//! `/api/live?stills=1` and `/api/live/SOURCE?stills=1`: each frame's boxes and counts as
+//! Server-Sent Events (`event: frame`, JSON data, see `daemon::feed::LiveFrame::to_json`), for
+//! the page to draw over the preview's JPEG; with `stills=1`, those JPEGs too (`event: still`,
+//! at a bounded rate, `stills.rs`), so that the page needs no other long-lived connection.
 //!
 //! One thread, `vidflow-http-live`, holds every live client's socket, non-blocking: it takes a
 //! frame from the feed (`daemon::feed`), makes its message once, appends it to the buffer of
@@ -9,7 +10,8 @@
 //! come) is closed and counted (`Feed::slow_clients`): it is never waited for, and it costs
 //! the others nothing. At most [`MAX_LIVE`] clients (past that, 503); a comment line every
 //! [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames while
-//! a client is connected (`Feed::set_listeners`).
+//! a client is connected (`Feed::set_listeners`). A client's stills wait apart from its buffer,
+//! one per source, and enter it only once the socket took the rest (`stills.rs`).
 //!
 //! Nothing of the frame path waits on this thread (the feed is a `try_send`), but its writes
 //! share the cores with it: a write per client per frame, and on loopback the reader's side of
@@ -30,12 +32,13 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 
 use super::Shared;
-use crate::daemon::feed::{FEED_QUEUE, LiveFrame};
+use super::stills::{Slots, Watches};
+use crate::daemon::feed::{FEED_QUEUE, Feed, LiveFrame};
 
 /// Live clients at once: a thousand pages, each a socket and a buffer.
 pub(super) const MAX_LIVE: usize = 1024;
@@ -51,11 +54,12 @@ const ARRIVALS: usize = 256;
 /// nice 0 and 10: 1024 and 110).
 const NICENESS: i32 = 10;
 
-/// A new client and the source it follows (`None`: all).
+/// A new client, the source it follows (`None`: all) and whether it asked for stills.
 #[derive(Debug)]
 pub(super) struct Arrival {
     pub stream: TcpStream,
     pub source: Option<String>,
+    pub stills: bool,
 }
 
 /// The live thread; dropping it stops and joins it.
@@ -95,13 +99,15 @@ impl Drop for LiveThread {
 }
 
 /// Hands a client to the live thread, or answers 503.
-pub(super) fn add(shared: &Shared, mut stream: TcpStream, source: Option<String>) {
+pub(super) fn add(shared: &Shared, mut stream: TcpStream, source: Option<String>, stills: bool) {
     let Some(arrivals) = &shared.arrivals else {
         return;
     };
-    if let Err(TrySendError::Full(a) | TrySendError::Disconnected(a)) =
-        arrivals.try_send(Arrival { stream, source })
-    {
+    if let Err(TrySendError::Full(a) | TrySendError::Disconnected(a)) = arrivals.try_send(Arrival {
+        stream,
+        source,
+        stills,
+    }) {
         stream = a.stream;
         let _ = stream.write(&super::refusal(
             503,
@@ -115,41 +121,61 @@ struct Client {
     source: Option<String>,
     pending: Vec<u8>,
     sent: usize,
+    /// Bytes at the front of `pending` that are a still: they do not count against
+    /// [`CLIENT_BUFFER`], which bounds the frames' messages.
+    still: usize,
+    /// With `stills=1`: the stills not in `pending` yet, one per source.
+    stills: Option<Slots>,
 }
 
 impl Client {
     /// Queues `bytes`; `false` when the client is too far behind (it is to be dropped).
     fn queue(&mut self, bytes: &[u8]) -> bool {
-        if self.pending.len() - self.sent + bytes.len() > CLIENT_BUFFER {
+        if self.pending.len() - self.sent.max(self.still) + bytes.len() > CLIENT_BUFFER {
             return false;
         }
         if self.sent > 0 && self.sent == self.pending.len() {
-            self.pending.clear();
-            self.sent = 0;
+            self.emptied();
         }
         self.pending.extend_from_slice(bytes);
         true
     }
 
-    /// Writes what the socket takes now; `false` when the client went.
+    /// Writes what the socket takes now, then the stills that wait while it takes them all;
+    /// `false` when the client went.
     fn flush(&mut self) -> bool {
-        while self.sent < self.pending.len() {
-            match self.stream.write(&self.pending[self.sent..]) {
-                Ok(0) => return false,
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return false,
+        loop {
+            while self.sent < self.pending.len() {
+                match self.stream.write(&self.pending[self.sent..]) {
+                    Ok(0) => return false,
+                    Ok(n) => self.sent += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
             }
+            if self.sent < self.pending.len() {
+                if self.sent > CLIENT_BUFFER / 2 {
+                    self.pending.drain(..self.sent);
+                    self.still = self.still.saturating_sub(self.sent);
+                    self.sent = 0;
+                }
+                return true;
+            }
+            self.emptied();
+            let Some(still) = self.stills.as_mut().and_then(Slots::next) else {
+                return true;
+            };
+            self.pending.extend_from_slice(&still);
+            self.still = still.len();
         }
-        if self.sent == self.pending.len() {
-            self.pending.clear();
-            self.sent = 0;
-        } else if self.sent > CLIENT_BUFFER / 2 {
-            self.pending.drain(..self.sent);
-            self.sent = 0;
-        }
-        true
+    }
+
+    /// Forgets the bytes sent, all of `pending`.
+    fn emptied(&mut self) {
+        self.pending.clear();
+        self.sent = 0;
+        self.still = 0;
     }
 }
 
@@ -205,6 +231,9 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
     lower_priority(feed);
     let frames = feed.receiver();
     let mut clients: Vec<Client> = Vec::new();
+    let mut watches = Watches::default();
+    // When something was last queued for the clients.
+    let mut queued = Instant::now();
     loop {
         select! {
             recv(arrivals) -> a => match a {
@@ -218,16 +247,26 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
                     for frame in frames.try_iter().take(FEED_QUEUE) {
                         broadcast(&frame, &mut clients, shared);
                     }
+                    queued = Instant::now();
                 }
                 Err(_) => break,
             },
             recv(stopped) -> _ => break,
-            default(KEEPALIVE) => clients.iter_mut().for_each(|c| {
-                let _ = c.queue(b": keepalive\n\n");
-            }),
+            default(watches.wait(KEEPALIVE)) => if queued.elapsed() >= KEEPALIVE {
+                clients.iter_mut().for_each(|c| {
+                    let _ = c.queue(b": keepalive\n\n");
+                });
+                queued = Instant::now();
+            },
         }
         if shared.stop.load(Ordering::Acquire) {
             break;
+        }
+        let followed = clients.iter().filter(|c| c.stills.is_some());
+        let stills = watches.pass(&shared.live, followed.map(|c| c.source.as_deref()));
+        if !stills.is_empty() {
+            offer(&stills, &mut clients, feed);
+            queued = Instant::now();
         }
         clients.retain_mut(Client::flush);
         feed.set_listeners(clients.len());
@@ -236,7 +275,11 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
 }
 
 fn welcome(a: Arrival, clients: &mut Vec<Client>) {
-    let Arrival { mut stream, source } = a;
+    let Arrival {
+        mut stream,
+        source,
+        stills,
+    } = a;
     if clients.len() >= MAX_LIVE {
         let _ = stream.write(&super::refusal(
             503,
@@ -252,7 +295,23 @@ fn welcome(a: Arrival, clients: &mut Vec<Client>) {
         source,
         pending: HEAD.to_vec(),
         sent: 0,
+        still: 0,
+        stills: stills.then(Slots::default),
     });
+}
+
+/// Offers each new still to the clients that asked for stills of its source.
+fn offer(stills: &[(Arc<str>, Arc<[u8]>)], clients: &mut [Client], feed: &Feed) {
+    let mut dropped = 0;
+    for (source, message) in stills {
+        let follow = |c: &&mut Client| c.source.as_deref().is_none_or(|s| s == &**source);
+        for c in clients.iter_mut().filter(follow) {
+            if let Some(slots) = &mut c.stills {
+                dropped += u64::from(slots.offer(source, message));
+            }
+        }
+    }
+    feed.stills_dropped.fetch_add(dropped, Ordering::Relaxed);
 }
 
 fn broadcast(frame: &LiveFrame, clients: &mut Vec<Client>, shared: &Shared) {
@@ -277,18 +336,26 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    #[test]
-    fn a_client_that_does_not_read_is_let_go_without_a_wait() {
+    /// A client whose peer reads nothing.
+    fn unread(stills: Option<Slots>) -> (Client, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let _peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().unwrap();
         stream.set_nonblocking(true).unwrap();
-        let mut client = Client {
+        let client = Client {
             stream,
             source: None,
             pending: Vec::new(),
             sent: 0,
+            still: 0,
+            stills,
         };
+        (client, peer)
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_is_let_go_without_a_wait() {
+        let (mut client, _peer) = unread(None);
         let message = vec![b'x'; 16 * 1024];
         // The peer reads nothing: the socket's buffers fill, then the client's own. A write
         // that waited for the peer would hang here.
@@ -299,5 +366,37 @@ mod tests {
             assert!(queued < 100_000, "never let go");
         }
         assert!(client.pending.len() - client.sent + message.len() > CLIENT_BUFFER);
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_holds_one_still_per_source_beside_its_frames() {
+        let (mut client, _peer) = unread(Some(Slots::default()));
+        let sources: Vec<Arc<str>> = (1..=6).map(|n| format!("cam{n}").into()).collect();
+        let still: Arc<[u8]> = vec![b's'; 48 * 1024].into();
+        let frame = vec![b'f'; 1024];
+        let mut dropped = 0;
+        let mut rounds = 0;
+        // Each round, a still of every camera and a frame, as the live thread would offer them.
+        loop {
+            for source in &sources {
+                let slots = client.stills.as_mut().unwrap();
+                dropped += u64::from(slots.offer(source, &still));
+            }
+            if !client.queue(&frame) {
+                break;
+            }
+            assert!(client.flush(), "the peer is still there");
+            assert!(
+                client.pending.len() <= CLIENT_BUFFER + still.len(),
+                "{} bytes held after {rounds} rounds",
+                client.pending.len()
+            );
+            rounds += 1;
+            assert!(rounds < 100_000, "never let go");
+        }
+        assert!(dropped > 0, "no still was dropped in {rounds} rounds");
+        let slots = client.stills.as_mut().unwrap();
+        let waiting = std::iter::from_fn(|| slots.next()).count();
+        assert!(waiting <= sources.len(), "{waiting} stills wait");
     }
 }

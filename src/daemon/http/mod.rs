@@ -74,6 +74,7 @@ mod page;
 mod pages;
 mod poll;
 mod preview;
+mod stills;
 mod verify;
 
 /// Preview streams served at once: a few browsers' pages, each showing every source.
@@ -182,8 +183,9 @@ enum Reply {
     Verify(Box<(Head, access::Credentials)>),
     /// For an API thread (`api.rs`).
     Api(Box<Head>),
-    /// For the live thread: the source followed (`None`: every source).
-    Live(Option<String>),
+    /// For the live thread: the source followed (`None`: every source), and whether the
+    /// cameras' stills go too.
+    Live(Option<String>, bool),
 }
 
 impl Bound {
@@ -402,25 +404,34 @@ fn pages_and_api(head: &Head, shared: &Shared) -> Option<Reply> {
             None => refusal(404, "no such asset\n"),
         }));
     }
-    if path == "/api/live" {
-        return Some(Reply::Live(None));
-    }
-    if let Some(source) = path.strip_prefix("/api/live/") {
-        let source = percent_decoded(source);
-        if !shared
-            .live
-            .parts()
-            .sources
-            .iter()
-            .any(|s| *s.name == source)
-        {
-            let body = format!("no source \"{source}\"\n");
-            return Some(Reply::Now(refusal(404, &body)));
-        }
-        return Some(Reply::Live(Some(source)));
+    if path == "/api/live" || path.starts_with("/api/live/") {
+        return Some(live_stream(head, shared));
     }
     path.starts_with("/api/")
         .then(|| Reply::Api(Box::new(head.clone())))
+}
+
+/// `/api/live[/SOURCE][?stills=1]`: for the live thread, unless the source or `stills` is wrong.
+fn live_stream(head: &Head, shared: &Shared) -> Reply {
+    let stills = match stills::asked(&head.target) {
+        Ok(stills) => stills,
+        Err(why) => return Reply::Now(refusal(400, &why)),
+    };
+    let Some(source) = path_of(head).strip_prefix("/api/live/") else {
+        return Reply::Live(None, stills);
+    };
+    let source = percent_decoded(source);
+    if !shared
+        .live
+        .parts()
+        .sources
+        .iter()
+        .any(|s| *s.name == source)
+    {
+        let body = format!("no source \"{source}\"\n");
+        return Reply::Now(refusal(404, &body));
+    }
+    Reply::Live(Some(source), stills)
 }
 
 /// Hands a connection to the thread that answers `reply` (a preview, the API, the live
@@ -429,7 +440,7 @@ fn hand_off(reply: Reply, stream: TcpStream, shared: &Arc<Shared>) {
     match reply {
         Reply::Preview(source) => preview::start(stream, shared, source),
         Reply::Api(head) => api::submit(shared, stream, *head),
-        Reply::Live(source) => live::add(shared, stream, source),
+        Reply::Live(source, stills) => live::add(shared, stream, source, stills),
         Reply::Now(_) | Reply::Verify(_) => {}
     }
 }

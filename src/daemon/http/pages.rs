@@ -103,7 +103,9 @@ fn record_stream(source: &LiveSource) -> serde_json::Value {
 }
 
 /// `/api/health`: the run (what `/stats.json` says), the storage's last report and the event
-/// store's and the live feed's counters.
+/// store's and the live stream's counters (`live_dropped`: frames it did not carry; under
+/// `live`, its `clients`, `slow_clients` closed for reading too slowly, `stills_dropped`
+/// replaced before a client took them, and whether its thread runs `below_frames`).
 pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
     let run = run(live);
     let events = parts.events.as_ref().map(|e| {
@@ -123,6 +125,7 @@ pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
         "live": {
             "clients": live.feed.listeners(),
             "slow_clients": get(&live.feed.slow_clients),
+            "stills_dropped": get(&live.feed.stills_dropped),
             "below_frames": live.feed.below_frames(),
         },
     })

@@ -202,7 +202,7 @@ fn advance(
         let now_reply = match reply {
             None => None,
             Some(Reply::Now(bytes)) => Some(bytes),
-            Some(handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(_))) => {
+            Some(handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(..))) => {
                 super::hand_off(handed, conn.stream, shared);
                 return None;
             }

@@ -114,7 +114,7 @@ fn serve(job: Job, shared: &Arc<Shared>) {
         Reply::Now(super::unauthorized(&shared.access))
     };
     match reply {
-        handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(_)) => {
+        handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(..)) => {
             super::hand_off(handed, stream, shared);
         }
         Reply::Now(bytes) => {

@@ -185,6 +185,7 @@ impl Metric {
                 }
             }
             Read::Delivered(value) => out.sample(name, &[], value(state.live.delivered())),
+            Read::Feed(counter) => out.sample(name, &[], get(counter(&state.live.feed))),
             Read::Phase => {
                 let now = state.live.phase();
                 for phase in [

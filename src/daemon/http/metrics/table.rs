@@ -3,6 +3,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use crate::daemon::feed::Feed;
 use crate::packets::RecordStats;
 use crate::sinks::preview::hub;
 use crate::sinks::{SinkSender, SinkStats};
@@ -50,6 +51,8 @@ pub(super) enum Read {
     Filesystem(fn(&FilesystemReport) -> u64),
     /// The run's frames delivered, and failed.
     Delivered(fn((u64, u64)) -> u64),
+    /// The live stream's (`/api/live`).
+    Feed(fn(&Feed) -> &AtomicU64),
     /// 1 for the phase the run is in.
     Phase,
     CpuSeconds,
@@ -118,7 +121,8 @@ pub(super) static METRICS: &[Metric] = &[
     Metric {
         name: "vidflow_preview_watchers",
         kind: "gauge",
-        help: "Preview streams (/preview/SOURCE) open now.",
+        help: "Preview streams (/preview/SOURCE) open now, plus 1 while the live stream sends \
+               the source's stills.",
         read: Read::Preview(|source| u64::try_from(hub().watchers(source)).unwrap_or(u64::MAX)),
     },
     Metric {
@@ -310,6 +314,25 @@ pub(super) static METRICS: &[Metric] = &[
         kind: "counter",
         help: "Delivered frames with a failed step.",
         read: Read::Delivered(|(_, failed)| failed),
+    },
+    Metric {
+        name: "vidflow_live_frames_dropped_total",
+        kind: "counter",
+        help: "Frames the live stream (/api/live) did not carry: its thread was behind.",
+        read: Read::Feed(|f| &f.dropped),
+    },
+    Metric {
+        name: "vidflow_live_slow_clients_total",
+        kind: "counter",
+        help: "Live stream clients closed: they read slower than frames came.",
+        read: Read::Feed(|f| &f.slow_clients),
+    },
+    Metric {
+        name: "vidflow_live_stills_dropped_total",
+        kind: "counter",
+        help: "Cameras' stills (/api/live?stills=1) replaced by a newer one before a client \
+               took them.",
+        read: Read::Feed(|f| &f.stills_dropped),
     },
     Metric {
         name: "vidflow_phase",

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const vidflow = (window.vidflow = { frames: 0, drawn: {}, shapes: {}, live: {}, counts: null, events: [] });
+const vidflow = (window.vidflow = { frames: 0, stills: {}, drawn: {}, shapes: {}, live: {}, counts: null, events: [] });
 
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -37,18 +37,17 @@ function camera(source) {
   if (c) return c;
   const canvas = el("canvas", { class: "boxes", "data-source": source.name });
   const view = el("div", { class: "view" });
-  if (source.preview) {
-    view.append(el("img", { src: "preview/" + encodeURIComponent(source.name), alt: "live picture of " + source.name }));
-  } else {
-    view.append(el("div", { class: "none" }, "no preview sink for this source: boxes only"));
-  }
+  // The picture comes as stills over the one live stream (`still` events below), never over a
+  // connection per camera: a browser opens at most six per host.
+  const img = source.preview ? el("img", { alt: "live picture of " + source.name }) : null;
+  view.append(img || el("div", { class: "none" }, "no preview sink for this source: boxes only"));
   view.append(canvas);
   const state = el("span", { class: "state" });
   const counts = el("span", { class: "counts muted" });
   const card = el("article", { class: "cam", id: "cam-" + source.name }, view,
     el("div", { class: "meta" }, el("b", {}, source.name), state, counts));
   $("grid").append(card);
-  c = { name: source.name, card, canvas, state, counts, frame: null, shapes: {}, pending: false };
+  c = { name: source.name, card, canvas, img, url: null, state, counts, frame: null, shapes: {}, pending: false };
   cams.set(source.name, c);
   new ResizeObserver(() => draw(c)).observe(view);
   return c;
@@ -124,8 +123,23 @@ function drawShapes(c, g, scale, ox, oy) {
   c.canvas.dataset.shapes = JSON.stringify(drawn);
 }
 
+// A camera's still: its JPEG (base64) shown through a blob URL, the previous one released.
+function still(m) {
+  const s = JSON.parse(m.data);
+  const c = cams.get(s.source);
+  if (!c || !c.img) return;
+  const bytes = Uint8Array.from(atob(s.jpeg), (ch) => ch.charCodeAt(0));
+  const old = c.url;
+  c.url = URL.createObjectURL(new Blob([bytes], { type: "image/jpeg" }));
+  c.img.src = c.url;
+  if (old) URL.revokeObjectURL(old);
+  vidflow.stills[s.source] = (vidflow.stills[s.source] || 0) + 1;
+}
+
 function live() {
-  const stream = new EventSource("api/live");
+  // One long-lived connection per page: the boxes of every frame and the cameras' stills.
+  const stream = new EventSource("api/live?stills=1");
+  stream.addEventListener("still", still);
   stream.addEventListener("frame", (m) => {
     const f = JSON.parse(m.data);
     vidflow.frames++;
@@ -386,6 +400,7 @@ async function health() {
     $("h-events").textContent = h.events
       ? `event store ${h.events.path}: ${h.events.events} events, ${h.events.dropped} dropped, ${h.events.errors} errors`
       : "no event store: add [events] path = \"events.db\" to the pipeline";
+    $("h-live").textContent = `live stream: ${h.live_dropped} frames dropped, ${h.live.stills_dropped} stills dropped, ${h.live.slow_clients} slow clients closed`;
     $("run-state").textContent = `${run.phase}, ${run.healthy ? "healthy" : "unhealthy"}`;
     lastHealth = h;
   } catch (e) {

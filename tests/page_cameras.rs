@@ -1,0 +1,286 @@
+//! The page with six cameras, in a real browser (Debian's `chromium`, `tests/common/browser.rs`),
+//! on a real `vidflow` (six `test://ball` sources, each with its preview, motion, a tracker and
+//! a line counter, and the event store): every camera's picture changes, and the events, the
+//! counts and the health view load, while the page holds at most two long-lived connections to
+//! vidflow, counted from the kernel's table of TCP sockets (`/proc/net/tcp`); then the same
+//! with a second tab. A browser opens at most six connections per host (HTTP/1.1): a page with a
+//! connection per camera would have none left for its API requests.
+//!
+//! Beside it, on the same kind of run: a live client that asked for stills and reads nothing
+//! does not hold up another that reads, has its stills dropped and counted, and is closed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "common/browser.rs"]
+mod browser;
+mod common;
+#[path = "common/http.rs"]
+mod http_client;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use browser::{DEADLINE, browser, js, screenshot, wait_js};
+use common::free_port;
+use common::{BALL_CROSSINGS, Running, spawn_run, write};
+use headless_chrome::Tab;
+use http_client::{get, wait_until};
+
+const CAMERAS: usize = 6;
+/// Long-lived connections a tab may hold: its live stream, and one spare (a connection the
+/// browser opened ahead of a request).
+const PER_TAB: usize = 2;
+/// How long a connection must stay open to count as long-lived: past the endpoint's deadline
+/// for a request head (5 s), so an idle connection opened ahead of a request is not counted.
+const LONG_LIVED: Duration = Duration::from_secs(7);
+
+/// Six moving balls, each seen by motion, tracked and counted across the middle line.
+fn pipeline(dir: &Path, port: u16) -> PathBuf {
+    let mut text = String::new();
+    for n in 1..=CAMERAS {
+        text += &format!("[sources.cam{n}]\nuri = \"test://ball?width=320&height=240&fps=10\"\n\n");
+    }
+    text += &format!(
+        r#"
+{BALL_CROSSINGS}
+
+[http]
+listen = "127.0.0.1:{port}"
+
+[events]
+path = "events.db"
+
+[sinks.preview]
+kind = "preview"
+image = "$frame"
+max_fps = 5
+"#
+    );
+    write(dir, "p.toml", &text)
+}
+
+fn start(dir: &Path) -> (Running, u16) {
+    let port = free_port();
+    let run = spawn_run(&pipeline(dir, port), &[], dir);
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+    (run, port)
+}
+
+/// The client ports of the connections to `port` established now (the server's side of each,
+/// in /proc/net/tcp and tcp6).
+fn connections(port: u16) -> BTreeSet<u16> {
+    let mut peers = BTreeSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let port_of = |a: &str| u16::from_str_radix(a.rsplit(':').next().unwrap(), 16).unwrap();
+            // State 01: established.
+            if f[3] == "01" && port_of(f[1]) == port {
+                peers.insert(port_of(f[2]));
+            }
+        }
+    }
+    peers
+}
+
+/// The connections to `port` that stayed established through [`LONG_LIVED`].
+fn long_lived(port: u16) -> BTreeSet<u16> {
+    let start = Instant::now();
+    let mut kept = connections(port);
+    while start.elapsed() < LONG_LIVED {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = connections(port);
+        kept.retain(|p| now.contains(p));
+    }
+    kept
+}
+
+/// Each camera's picture as the page shows it, as a hash of its pixels (null before the first).
+fn pictures(tab: &Tab) -> BTreeMap<String, Option<u64>> {
+    let v = js(
+        tab,
+        "Object.fromEntries([...document.querySelectorAll('#grid .cam')].map(c => { \
+           const i = c.querySelector('.view img'); \
+           if (!i || !i.complete || !i.naturalWidth) return [c.id, null]; \
+           const cv = document.createElement('canvas'); cv.width = 80; cv.height = 60; \
+           const g = cv.getContext('2d'); g.drawImage(i, 0, 0, 80, 60); \
+           const d = g.getImageData(0, 0, 80, 60).data; let h = 0; \
+           for (let k = 0; k < d.length; k++) h = (h * 31 + d[k]) >>> 0; \
+           return [c.id, h]; }))",
+    );
+    serde_json::from_value(v).unwrap()
+}
+
+/// Waits until every camera's picture has changed from the first one the page showed.
+fn every_picture_changes(tab: &Tab) {
+    let names = wait_js(
+        tab,
+        "the six cameras in the grid",
+        &format!(
+            "document.querySelectorAll('#grid .cam').length === {CAMERAS} && \
+             [...document.querySelectorAll('#grid .cam b')].map(b => b.textContent).sort()"
+        ),
+    );
+    assert_eq!(names.as_array().unwrap().len(), CAMERAS, "{names}");
+    let start = Instant::now();
+    let mut first: BTreeMap<String, u64> = BTreeMap::new();
+    loop {
+        let now = pictures(tab);
+        for (cam, hash) in &now {
+            if let Some(h) = hash {
+                first.entry(cam.clone()).or_insert(*h);
+            }
+        }
+        let changed = now
+            .iter()
+            .filter(|(cam, h)| h.is_some() && first.get(*cam) != h.as_ref())
+            .count();
+        if changed == CAMERAS {
+            return;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "pictures that changed: {changed} of {CAMERAS}; shown first {first:?}, now {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Waits until the page's events, counts and health view hold what the run did.
+fn events_counts_and_health_load(tab: &Tab) {
+    wait_js(
+        tab,
+        "the events timeline",
+        "document.querySelectorAll('#timeline li[data-id]').length > 0",
+    );
+    wait_js(
+        tab,
+        "the counts table",
+        "window.vidflow.counts && window.vidflow.counts.keys.length > 0 && \
+         document.querySelectorAll('#totals tr[data-key]').length",
+    );
+    wait_js(
+        tab,
+        "the health view",
+        &format!("document.querySelectorAll('#h-sources tr[data-source]').length === {CAMERAS}"),
+    );
+}
+
+fn open_page(browser: &headless_chrome::Browser, port: u16) -> std::sync::Arc<Tab> {
+    let tab = browser.new_tab().unwrap();
+    tab.set_default_timeout(DEADLINE);
+    // Not `wait_until_navigated`: a page of streams may never finish loading.
+    tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+    tab
+}
+
+#[test]
+fn six_cameras_show_on_one_connection_per_tab_and_the_rest_of_the_page_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let browser = browser(1280, 1400);
+    let (run, port) = start(dir.path());
+
+    let first = open_page(&browser, port);
+    every_picture_changes(&first);
+    events_counts_and_health_load(&first);
+    screenshot(&first, "cameras-1.png");
+    let held = long_lived(port);
+    println!("long-lived connections of one tab: {}", held.len());
+    assert!(
+        held.len() <= PER_TAB,
+        "one tab holds {} long-lived connections (client ports {held:?})",
+        held.len()
+    );
+
+    let second = open_page(&browser, port);
+    every_picture_changes(&second);
+    events_counts_and_health_load(&second);
+    every_picture_changes(&first);
+    screenshot(&second, "cameras-2.png");
+    let held = long_lived(port);
+    println!("long-lived connections of two tabs: {}", held.len());
+    assert!(
+        held.len() <= 2 * PER_TAB,
+        "two tabs hold {} long-lived connections (client ports {held:?})",
+        held.len()
+    );
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// Opens `/api/live?stills=1`; the connection, past the response head.
+fn live_with_stills(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET /api/live?stills=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .unwrap();
+    s
+}
+
+/// `/api/health`'s counter `key`.
+fn health(port: u16, key: &str) -> Option<u64> {
+    let (status, body) = get(port, "/api/health")?;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["live"][key].as_u64()
+}
+
+/// Reads `reader`'s events until each camera had `n` stills.
+fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut event = String::new();
+    let mut line = String::new();
+    while seen.len() < CAMERAS || seen.values().any(|&k| k < n) {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(name) = line.strip_prefix("event: ") {
+            event = name.trim().to_owned();
+        } else if let Some(data) = line.strip_prefix("data: ").filter(|_| event == "still") {
+            let still: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert!(
+                still["jpeg"].as_str().unwrap().starts_with("/9j/"),
+                "not a JPEG"
+            );
+            *seen
+                .entry(still["source"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+}
+
+#[test]
+fn a_live_client_that_reads_nothing_loses_stills_and_is_closed_without_holding_up_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    let stuck = live_with_stills(port);
+    let reader = live_with_stills(port);
+    reader.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut reader = BufReader::new(reader);
+    stills_of_every_camera(&mut reader, 2);
+    // The stuck client's socket fills, then stills wait for it, one per camera, each replaced by
+    // the next; then its frames pass the buffer it may hold, and it is closed.
+    wait_until("stills dropped for the stuck client", DEADLINE, || {
+        stills_of_every_camera(&mut reader, 1);
+        (health(port, "stills_dropped")? > 0).then_some(())
+    });
+    stills_of_every_camera(&mut reader, 2);
+    wait_until("the stuck client closed", DEADLINE, || {
+        stills_of_every_camera(&mut reader, 1);
+        (health(port, "slow_clients")? >= 1).then_some(())
+    });
+    stills_of_every_camera(&mut reader, 2);
+    drop(stuck);
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
