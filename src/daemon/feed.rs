@@ -114,6 +114,10 @@ pub struct Feed {
     /// the `PRIORITY_*` values, written once by the live thread as it starts (Relaxed: it is
     /// only shown).
     pub priority: AtomicU8,
+    /// The live clients' cap (`http/live.rs`: from the file-descriptor limit), set as the live
+    /// thread starts, and the clients refused for it (Relaxed: only shown).
+    pub max_clients: AtomicUsize,
+    pub refused: AtomicU64,
 }
 
 /// [`Feed::priority`]: the live thread has not started.
@@ -133,6 +137,8 @@ impl Default for Feed {
             dropped: AtomicU64::new(0),
             slow_clients: AtomicU64::new(0),
             priority: AtomicU8::new(PRIORITY_UNKNOWN),
+            max_clients: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
         }
     }
 }

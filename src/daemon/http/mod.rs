@@ -78,6 +78,12 @@ mod verify;
 
 /// Preview streams served at once: a few browsers' pages, each showing every source.
 pub const MAX_PREVIEWS: usize = 16;
+
+/// Live clients (`/api/live`) served at once by a process allowed `nofile` file descriptors
+/// (`live.rs`).
+pub fn max_live_clients(nofile: u64) -> usize {
+    live::max_clients(nofile)
+}
 /// How long the stop's self-connection may take (it only wakes the loop).
 const WAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
