@@ -25,19 +25,19 @@
 //! warning) and runs at the daemon's priority, and `/api/health` shows `live.below_frames:
 //! false` (`Feed::priority`).
 //!
-//! Stop protocol: the [`LiveThread`]'s drop drops the stop channel's sender, which wakes the
-//! thread; it closes every client and is joined.
+//! Stop protocol (`workers.rs`): dropping its [`Workers`] drops the stop channel's sender,
+//! which wakes the thread; it closes every client and is joined.
 
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 
 use super::Shared;
+use super::workers::Workers;
 use crate::daemon::feed::{FEED_QUEUE, LiveFrame};
 
 /// Live clients at once, at most: a thousand pages, each a socket and a buffer (up to
@@ -79,13 +79,6 @@ pub(super) struct Arrival {
     pub source: Option<String>,
 }
 
-/// The live thread; dropping it stops and joins it.
-#[derive(Debug)]
-pub(super) struct LiveThread {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
 pub(super) fn queue() -> (Sender<Arrival>, Receiver<Arrival>) {
     bounded(ARRIVALS)
 }
@@ -99,10 +92,8 @@ pub(super) fn max_clients(nofile: u64) -> usize {
         .min(MAX_LIVE)
 }
 
-pub(super) fn start(
-    arrivals: Receiver<Arrival>,
-    shared: Arc<Shared>,
-) -> std::io::Result<LiveThread> {
+/// Starts the live thread on `arrivals`; dropping the result stops and joins it.
+pub(super) fn start(arrivals: Receiver<Arrival>, shared: Arc<Shared>) -> std::io::Result<Workers> {
     let nofile = crate::daemon::fds::limit();
     let cap = max_clients(nofile);
     if cap < MAX_LIVE {
@@ -113,25 +104,9 @@ pub(super) fn start(
         );
     }
     shared.live.feed.max_clients.store(cap, Ordering::Relaxed);
-    let (stop, stopped) = bounded::<()>(0);
-    let thread = std::thread::Builder::new()
-        .name("vidflow-http-live".to_owned())
-        .spawn(move || run(&arrivals, &stopped, &shared, cap))?;
-    Ok(LiveThread {
-        stop: Some(stop),
-        thread: Some(thread),
+    Workers::start("vidflow-http-live", 1, move |stopped| {
+        run(&arrivals, stopped, &shared, cap);
     })
-}
-
-impl Drop for LiveThread {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("http: the live thread panicked");
-        }
-    }
 }
 
 /// Hands a client to the live thread, or answers 503.
