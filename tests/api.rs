@@ -1,11 +1,12 @@
 //! The JSON API on a real `vidflow` (a moving ball followed by `motion` and the tracker,
-//! counted across a line, with snapshots and clips of its crossings and the event store):
-//! bad parameters get 400 with a message naming them, a wrong token 401, a path outside the
-//! media folders (or a file there vidflow did not write) 404 and never its bytes, a snapshot
-//! is served in the byte range asked for, a thousand live clients at once each get frames (the
-//! live thread below the frame path's priority), a browser that opens the page once as
-//! `/?token=TOKEN` keeps the token in a cookie (Secure behind a TLS proxy), and an event store deleted under the run is made
-//! again while frames go on.
+//! counted across a line, with snapshots and clips of its crossings, a JSONL sink of its tracks
+//! and the event store): bad parameters get 400 with a message naming them, a wrong token 401,
+//! a path outside the media folders (or a file there vidflow did not write) 404 and never its
+//! bytes, a snapshot is served in the byte range asked for, a thousand live clients at once
+//! each get frames whose boxes are the ball's tracks the JSONL sink wrote for the same frame
+//! (the live thread below the frame path's priority), a browser that opens the page once as
+//! `/?token=TOKEN` keeps the token in a cookie (Secure behind a TLS proxy), and an event store
+//! deleted under the run is made again while frames go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -42,6 +43,11 @@ token_file = "http-token"
 
 [events]
 path = "events.db"
+
+[sinks.frames]
+kind = "jsonl"
+path = "frames.jsonl"
+include = ["$steps.tracks.tracks"]
 
 [sinks.snapshots]
 kind = "snapshot"
@@ -262,6 +268,20 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
     wait_until("the endpoint", DEADLINE, || {
         http_client::get(port, "/healthz").filter(|(s, _)| *s == 200)
     });
+    // Once motion has learnt the background and the ball is followed (written by the JSONL
+    // sink): from there on every frame has its box.
+    let lines = dir.path().join("frames.jsonl");
+    wait_until("the ball followed", DEADLINE, || {
+        let text = std::fs::read_to_string(&lines).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|l| {
+                l["steps.tracks.tracks"]
+                    .as_array()
+                    .is_some_and(|t| !t.is_empty())
+            })
+            .then_some(())
+    });
     // One after the other: the endpoint holds 64 requests still being read at once (the
     // oldest goes for a new one), and these are taken in as fast as they come.
     let mut clients: Vec<_> = (0..1000)
@@ -284,6 +304,7 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
         seqs.push(frame["seq"].as_u64().unwrap());
     }
     // The frames go on for all of them: each gets a later one.
+    let mut shown = Vec::new();
     for (reader, seq) in clients.iter_mut().zip(&seqs) {
         let later = loop {
             let f = next_frame(reader);
@@ -291,7 +312,6 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
                 break f;
             }
         };
-        assert!(later["boxes"].is_array(), "{later}");
         // The line the counter tests, to draw beside the boxes.
         assert_eq!(
             later["shapes"],
@@ -299,11 +319,49 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
                 "points": [[160.0, 240.0], [160.0, 0.0]]}]),
             "{later}"
         );
+        shown.push(later);
     }
     drop(clients);
     run.signal("TERM");
     let finished = run.finish(DEADLINE);
     assert!(finished.status.success(), "{}", finished.stderr);
+    // Each frame's boxes are the ball's tracks of that very frame, as the JSONL sink wrote
+    // them: the same ids, labels, scores and boxes, in the picture.
+    let written: std::collections::HashMap<u64, serde_json::Value> =
+        common::jsonl(&dir.path().join("frames.jsonl"))
+            .into_iter()
+            .map(|l| {
+                (
+                    l["frame"].as_u64().unwrap(),
+                    l["steps.tracks.tracks"].clone(),
+                )
+            })
+            .collect();
+    for frame in &shown {
+        let seq = frame["seq"].as_u64().unwrap();
+        let tracks = written[&seq].as_array().unwrap();
+        let expected: Vec<serde_json::Value> = tracks
+            .iter()
+            .map(|t| {
+                let b = &t["box"];
+                serde_json::json!({"id": t["track_id"], "label": t["class"],
+                    "score": t["confidence"], "box": [b["x"], b["y"], b["width"], b["height"]],
+                    "predicted": t["predicted"].as_bool().unwrap_or(false)})
+            })
+            .collect();
+        let boxes = frame["boxes"].as_array().unwrap();
+        assert_eq!(boxes, &expected, "frame {seq}");
+        // The ball is always in the picture, and followed.
+        assert!(!boxes.is_empty(), "frame {seq}: no box");
+        for b in boxes {
+            assert_eq!(b["label"], "ball", "{b}");
+            let [x, y, w, h] = [0, 1, 2, 3].map(|i| b["box"][i].as_f64().unwrap());
+            assert!(
+                w > 0.0 && h > 0.0 && x >= 0.0 && y >= 0.0 && x + w <= 320.0 && y + h <= 240.0,
+                "frame {seq}: {b}"
+            );
+        }
+    }
 }
 
 #[test]

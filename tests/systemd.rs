@@ -96,6 +96,17 @@ fn the_unit_keeps_restarts_for_failures_restarting_can_fix() {
     assert!(has("RestartPreventExitStatus", "78"), "{text}");
     assert!(has("Restart", "on-failure"), "{text}");
     assert!(has("MemoryDenyWriteExecute", "yes"), "{text}");
+    // Descriptors for every live client the endpoint would take, beside the run's reserve.
+    let nofile: u64 = keys
+        .iter()
+        .find(|(k, _)| *k == "LimitNOFILE")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("LimitNOFILE, a number");
+    assert_eq!(
+        vidflow::daemon::http::max_live_clients(nofile),
+        vidflow::daemon::http::max_live_clients(u64::MAX),
+        "{nofile}"
+    );
     // systemd's SIGKILL must come after the daemon's own stop deadline (default 20 s).
     let stop: u64 = keys
         .iter()

@@ -117,6 +117,10 @@ pub struct Feed {
     /// Cameras' stills a live client did not take before a newer one replaced them
     /// (`http/stills.rs`).
     pub stills_dropped: AtomicU64,
+    /// The live clients' cap (`http/live.rs`: from the file-descriptor limit), set as the live
+    /// thread starts, and the clients refused for it (Relaxed: only shown).
+    pub max_clients: AtomicUsize,
+    pub refused: AtomicU64,
 }
 
 /// [`Feed::priority`]: the live thread has not started.
@@ -137,6 +141,8 @@ impl Default for Feed {
             slow_clients: AtomicU64::new(0),
             priority: AtomicU8::new(PRIORITY_UNKNOWN),
             stills_dropped: AtomicU64::new(0),
+            max_clients: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
         }
     }
 }

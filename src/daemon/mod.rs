@@ -37,6 +37,7 @@ use crate::source::{SourceError, SourceStats};
 use crate::workflow::PoolError;
 
 mod counts;
+pub mod fds;
 pub mod feed;
 pub mod http;
 pub mod live;

@@ -22,22 +22,22 @@
 //! with `Link: <...&cursor=CURSOR>; rel="next"` (RFC 8288) while more remain: each page is read
 //! alone (`Storage::page`, `events::query::counts`), never the whole list.
 //!
-//! Stop protocol: dropping the [`Api`] drops the stop channel's sender, which wakes each
-//! thread; a request in progress finishes (bounded as above), those queued are closed
-//! unanswered, and the threads are joined.
+//! Stop protocol (`workers.rs`): dropping the threads' [`Workers`] drops the stop channel's
+//! sender, which wakes each thread; a request in progress finishes (bounded as above), those
+//! queued are closed unanswered, and the threads are joined.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 use serde_json::json;
 
 use super::head::Head;
+use super::workers::Workers;
 use super::{Shared, response};
 use crate::events::query::{self, BadParam, CountFilter, EventFilter, EventRow, QueryError};
 use crate::storage::{Class, StoredFile};
@@ -60,43 +60,16 @@ pub(super) struct Job {
     pub head: Head,
 }
 
-/// The API threads; dropping it stops and joins them.
-#[derive(Debug)]
-pub(super) struct Api {
-    stop: Option<Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
-}
-
 pub(super) fn queue() -> (Sender<Job>, Receiver<Job>) {
     bounded(QUEUE)
 }
 
-pub(super) fn start(jobs: &Receiver<Job>, shared: &Arc<Shared>) -> std::io::Result<Api> {
-    let (stop, stopped) = bounded::<()>(0);
-    let mut threads = Vec::new();
-    for _ in 0..THREADS {
-        let (jobs, stopped, shared) = (jobs.clone(), stopped.clone(), shared.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name("vidflow-http-api".to_owned())
-                .spawn(move || run(&jobs, &stopped, &shared))?,
-        );
-    }
-    Ok(Api {
-        stop: Some(stop),
-        threads,
+/// Starts the [`THREADS`] API threads on `jobs`; dropping the result stops and joins them.
+pub(super) fn start(jobs: &Receiver<Job>, shared: &Arc<Shared>) -> std::io::Result<Workers> {
+    let (jobs, shared) = (jobs.clone(), shared.clone());
+    Workers::start("vidflow-http-api", THREADS, move |stopped| {
+        run(&jobs, stopped, &shared);
     })
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        for thread in self.threads.drain(..) {
-            if thread.join().is_err() {
-                tracing::error!("http: an API thread panicked");
-            }
-        }
-    }
 }
 
 /// Hands a request to the API threads, or answers 503 when they are all busy.

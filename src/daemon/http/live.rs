@@ -8,7 +8,10 @@
 //! each client of that source and writes what each socket takes without waiting. A client
 //! whose unsent bytes pass [`CLIENT_BUFFER`] (it stopped reading, or reads slower than frames
 //! come) is closed and counted (`Feed::slow_clients`): it is never waited for, and it costs
-//! the others nothing. At most [`MAX_LIVE`] clients (past that, 503); a comment line every
+//! the others nothing. At most [`max_clients`] clients (past that, 503): [`MAX_LIVE`], or
+//! fewer when the file-descriptor limit (raised to its hard limit at start, `daemon::fds`)
+//! leaves less room after [`RESERVED_FDS`], so that live clients never take the descriptors
+//! the sources, sinks, the event store and `/healthz` need. A comment line every
 //! [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames while
 //! a client is connected (`Feed::set_listeners`). A client's stills wait apart from its buffer,
 //! one per source, and enter it only once the socket took the rest (`stills.rs`).
@@ -24,24 +27,42 @@
 //! warning) and runs at the daemon's priority, and `/api/health` shows `live.below_frames:
 //! false` (`Feed::priority`).
 //!
-//! Stop protocol: the [`LiveThread`]'s drop drops the stop channel's sender, which wakes the
-//! thread; it closes every client and is joined.
+//! Stop protocol (`workers.rs`): dropping its [`Workers`] drops the stop channel's sender,
+//! which wakes the thread; it closes every client and is joined.
 
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 
 use super::Shared;
 use super::stills::{Slots, Watches};
+use super::workers::Workers;
 use crate::daemon::feed::{FEED_QUEUE, Feed, LiveFrame};
 
-/// Live clients at once: a thousand pages, each a socket and a buffer.
+/// Live clients at once, at most: a thousand pages, each a socket and a buffer (up to
+/// [`CLIENT_BUFFER`]: 256 MiB for all of them at worst).
 pub(super) const MAX_LIVE: usize = 1024;
+/// File descriptors the run keeps for the pipeline: its sources' sockets and pipes, its
+/// sinks' files and folder indexes, the event store (38 for two test sources and three
+/// sinks, measured; an RTSP camera with a record stream adds about a dozen), with room for a
+/// few dozen cameras.
+const PIPELINE_FDS: usize = 512;
+/// File descriptors kept from live clients: the pipeline's, and what the endpoint's other
+/// caps may hold (connections being read or answered, previews, the API's and the
+/// credentials check's queues and threads, live clients still waiting in [`ARRIVALS`]), and
+/// the listener and the odd descriptor the process opens meanwhile.
+pub(super) const RESERVED_FDS: usize = PIPELINE_FDS
+    + super::poll::MAX_CLIENTS
+    + super::MAX_PREVIEWS
+    + super::api::QUEUE
+    + super::api::THREADS
+    + super::verify::QUEUE
+    + ARRIVALS
+    + 16;
 /// Unsent bytes a client may have before it is dropped: some seconds of frames with a few
 /// dozen boxes.
 pub(super) const CLIENT_BUFFER: usize = 256 * 1024;
@@ -62,40 +83,34 @@ pub(super) struct Arrival {
     pub stills: bool,
 }
 
-/// The live thread; dropping it stops and joins it.
-#[derive(Debug)]
-pub(super) struct LiveThread {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
 pub(super) fn queue() -> (Sender<Arrival>, Receiver<Arrival>) {
     bounded(ARRIVALS)
 }
 
-pub(super) fn start(
-    arrivals: Receiver<Arrival>,
-    shared: Arc<Shared>,
-) -> std::io::Result<LiveThread> {
-    let (stop, stopped) = bounded::<()>(0);
-    let thread = std::thread::Builder::new()
-        .name("vidflow-http-live".to_owned())
-        .spawn(move || run(&arrivals, &stopped, &shared))?;
-    Ok(LiveThread {
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+/// Live clients at once with `nofile` file descriptors: [`MAX_LIVE`], or what is left of
+/// them past [`RESERVED_FDS`].
+pub(super) fn max_clients(nofile: u64) -> usize {
+    usize::try_from(nofile)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(RESERVED_FDS)
+        .min(MAX_LIVE)
 }
 
-impl Drop for LiveThread {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("http: the live thread panicked");
-        }
+/// Starts the live thread on `arrivals`; dropping the result stops and joins it.
+pub(super) fn start(arrivals: Receiver<Arrival>, shared: Arc<Shared>) -> std::io::Result<Workers> {
+    let nofile = crate::daemon::fds::limit();
+    let cap = max_clients(nofile);
+    if cap < MAX_LIVE {
+        tracing::info!(
+            cap,
+            nofile,
+            "http: live clients capped by the file-descriptor limit"
+        );
     }
+    shared.live.feed.max_clients.store(cap, Ordering::Relaxed);
+    Workers::start("vidflow-http-live", 1, move |stopped| {
+        run(&arrivals, stopped, &shared, cap);
+    })
 }
 
 /// Hands a client to the live thread, or answers 503.
@@ -226,7 +241,7 @@ fn lower_priority(feed: &crate::daemon::feed::Feed) {
     feed.priority.store(outcome, Ordering::Relaxed);
 }
 
-fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
+fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared, cap: usize) {
     let feed = &shared.live.feed;
     lower_priority(feed);
     let frames = feed.receiver();
@@ -237,7 +252,7 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
     loop {
         select! {
             recv(arrivals) -> a => match a {
-                Ok(a) => welcome(a, &mut clients),
+                Ok(a) => welcome(a, &mut clients, cap, shared),
                 Err(_) => break,
             },
             recv(frames) -> f => match f {
@@ -274,13 +289,14 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
     feed.set_listeners(0);
 }
 
-fn welcome(a: Arrival, clients: &mut Vec<Client>) {
+fn welcome(a: Arrival, clients: &mut Vec<Client>, cap: usize, shared: &Shared) {
     let Arrival {
         mut stream,
         source,
         stills,
     } = a;
-    if clients.len() >= MAX_LIVE {
+    if clients.len() >= cap {
+        shared.live.feed.refused.fetch_add(1, Ordering::Relaxed);
         let _ = stream.write(&super::refusal(
             503,
             "too many live clients; try again later\n",
@@ -335,6 +351,15 @@ fn broadcast(frame: &LiveFrame, clients: &mut Vec<Client>, shared: &Shared) {
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    #[test]
+    fn the_cap_leaves_the_reserve_to_the_rest_of_the_run() {
+        assert_eq!(max_clients(1024), 1024 - RESERVED_FDS);
+        assert_eq!(max_clients(65_536), MAX_LIVE);
+        assert_eq!(max_clients(100), 0);
+        // The usual soft limit still leaves some.
+        assert!(max_clients(1024) > 0);
+    }
 
     /// A client whose peer reads nothing.
     fn unread(stills: Option<Slots>) -> (Client, TcpStream) {

@@ -47,7 +47,7 @@
 //! fails the run at once); [`Bound::serve`] starts the loop once `Live`'s parts are set;
 //! dropping the [`Server`] (at the end of the run) raises `stop`, wakes the preview watchers
 //! (`Hub::wake_all`) and the loop (a connection to itself), and joins the loop, which closes
-//! every connection it holds, then stops and joins the credentials thread (after the check it
+//! every connection it holds, then stops and joins (`workers.rs`) the credentials thread (after the check it
 //! may be in), the API threads (after the answer each may be writing) and the live thread. Preview threads are not joined: each sees `stop` at its next wake-up, at most
 //! `preview::WATCH_TICK` later.
 
@@ -76,9 +76,16 @@ mod poll;
 mod preview;
 mod stills;
 mod verify;
+mod workers;
 
 /// Preview streams served at once: a few browsers' pages, each showing every source.
 pub const MAX_PREVIEWS: usize = 16;
+
+/// Live clients (`/api/live`) served at once by a process allowed `nofile` file descriptors
+/// (`live.rs`).
+pub fn max_live_clients(nofile: u64) -> usize {
+    live::max_clients(nofile)
+}
 /// How long the stop's self-connection may take (it only wakes the loop).
 const WAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -149,10 +156,10 @@ pub struct Server {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     /// The credentials thread, with an Argon2 password; stopped after the loop.
-    verifier: Option<verify::Verifier>,
+    verifier: Option<workers::Workers>,
     /// The API's threads and the live thread (`api.rs`, `live.rs`); stopped after the loop.
-    api: Option<api::Api>,
-    live: Option<live::LiveThread>,
+    api: Option<workers::Workers>,
+    live: Option<workers::Workers>,
 }
 
 /// What the loop and the preview threads share.
@@ -244,9 +251,13 @@ impl Drop for Server {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        drop(self.verifier.take());
-        drop(self.api.take());
-        drop(self.live.take());
+        // The credentials thread first: it may be handing a request to the others.
+        for workers in [self.verifier.take(), self.api.take(), self.live.take()]
+            .into_iter()
+            .flatten()
+        {
+            workers.stop();
+        }
     }
 }
 

@@ -124,6 +124,8 @@ pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
         "live_dropped": get(&live.feed.dropped),
         "live": {
             "clients": live.feed.listeners(),
+            "max_clients": live.feed.max_clients.load(std::sync::atomic::Ordering::Relaxed),
+            "refused": get(&live.feed.refused),
             "slow_clients": get(&live.feed.slow_clients),
             "stills_dropped": get(&live.feed.stills_dropped),
             "below_frames": live.feed.below_frames(),

@@ -10,21 +10,21 @@
 //! have answered (a page, `/metrics`, or a preview handed to its own thread), written in
 //! blocking mode within [`WRITE_TIMEOUT`].
 //!
-//! Stop protocol: the [`Verifier`] is dropped after the loop is joined: it drops the stop
-//! channel's sender, which wakes the thread; a check in progress finishes first (one check:
+//! Stop protocol (`workers.rs`): its [`Workers`] is dropped after the loop is joined: it drops
+//! the stop channel's sender, which wakes the thread; a check in progress finishes first (one check:
 //! tens of milliseconds), requests still queued are closed unanswered, and it is joined.
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 
 use super::access::Credentials;
 use super::head::Head;
+use super::workers::Workers;
 use super::{Reply, Shared};
 
 /// Requests waiting for a check: a few browsers logging in at once. A client that sends more
@@ -42,39 +42,16 @@ pub(super) struct Job {
     pub credentials: Credentials,
 }
 
-/// The verifier thread; dropping it stops and joins it (see the module's stop protocol).
-#[derive(Debug)]
-pub(super) struct Verifier {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
 /// The queue the loop hands requests to, and the thread's end of it.
 pub(super) fn queue() -> (Sender<Job>, Receiver<Job>) {
     bounded(QUEUE)
 }
 
-/// Starts the thread on `jobs`.
-pub(super) fn start(jobs: Receiver<Job>, shared: Arc<Shared>) -> std::io::Result<Verifier> {
-    let (stop, stopped) = bounded::<()>(0);
-    let thread = std::thread::Builder::new()
-        .name("vidflow-http-auth".to_owned())
-        .spawn(move || run(&jobs, &stopped, &shared))?;
-    Ok(Verifier {
-        stop: Some(stop),
-        thread: Some(thread),
+/// Starts the thread on `jobs`; dropping the result stops and joins it.
+pub(super) fn start(jobs: Receiver<Job>, shared: Arc<Shared>) -> std::io::Result<Workers> {
+    Workers::start("vidflow-http-auth", 1, move |stopped| {
+        run(&jobs, stopped, &shared);
     })
-}
-
-impl Drop for Verifier {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!("http: the credentials thread panicked");
-        }
-    }
 }
 
 /// Hands `job` to the thread; gives it back when the queue is full (or the thread gone).

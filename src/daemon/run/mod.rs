@@ -62,6 +62,8 @@ pub fn run(
         written,
         notes: _,
     } = without_unread_steps(pipeline);
+    // Before anything opens a descriptor: what the HTTP endpoint sizes its caps by.
+    super::fds::raise_limit();
     // Bound before anything starts: a port in use fails the run at once.
     let bound = match http.as_ref().map(super::http::bind).transpose() {
         Ok(bound) => bound.zip(http.map(|h| h.listen)),
