@@ -17,7 +17,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Running, spawn, write};
+use common::{BALL_CROSSING_STEPS, Running, spawn, write};
 use http_client::{request, wait_until};
 
 /// Guards against a hang only.
@@ -42,22 +42,7 @@ fn start(dir: &Path) -> (Running, u16) {
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=15"
 
-[steps.moving]
-kind = "motion"
-image = "$frame"
-class = "ball"
-min_area = 50.0
-
-[steps.tracks]
-kind = "tracker"
-detections = "$steps.moving.detections"
-
-[steps.crossing]
-kind = "line_counter"
-tracks = "$steps.tracks.tracks"
-line = [[160, 240], [160, 0]]
-name = "middle"
-
+{BALL_CROSSING_STEPS}
 [http]
 listen = "127.0.0.1:{port}"
 token_file = "http-token"

@@ -11,7 +11,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{jsonl, run_to_eos, spawn_run, write};
+use common::{BALL_CROSSING_STEPS, jsonl, run_to_eos, spawn_run, write};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -52,22 +52,7 @@ fn crossings_get_their_own_files(uri: &str, fps: i64, mode: &str) {
 [sources.cam]
 uri = "{uri}"
 
-[steps.moving]
-kind = "motion"
-image = "$frame"
-class = "ball"
-min_area = 50.0
-
-[steps.tracks]
-kind = "tracker"
-detections = "$steps.moving.detections"
-
-[steps.crossing]
-kind = "line_counter"
-tracks = "$steps.tracks.tracks"
-line = [[160, 240], [160, 0]]
-name = "middle"
-
+{BALL_CROSSING_STEPS}
 [events]
 path = "events.db"
 

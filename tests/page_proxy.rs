@@ -20,7 +20,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::{spawn, write};
+use common::{BALL_CROSSING_STEPS, spawn, write};
 use headless_chrome::protocol::cdp::Emulation;
 use http_client::{free_port, get, wait_until};
 
@@ -102,22 +102,7 @@ fn the_page_works_behind_a_proxy_under_a_sub_path_on_a_phone() {
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=10"
 
-[steps.moving]
-kind = "motion"
-image = "$frame"
-class = "ball"
-min_area = 50.0
-
-[steps.tracks]
-kind = "tracker"
-detections = "$steps.moving.detections"
-
-[steps.crossing]
-kind = "line_counter"
-tracks = "$steps.tracks.tracks"
-line = [[160, 240], [160, 0]]
-name = "middle"
-
+{BALL_CROSSING_STEPS}
 [http]
 listen = "127.0.0.1:{port}"
 token_file = "http-token"

@@ -538,6 +538,26 @@ pub mod wait;
 pub use probes::*;
 pub use wait::{poll, wait_until};
 
+/// The steps that follow the test source's ball in a 320x240 frame and count it across the
+/// frame's middle: `moving` (motion, class "ball"), `tracks` (tracker) and `crossing` (a line
+/// counter, line "middle"), as a pipeline file's text.
+pub const BALL_CROSSING_STEPS: &str = r#"[steps.moving]
+kind = "motion"
+image = "$frame"
+class = "ball"
+min_area = 50.0
+
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.moving.detections"
+
+[steps.crossing]
+kind = "line_counter"
+tracks = "$steps.tracks.tracks"
+line = [[160, 240], [160, 0]]
+name = "middle"
+"#;
+
 /// A pipeline of `sources` (name, URI) through `motion`, with a `jsonl` sink of its detections
 /// at `out/lines.jsonl` and the `sinks` given: what the network sinks' tests compare against.
 pub fn motion_pipeline(sources: &[(&str, &str)], sinks: &str) -> String {
