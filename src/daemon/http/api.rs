@@ -6,17 +6,12 @@
 //! lists the storage's files under its lock (a pass holds it for a bounded budget); it writes
 //! in blocking mode within [`WRITE_TIMEOUT`] per write, a file within `files::SEND_DEADLINE`.
 //!
-//! Routes (newest first, JSON arrays; 400 with a message for a bad parameter, 404 for what
-//! does not exist, 503 when the store cannot be read):
-//! - `GET /api/sources`: each source's state and counters, its last error and its record stream;
-//! - `GET /api/health`: the run, its sources and sinks, the storage and the event store;
-//! - `GET /api/events?source=&kind=&label=&place=&after=&before=&before_id=&limit=`;
-//! - `GET /api/events/{id}`, `/api/events/{id}/snapshot.jpg`, `/api/events/{id}/clip.mp4`;
-//! - `GET /api/recordings?source=&after=&before=&limit=&cursor=`: continuous footage, from the
-//!   storage's index;
-//! - `GET /api/media/{sink}/{id}/{file}`: a file the storage lists, by its sink, the id of its
-//!   whole path ([`media_id`]) and its name: two cameras' folders may hold the same names;
-//! - `GET /api/counts?source=&step=&bucket=minute|hour|day&after=&before=&limit=&cursor=`.
+//! Routes: the table in `routes.rs`, each answered here by its handler (`recordings.rs` for
+//! recordings; a kept file at `api/media/{sink}/{id}/{file}`, the id naming its whole path,
+//! [`media_id`], since two cameras' folders may hold the same names): JSON, newest first (counts oldest first); 400 with a message for a bad or
+//! unknown parameter, 404 for what does not exist (or a path no route takes), 503 when the
+//! store cannot be read. docs/reference/api.json documents each, `tests/api_spec.rs` holds
+//! the two together.
 //!
 //! Recordings and counts come a page at a time, `{"recordings"|"counts": [...], "next": CURSOR}`
 //! with `Link: <...&cursor=CURSOR>; rel="next"` (RFC 8288) while more remain: each page is read
@@ -28,23 +23,20 @@
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 use serde_json::json;
 
 use super::head::Head;
+use super::routes::{self, Handler};
 use super::workers::Workers;
 use super::{Shared, response};
+use crate::daemon::live::Parts;
 use crate::events::query::{self, BadParam, CountFilter, EventFilter, EventRow, QueryError};
-use crate::storage::{Class, StoredFile};
-
-/// The most recordings one page holds, and how many when `limit` is not given.
-pub(super) const MAX_RECORDINGS: u32 = 1000;
-const DEFAULT_RECORDINGS: u32 = 100;
 
 /// Requests waiting for an API thread: a few pages' worth of polls.
 pub(super) const QUEUE: usize = 64;
@@ -104,9 +96,19 @@ fn run(jobs: &Receiver<Job>, stopped: &Receiver<()>, shared: &Arc<Shared>) {
 }
 
 /// What a route answers.
-enum Answer {
+pub(super) enum Answer {
     Bytes(Vec<u8>),
     File(std::path::PathBuf),
+}
+
+/// A request, as a route's handler (`routes::ROUTES`) gets it.
+pub(super) struct Call<'a> {
+    pub shared: &'a Shared,
+    pub parts: &'a Parts,
+    /// The path's `{name}` segments, in order, as sent (percent-encoded).
+    pub args: Vec<&'a str>,
+    /// The query's pairs, percent-decoded; only keys the route takes.
+    pub pairs: Vec<(String, String)>,
 }
 
 fn serve(job: Job, shared: &Shared) -> std::io::Result<()> {
@@ -131,7 +133,7 @@ fn json_answer(status: u16, value: &serde_json::Value) -> Answer {
 /// A page of `items` of the route `name` (`counts`, `recordings`): `{name: items, "next":
 /// cursor}`, and while more remain, a `Link` to the next page: this request's query with the
 /// cursor (relative, so that it works under a reverse proxy's sub-path).
-fn page_answer(
+pub(super) fn page_answer(
     name: &str,
     items: serde_json::Value,
     next: Option<String>,
@@ -154,7 +156,7 @@ fn page_answer(
     Answer::Bytes(response(200, "application/json", &body, &link))
 }
 
-fn text(status: u16, message: &str) -> Answer {
+pub(super) fn text(status: u16, message: &str) -> Answer {
     Answer::Bytes(response(
         status,
         "text/plain; charset=utf-8",
@@ -189,66 +191,113 @@ pub(super) fn pairs(target: &str) -> Result<Vec<(String, String)>, BadParam> {
         .collect()
 }
 
+/// The answer of the route `routes::find` gives (404 for none, 400 for a query parameter it
+/// does not take).
 fn route(head: &Head, shared: &Shared) -> Answer {
     let path = super::path_of(head);
-    let pairs = match pairs(&head.target) {
-        Ok(p) => p,
-        Err(BadParam(m)) => return text(400, &m),
-    };
-    let parts = shared.live.parts();
-    let rest = path.strip_prefix("/api/").unwrap_or_default();
-    let segments: Vec<&str> = rest.split('/').collect();
-    match segments.as_slice() {
-        ["sources"] => json_answer(200, &super::pages::sources(&shared.live)),
-        ["health"] => json_answer(200, &super::pages::health(&shared.live, &parts)),
-        ["recordings"] => recordings(&parts, &pairs),
-        ["media", sink, id, name] => media(&parts, sink, id, name),
-        ["media", ..] => text(
-            404,
-            "a file's URL is api/media/SINK/ID/NAME, as /api/recordings gives it",
-        ),
-        ["events"] | ["counts"] | ["events", ..] => {
-            let Some(store) = &parts.events else {
-                return text(
-                    404,
-                    "no event store: add [events] path = \"events.db\" to the pipeline",
-                );
-            };
-            let db = store.path.as_path();
-            match segments.as_slice() {
-                ["events"] => match EventFilter::from_pairs(&pairs)
-                    .map_err(QueryError::from)
-                    .and_then(|f| query::events(db, &f))
-                {
-                    Ok(rows) => json_answer(
-                        200,
-                        &serde_json::Value::Array(rows.iter().map(event_json).collect()),
-                    ),
-                    Err(e) => failed(&e),
-                },
-                ["counts"] => match CountFilter::from_pairs(&pairs)
-                    .map_err(QueryError::from)
-                    .and_then(|f| query::counts(db, &f))
-                {
-                    Ok(page) => page_answer(
-                        "counts",
-                        json!(page.rows),
-                        page.next.map(|c| query::cursor(&c)),
-                        &pairs,
-                    ),
-                    Err(e) => failed(&e),
-                },
-                ["events", id, file @ ..] => one_event(&parts, db, id, file),
-                _ => text(404, &format!("no such page \"{path}\"")),
-            }
-        }
-        _ => text(
+    let found = routes::find(&head.method, path);
+    let Some((route, args)) = found.filter(|(r, _)| matches!(r.handler, Handler::Api(_))) else {
+        return text(
             404,
             &format!(
                 "no such page \"{path}\": try /api/sources, /api/events, /api/counts, /api/recordings, /api/live"
             ),
-        ),
+        );
+    };
+    let pairs = match pairs(&head.target) {
+        Ok(p) => p,
+        Err(BadParam(m)) => return text(400, &m),
+    };
+    if let Some(m) = route.unknown(&pairs) {
+        return text(400, &m);
     }
+    let parts = shared.live.parts();
+    match route.handler {
+        Handler::Api(answer) => answer(&Call {
+            shared,
+            parts: &parts,
+            args,
+            pairs,
+        }),
+        Handler::Live => text(404, "the live stream is not answered here"),
+    }
+}
+
+pub(super) fn sources(c: &Call<'_>) -> Answer {
+    json_answer(200, &super::pages::sources(&c.shared.live))
+}
+
+pub(super) fn health(c: &Call<'_>) -> Answer {
+    json_answer(200, &super::pages::health(&c.shared.live, c.parts))
+}
+
+/// The event store's file, or the 404 that says there is none.
+fn store(c: &Call<'_>) -> Result<PathBuf, Answer> {
+    c.parts
+        .events
+        .as_ref()
+        .map(|s| s.path.clone())
+        .ok_or_else(|| {
+            text(
+                404,
+                "no event store: add [events] path = \"events.db\" to the pipeline",
+            )
+        })
+}
+
+pub(super) fn events(c: &Call<'_>) -> Answer {
+    let db = match store(c) {
+        Ok(db) => db,
+        Err(answer) => return answer,
+    };
+    match EventFilter::from_pairs(&c.pairs)
+        .map_err(QueryError::from)
+        .and_then(|f| query::events(&db, &f))
+    {
+        Ok(rows) => json_answer(
+            200,
+            &serde_json::Value::Array(rows.iter().map(event_json).collect()),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+pub(super) fn counts(c: &Call<'_>) -> Answer {
+    let db = match store(c) {
+        Ok(db) => db,
+        Err(answer) => return answer,
+    };
+    match CountFilter::from_pairs(&c.pairs)
+        .map_err(QueryError::from)
+        .and_then(|f| query::counts(&db, &f))
+    {
+        Ok(page) => page_answer(
+            "counts",
+            json!(page.rows),
+            page.next.map(|c| query::cursor(&c)),
+            &c.pairs,
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+/// An event's files.
+#[derive(Clone, Copy)]
+enum EventFile {
+    Snapshot,
+    Clip,
+}
+
+pub(super) fn event(c: &Call<'_>) -> Answer {
+    one_event(c, None)
+}
+
+pub(super) fn snapshot(c: &Call<'_>) -> Answer {
+    one_event(c, Some(EventFile::Snapshot))
+}
+
+pub(super) fn clip(c: &Call<'_>) -> Answer {
+    one_event(c, Some(EventFile::Clip))
 }
 
 /// An event as the API returns it: its row, with the URLs of its snapshot and clip (relative,
@@ -269,29 +318,33 @@ fn event_json(e: &EventRow) -> serde_json::Value {
     v
 }
 
-fn one_event(parts: &crate::daemon::live::Parts, db: &Path, id: &str, file: &[&str]) -> Answer {
+fn one_event(c: &Call<'_>, file: Option<EventFile>) -> Answer {
+    let db = match store(c) {
+        Ok(db) => db,
+        Err(answer) => return answer,
+    };
+    let id = c.args.first().copied().unwrap_or_default();
     let Ok(id) = id.parse::<i64>() else {
         return text(400, &format!("event id \"{id}\" is not a whole number"));
     };
-    let row = match query::event(db, id) {
+    let row = match query::event(&db, id) {
         Ok(Some(row)) => row,
         Ok(None) => return text(404, &format!("no event {id}")),
         Err(e) => return failed(&e),
     };
     let wanted = match file {
-        [] => return json_answer(200, &event_json(&row)),
-        ["snapshot.jpg"] => row.snapshot.as_deref(),
-        ["clip.mp4"] => row.clip.as_deref(),
-        _ => return text(404, "an event has snapshot.jpg and clip.mp4"),
+        None => return json_answer(200, &event_json(&row)),
+        Some(EventFile::Snapshot) => row.snapshot.as_deref(),
+        Some(EventFile::Clip) => row.clip.as_deref(),
     };
     match wanted {
-        Some(path) => kept(parts, Path::new(path)),
+        Some(path) => kept(c.parts, Path::new(path)),
         None => text(404, &format!("event {id} has no such file")),
     }
 }
 
 /// The file, if the storage lists it (vidflow wrote it and has not deleted it); else 404.
-fn kept(parts: &crate::daemon::live::Parts, path: &Path) -> Answer {
+fn kept(parts: &Parts, path: &Path) -> Answer {
     match &parts.storage {
         Some(storage) if storage.lists(path) => Answer::File(path.to_owned()),
         _ => text(
@@ -301,139 +354,25 @@ fn kept(parts: &crate::daemon::live::Parts, path: &Path) -> Answer {
     }
 }
 
-fn file_json(f: &StoredFile) -> serde_json::Value {
-    let name = f
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let enc = |s: &str| {
-        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-    };
-    json!({
-        "source": &*f.source,
-        "sink": &*f.sink,
-        "name": name,
-        "start": crate::events::millis(f.created),
-        "end": f.closed.map(crate::events::millis),
-        "bytes": f.bytes,
-        "url": format!(
-            "api/media/{}/{}/{}",
-            enc(&f.sink),
-            media_id(&f.path),
-            enc(&name)
-        ),
-    })
-}
-
-/// Where a page of recordings ended: the run that numbered the files, and the last one's key.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct RecordingCursor {
-    run: u64,
-    below: u64,
-}
-
-/// This run's number: storage keys are a run's own (`Storage::page`), so a cursor of another
-/// run is refused rather than read as another place in the list.
-fn run_number() -> u64 {
-    static RUN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *RUN.get_or_init(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        now ^ u64::from(std::process::id()).rotate_left(40)
-    })
-}
-
-/// `GET /api/recordings`'s parameters: the source, the range, the page's size and start.
-struct RecordingFilter<'a> {
-    source: Option<&'a str>,
-    after: Option<i64>,
-    before: Option<i64>,
-    limit: u32,
-    below: Option<u64>,
-}
-
-impl<'a> RecordingFilter<'a> {
-    fn from_pairs(pairs: &'a [(String, String)]) -> Result<Self, BadParam> {
-        let mut f = Self {
-            source: None,
-            after: None,
-            before: None,
-            limit: DEFAULT_RECORDINGS,
-            below: None,
-        };
-        for (k, v) in pairs {
-            match k.as_str() {
-                "source" => f.source = (!v.is_empty()).then_some(v.as_str()),
-                "after" => f.after = query::time(k, v)?,
-                "before" => f.before = query::time(k, v)?,
-                "limit" => f.limit = query::limit(v, MAX_RECORDINGS)?,
-                "cursor" if v.is_empty() => f.below = None,
-                "cursor" => {
-                    let c: RecordingCursor = query::from_cursor(v)?;
-                    if c.run != run_number() {
-                        return Err(BadParam(format!(
-                            "cursor \"{v}\" is of an earlier run of vidflow (a run numbers its files anew): start again without it"
-                        )));
-                    }
-                    f.below = Some(c.below);
-                }
-                other => {
-                    return Err(BadParam(format!(
-                        "unknown parameter \"{other}\": expected source, after, before, limit, cursor"
-                    )));
-                }
-            }
-        }
-        Ok(f)
-    }
-
-    /// Whether a file of `source`, made at `created` and finished at `closed`, is asked for:
-    /// its source, and footage overlapping the range.
-    fn takes(&self, source: &str, created: SystemTime, closed: Option<SystemTime>) -> bool {
-        let start = crate::events::millis(created);
-        let end = closed.map_or(i64::MAX, crate::events::millis);
-        self.source.is_none_or(|s| source == s)
-            && self.before.is_none_or(|b| start < b)
-            && self.after.is_none_or(|a| end >= a)
-    }
-}
-
-fn recordings(parts: &crate::daemon::live::Parts, pairs: &[(String, String)]) -> Answer {
-    let f = match RecordingFilter::from_pairs(pairs) {
-        Ok(f) => f,
-        Err(BadParam(m)) => return text(400, &m),
-    };
-    let Some(storage) = &parts.storage else {
-        return page_answer("recordings", json!([]), None, pairs);
-    };
-    let (files, below) = storage.page(Class::Continuous, f.below, f.limit as usize, |s, c, e| {
-        f.takes(s, c, e)
-    });
-    let next = below.map(|below| {
-        query::cursor(&RecordingCursor {
-            run: run_number(),
-            below,
-        })
-    });
-    let items = files.iter().map(file_json).collect::<Vec<_>>();
-    page_answer("recordings", json!(items), next, pairs)
-}
-
 /// The id of a kept file's path in its URL: the first 64 bits of the SHA-256 of the whole path
 /// as written (its folders too), in hex. The same path has the same id in every run, so a
 /// link stays good across restarts; files of one name in two folders (two cameras' segments
 /// cut at the same second) have two. Only a kept file is ever looked up by it, so it needs no
 /// path checks: nothing from the URL is joined to a folder.
-fn media_id(path: &Path) -> String {
+pub(super) fn media_id(path: &Path) -> String {
     use sha2::Digest;
     use std::os::unix::ffi::OsStrExt;
     let digest = sha2::Sha256::digest(path.as_os_str().as_bytes());
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn media(parts: &crate::daemon::live::Parts, sink: &str, id: &str, name: &str) -> Answer {
+pub(super) fn media(c: &Call<'_>) -> Answer {
+    let (parts, [sink, id, name]) = (c.parts, c.args.as_slice()) else {
+        return text(
+            404,
+            "a file's URL is api/media/SINK/ID/NAME, as /api/recordings gives it",
+        );
+    };
     let (Some(sink), Some(name)) = (
         crate::spec::percent_decode(sink),
         crate::spec::percent_decode(name),
@@ -446,7 +385,7 @@ fn media(parts: &crate::daemon::live::Parts, sink: &str, id: &str, name: &str) -
                 && f.path
                     .file_name()
                     .is_some_and(|n| n.to_string_lossy() == name)
-                && media_id(&f.path) == id
+                && media_id(&f.path) == *id
         })
     });
     match found {

@@ -1,7 +1,8 @@
 //! The HTTP endpoint (`[http] listen = "127.0.0.1:9464"`): `/metrics` (Prometheus text),
 //! `/healthz`, `/preview/SOURCE` (MJPEG), `/stats.json`, `/` (the page: live boxes, events,
 //! counts, recordings, health; `pages.rs`), `/simple` (a one-file status page), the JSON API
-//! `/api/...` (`api.rs`) and its live stream `/api/live` (`live.rs`).
+//! `/api/...` (`api.rs`; its routes one table, `routes.rs`) and its live stream `/api/live`
+//! (`live.rs`).
 //!
 //! A small HTTP/1.1 server on `std::net` and `poll(2)`, GET only, one request per connection
 //! (`Connection: close`). Not a server crate: `tiny_http` limits each read, not the request
@@ -74,9 +75,13 @@ mod page;
 mod pages;
 mod poll;
 mod preview;
+mod recordings;
+mod routes;
 mod stills;
 mod verify;
 mod workers;
+
+pub use routes::{RouteDoc, routes};
 
 /// Preview streams served at once: a few browsers' pages, each showing every source.
 pub const MAX_PREVIEWS: usize = 16;
@@ -415,20 +420,30 @@ fn pages_and_api(head: &Head, shared: &Shared) -> Option<Reply> {
             None => refusal(404, "no such asset\n"),
         }));
     }
-    if path == "/api/live" || path.starts_with("/api/live/") {
-        return Some(live_stream(head, shared));
-    }
-    path.starts_with("/api/")
-        .then(|| Reply::Api(Box::new(head.clone())))
+    path.starts_with("/api/").then(|| api_reply(head, shared))
 }
 
-/// `/api/live[/SOURCE][?stills=1]`: for the live thread, unless the source or `stills` is wrong.
-fn live_stream(head: &Head, shared: &Shared) -> Reply {
+/// An API request: the live stream's on the loop (it goes to the live thread), the others on
+/// the API threads (which also answer a path no route takes).
+fn api_reply(head: &Head, shared: &Shared) -> Reply {
+    let path = path_of(head);
+    let Some((route, args)) = routes::find(&head.method, path) else {
+        return Reply::Api(Box::new(head.clone()));
+    };
+    if !matches!(route.handler, routes::Handler::Live) {
+        return Reply::Api(Box::new(head.clone()));
+    }
+    match api::pairs(&head.target).map(|p| route.unknown(&p)) {
+        Ok(None) => {}
+        Ok(Some(m)) | Err(crate::events::query::BadParam(m)) => {
+            return Reply::Now(refusal(400, &format!("{m}\n")));
+        }
+    }
     let stills = match stills::asked(&head.target) {
         Ok(stills) => stills,
         Err(why) => return Reply::Now(refusal(400, &why)),
     };
-    let Some(source) = path_of(head).strip_prefix("/api/live/") else {
+    let Some(source) = args.first() else {
         return Reply::Live(None, stills);
     };
     let source = percent_decoded(source);
