@@ -6,6 +6,9 @@
 //! with a second tab. A browser opens at most six connections per host (HTTP/1.1): a page with a
 //! connection per camera would have none left for its API requests.
 //!
+//! The one-file status page (`/simple`) the same way: six pictures that change and every
+//! camera's counters, on at most two long-lived connections.
+//!
 //! Beside it, on the same kind of run: a live client that asked for stills and reads nothing
 //! does not hold up another that reads, has its stills dropped and counted, and is closed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -100,37 +103,57 @@ fn long_lived(port: u16) -> BTreeSet<u16> {
     kept
 }
 
+/// Where a page shows its cameras: each camera's element (its `id` names it) and its picture.
+struct Layout {
+    cards: &'static str,
+    img: &'static str,
+}
+
+/// The page at `/`.
+const PAGE: Layout = Layout {
+    cards: "#grid .cam",
+    img: ".view img",
+};
+/// The one-file status page at `/simple`.
+const SIMPLE: Layout = Layout {
+    cards: "#sources .source",
+    img: "img",
+};
+
 /// Each camera's picture as the page shows it, as a hash of its pixels (null before the first).
-fn pictures(tab: &Tab) -> BTreeMap<String, Option<u64>> {
+fn pictures(tab: &Tab, at: &Layout) -> BTreeMap<String, Option<u64>> {
     let v = js(
         tab,
-        "Object.fromEntries([...document.querySelectorAll('#grid .cam')].map(c => { \
-           const i = c.querySelector('.view img'); \
-           if (!i || !i.complete || !i.naturalWidth) return [c.id, null]; \
-           const cv = document.createElement('canvas'); cv.width = 80; cv.height = 60; \
-           const g = cv.getContext('2d'); g.drawImage(i, 0, 0, 80, 60); \
-           const d = g.getImageData(0, 0, 80, 60).data; let h = 0; \
-           for (let k = 0; k < d.length; k++) h = (h * 31 + d[k]) >>> 0; \
-           return [c.id, h]; }))",
+        &format!(
+            "Object.fromEntries([...document.querySelectorAll('{}')].map(c => {{ \
+               const i = c.querySelector('{}'); \
+               if (!i || !i.complete || !i.naturalWidth) return [c.id, null]; \
+               const cv = document.createElement('canvas'); cv.width = 80; cv.height = 60; \
+               const g = cv.getContext('2d'); g.drawImage(i, 0, 0, 80, 60); \
+               const d = g.getImageData(0, 0, 80, 60).data; let h = 0; \
+               for (let k = 0; k < d.length; k++) h = (h * 31 + d[k]) >>> 0; \
+               return [c.id, h]; }}))",
+            at.cards, at.img
+        ),
     );
     serde_json::from_value(v).unwrap()
 }
 
 /// Waits until every camera's picture has changed from the first one the page showed.
-fn every_picture_changes(tab: &Tab) {
-    let names = wait_js(
+fn every_picture_changes(tab: &Tab, at: &Layout) {
+    wait_js(
         tab,
-        "the six cameras in the grid",
+        "the six cameras on the page",
         &format!(
-            "document.querySelectorAll('#grid .cam').length === {CAMERAS} && \
-             [...document.querySelectorAll('#grid .cam b')].map(b => b.textContent).sort()"
+            "document.querySelectorAll('{}').length === {CAMERAS}",
+            at.cards
         ),
     );
-    assert_eq!(names.as_array().unwrap().len(), CAMERAS, "{names}");
     let start = Instant::now();
     let mut first: BTreeMap<String, u64> = BTreeMap::new();
     loop {
-        let now = pictures(tab);
+        let now = pictures(tab, at);
+        assert_eq!(now.len(), CAMERAS, "{now:?}");
         for (cam, hash) in &now {
             if let Some(h) = hash {
                 first.entry(cam.clone()).or_insert(*h);
@@ -172,10 +195,14 @@ fn events_counts_and_health_load(tab: &Tab) {
 }
 
 fn open_page(browser: &headless_chrome::Browser, port: u16) -> std::sync::Arc<Tab> {
+    open(browser, port, "/")
+}
+
+fn open(browser: &headless_chrome::Browser, port: u16, path: &str) -> std::sync::Arc<Tab> {
     let tab = browser.new_tab().unwrap();
     tab.set_default_timeout(DEADLINE);
     // Not `wait_until_navigated`: a page of streams may never finish loading.
-    tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
+    tab.navigate_to(&format!("http://127.0.0.1:{port}{path}"))
         .unwrap();
     tab
 }
@@ -187,7 +214,7 @@ fn six_cameras_show_on_one_connection_per_tab_and_the_rest_of_the_page_loads() {
     let (run, port) = start(dir.path());
 
     let first = open_page(&browser, port);
-    every_picture_changes(&first);
+    every_picture_changes(&first, &PAGE);
     events_counts_and_health_load(&first);
     screenshot(&first, "cameras-1.png");
     let held = long_lived(port);
@@ -199,15 +226,45 @@ fn six_cameras_show_on_one_connection_per_tab_and_the_rest_of_the_page_loads() {
     );
 
     let second = open_page(&browser, port);
-    every_picture_changes(&second);
+    every_picture_changes(&second, &PAGE);
     events_counts_and_health_load(&second);
-    every_picture_changes(&first);
+    every_picture_changes(&first, &PAGE);
     screenshot(&second, "cameras-2.png");
     let held = long_lived(port);
     println!("long-lived connections of two tabs: {}", held.len());
     assert!(
         held.len() <= 2 * PER_TAB,
         "two tabs hold {} long-lived connections (client ports {held:?})",
+        held.len()
+    );
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+#[test]
+fn the_simple_page_shows_six_cameras_and_its_counters_on_one_long_lived_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let browser = browser(1280, 1000);
+    let (run, port) = start(dir.path());
+
+    let tab = open(&browser, port, "/simple");
+    every_picture_changes(&tab, &SIMPLE);
+    wait_js(
+        &tab,
+        "every camera's decoded counter",
+        &format!(
+            "[...document.querySelectorAll('[data-counter=decoded]')] \
+               .filter(v => Number(v.textContent) > 0).length === {CAMERAS}"
+        ),
+    );
+    screenshot(&tab, "simple-cameras.png");
+    let held = long_lived(port);
+    println!("long-lived connections of /simple: {}", held.len());
+    assert!(
+        held.len() <= PER_TAB,
+        "/simple holds {} long-lived connections (client ports {held:?})",
         held.len()
     );
 

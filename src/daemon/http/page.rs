@@ -1,5 +1,7 @@
 //! `/simple`: a one-file status page, no script library (the full page is `/`, `pages.rs`): every source's live preview (when it has a preview sink)
-//! and its counters, refreshed every second from `/stats.json`.
+//! and its counters, refreshed every second from `/stats.json`. The pictures come as stills over
+//! one live stream (`/api/live?stills=1`), never one MJPEG stream per camera: a browser gives a
+//! host six connections, and five cameras would leave the counters none.
 
 pub(super) const HTML: &str = r#"<!doctype html>
 <html lang="en">
@@ -38,7 +40,8 @@ function card(source) {
     view = document.createElement("img");
     view.id = "preview-" + source.name;
     view.alt = "preview of " + source.name;
-    view.src = "/preview/" + encodeURIComponent(source.name);
+    c = { view };
+    watch();
   } else {
     view = document.createElement("div");
     view.className = "none";
@@ -49,9 +52,27 @@ function card(source) {
   const table = document.createElement("table");
   section.append(view, title, table);
   document.getElementById("sources").append(section);
-  c = { table };
+  c = Object.assign(c || {}, { table });
   cards.set(source.name, c);
   return c;
+}
+
+// Every source's picture over one connection: the live stream's stills (a JPEG in base64),
+// each shown through a blob URL, the previous one released.
+let live = null;
+function watch() {
+  if (live) return;
+  live = new EventSource("/api/live?stills=1");
+  live.addEventListener("still", (m) => {
+    const s = JSON.parse(m.data);
+    const c = cards.get(s.source);
+    if (!c || !c.view) return;
+    const bytes = Uint8Array.from(atob(s.jpeg), (ch) => ch.charCodeAt(0));
+    const old = c.url;
+    c.url = URL.createObjectURL(new Blob([bytes], { type: "image/jpeg" }));
+    c.view.src = c.url;
+    if (old) URL.revokeObjectURL(old);
+  });
 }
 
 function row(table, key, value) {
