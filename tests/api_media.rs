@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::time::Duration;
 
-use common::free_port;
-use common::{spawn_run, write};
+use common::{free_port, spawn_run, write};
 use http_client::{get, open, wait_until};
 
 /// Guards against a hang only.

@@ -13,8 +13,7 @@ mod http_client;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::free_port;
-use common::{BALL_CROSSINGS, repo_root, spawn_run, write};
+use common::{BALL_CROSSINGS, free_port, repo_root, spawn_run, write};
 use http_client::{get, open, wait_until};
 
 /// Guards against a hang only.

@@ -12,8 +12,7 @@ mod rtsp;
 
 use std::time::Duration;
 
-use common::free_port;
-use common::{read_json, spawn_run, write};
+use common::{free_port, read_json, spawn_run, write};
 use http_client::{get, request, scrape, value, wait_for_frames, wait_until};
 use rtsp::{RtspServer, RtspServerOptions};
 

@@ -17,8 +17,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::free_port;
-use common::{Running, spawn, vidflow, write};
+use common::{Running, free_port, spawn, vidflow, write};
 use http_client::{
     Load, assert_healthz_answers_quickly, load, request, wait_for_baseline, wait_until,
 };

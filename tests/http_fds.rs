@@ -15,8 +15,7 @@ use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
-use common::free_port;
-use common::{spawn_command, vidflow, write};
+use common::{free_port, spawn_command, vidflow, write};
 use http_client::{get, wait_until};
 
 /// Guards against a hang only.

@@ -16,8 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::free_port;
-use common::{Running, spawn_run, write};
+use common::{Running, free_port, spawn_run, write};
 use http_client::{
     Load, assert_healthz_answers_quickly, get, load, wait_for_baseline, wait_for_frames,
 };

@@ -26,8 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::free_port;
-use common::{BALL_CROSSINGS, Running, spawn_run, write};
+use common::{BALL_CROSSINGS, Running, free_port, spawn_run, write};
 use headless_chrome::Tab;
 use http_client::{get, wait_until};
 

@@ -15,8 +15,7 @@ mod http_client;
 mod rtsp;
 
 use browser::{DEADLINE, browser, screenshot, wait_js};
-use common::free_port;
-use common::{spawn_run, write};
+use common::{free_port, spawn_run, write};
 use http_client::{get, wait_until};
 use rtsp::{RtspServer, RtspServerOptions};
 

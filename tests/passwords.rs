@@ -21,8 +21,7 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::free_port;
-use common::{Running, spawn, wait_for_lines, write};
+use common::{Running, free_port, spawn, wait_for_lines, write};
 use rtsp::{RtspServer, RtspServerOptions};
 
 /// Bound for anything that should take a second or two; it only turns a hang into a failure.

@@ -19,8 +19,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
-use common::free_port;
-use common::{Running, spawn_run, write};
+use common::{Running, free_port, spawn_run, write};
 use headless_chrome::Tab;
 use http_client::{
     assert_healthz_answers_quickly, get, open, read_part, scrape, value, wait_for_frames,

@@ -19,8 +19,9 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::free_port;
-use common::{Finished, Running, gst_init, jsonl, read_json, spawn, wait_for_lines, write};
+use common::{
+    Finished, Running, free_port, gst_init, jsonl, read_json, spawn, wait_for_lines, write,
+};
 use rtsp::{RtspServer, RtspServerOptions};
 
 /// Bound for anything that should take a second or two; it only turns a hang into a failure.
