@@ -243,6 +243,61 @@ pub struct Track {
     /// to be. Absent from JSON when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub predicted: bool,
+    /// Where it stands on the ground (its box's bottom centre), metres, when its source has a
+    /// ground calibration. Absent from JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ground: Option<[f32; 2]>,
+    /// How fast it moves, smoothed over the tracker's `speed_window_s`: `speed_kmh` on the
+    /// ground of a calibrated source, else `speed_px_s` in the picture. Absent until the track
+    /// has been seen long enough to tell.
+    #[serde(flatten)]
+    pub speed: Option<Speed>,
+    /// Seconds (of frame time) it has been inside each zone it is in now, as `zone_count`
+    /// gives it on its `tracks` output. Absent from JSON when it is in none.
+    #[serde(rename = "dwell_s", skip_serializing_if = "Option::is_none")]
+    pub dwell: Option<Arc<BTreeMap<Arc<str>, f32>>>,
+}
+
+impl Track {
+    /// A track of `detection`, with nothing measured of it yet.
+    pub fn new(track_id: u64, detection: Detection, predicted: bool) -> Self {
+        Self {
+            track_id,
+            detection,
+            predicted,
+            ground: None,
+            speed: None,
+            dwell: None,
+        }
+    }
+}
+
+/// A speed, in the units its source allows: on the ground of a calibrated camera, km/h; in the
+/// picture of one without a calibration, pixels a second (never named km/h). In JSON, one key:
+/// `"speed_kmh": 5.2` or `"speed_px_s": 41.0`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Speed {
+    #[serde(rename = "speed_kmh")]
+    Kmh(f32),
+    #[serde(rename = "speed_px_s")]
+    PxPerS(f32),
+}
+
+impl Speed {
+    /// The number, in its unit.
+    pub fn value(self) -> f32 {
+        match self {
+            Self::Kmh(v) | Self::PxPerS(v) => v,
+        }
+    }
+
+    /// Its unit as a short label: `km/h` or `px/s`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::Kmh(_) => "km/h",
+            Self::PxPerS(_) => "px/s",
+        }
+    }
 }
 
 /// Named counts: objects inside each zone now, or crossings of a line each way
@@ -263,6 +318,34 @@ pub struct Event {
     /// The track's box on this frame (for a track that ended, where it was last seen).
     #[serde(rename = "box")]
     pub bbox: BBox,
+    /// Seconds of frame time in the zone: the whole visit on a `leave`, so far on a `loiter`
+    /// or `speeding`. Absent from JSON for other events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dwell_s: Option<f32>,
+    /// The track's speed on a `speeding` event (and on others when it is known).
+    #[serde(flatten)]
+    pub speed: Option<Speed>,
+}
+
+impl Event {
+    /// An event with nothing measured: `kind` of track `track_id` at `place`.
+    pub fn new(
+        event: EventKind,
+        track_id: u64,
+        class: Arc<str>,
+        place: Arc<str>,
+        bbox: BBox,
+    ) -> Self {
+        Self {
+            event,
+            track_id,
+            class,
+            place,
+            bbox,
+            dwell_s: None,
+            speed: None,
+        }
+    }
 }
 
 /// What an [`Event`] says happened.
@@ -279,6 +362,25 @@ pub enum EventKind {
     Out,
     /// The tracker ended the track (its source's frames changed size).
     Ended,
+    /// Has been in a zone longer than its `loiter_s` (once per visit).
+    Loiter,
+    /// Went faster than its zone's speed limit (once per visit).
+    Speeding,
+}
+
+impl EventKind {
+    /// Its name, as JSON and the event store write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Enter => "enter",
+            Self::Leave => "leave",
+            Self::In => "in",
+            Self::Out => "out",
+            Self::Ended => "ended",
+            Self::Loiter => "loiter",
+            Self::Speeding => "speeding",
+        }
+    }
 }
 
 impl BBox {
@@ -373,6 +475,9 @@ mod tests {
             track_id: 7,
             detection: d[0].clone(),
             predicted: false,
+            ground: None,
+            speed: None,
+            dwell: None,
         };
         let tracks = Value::Tracks(Arc::from(vec![track.clone()]));
         assert_eq!(
@@ -396,6 +501,8 @@ mod tests {
             class: "person".into(),
             place: "door".into(),
             bbox: d[0].bbox,
+            dwell_s: None,
+            speed: None,
         };
         assert_eq!(
             Value::Events(Arc::from(vec![event])).to_json()[0]["event"],

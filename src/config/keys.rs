@@ -116,6 +116,35 @@ pub static SOURCE_TABLES: &[Table] = &[
         ],
     },
     Table {
+        header: "[sources.NAME.calibration]",
+        summary: "where the camera's pixels lie on the ground: four or more points of its \
+                  picture and their places on the ground in metres (a homography), so tracks \
+                  carry their ground place and speed_kmh; guide: docs/guides/analytics.md",
+        keys: &[
+            ParamDoc {
+                name: "size",
+                ty: "[width, height]",
+                default: "required",
+                doc: "the picture the points were read on, in pixels; frames of another size \
+                      are scaled to it",
+            },
+            ParamDoc {
+                name: "image",
+                ty: "list of [x, y]",
+                default: "required",
+                doc: "at least 4 points of the picture, pixels, inside it, spread over the \
+                      ground (no three in a line)",
+            },
+            ParamDoc {
+                name: "ground",
+                ty: "list of [x, y]",
+                default: "required",
+                doc: "the same points' places on the ground, metres, in the same order; more \
+                      than 4 are fitted, and a point off the others' plane by over 1 m is refused",
+            },
+        ],
+    },
+    Table {
         header: "[sources.NAME.reconnect]",
         summary: "how a lost stream is retried: the delay doubles from initial_delay_ms up to \
                   max_delay_ms, with +-20% jitter",

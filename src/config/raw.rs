@@ -50,6 +50,7 @@ pub(super) struct RawSource {
     #[serde(rename = "loop")]
     pub looping: Option<Spanned<bool>>,
     pub reconnect: Option<RawReconnect>,
+    pub calibration: Option<Spanned<RawCalibration>>,
     /// Retention of every file written of this source, by any sink.
     pub retain_days: Option<Spanned<f64>>,
     pub max_gb: Option<Spanned<f64>>,
@@ -63,6 +64,16 @@ pub(super) struct RawReconnect {
     pub max_delay_ms: Option<Spanned<u64>>,
     pub max_attempts: Option<Spanned<u32>>,
     pub reset_after_ms: Option<Spanned<u64>>,
+}
+
+/// `[sources.NAME.calibration]`: points of the picture and their places on the ground.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCalibration {
+    /// The picture the points were read on, `[width, height]`.
+    pub size: Spanned<[u32; 2]>,
+    pub image: Spanned<Vec<Spanned<[f64; 2]>>>,
+    pub ground: Spanned<Vec<Spanned<[f64; 2]>>>,
 }
 
 /// `[executor]`.

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::raw::{RawReconnect, RawSource};
+use super::raw::{RawCalibration, RawReconnect, RawSource};
+use crate::frame::{Ground, GroundError};
 use crate::source::{
     Credentials, Reconnect, Secret, SourceConfig, SourceOptions, SourceUri, Transport,
 };
@@ -177,7 +178,66 @@ fn options(
     if rtsp {
         o.credentials = credentials(uri, s, &mut problem);
     }
+    if let Some(c) = &s.calibration {
+        o.ground = calibration(c, &mut problem);
+    }
     o
+}
+
+/// `[sources.NAME.calibration]`, fitted: a problem names the point it is about.
+fn calibration(
+    c: &Spanned<RawCalibration>,
+    problem: &mut impl FnMut(std::ops::Range<usize>, String),
+) -> Option<std::sync::Arc<Ground>> {
+    let raw = c.get_ref();
+    let [width, height] = *raw.size.get_ref();
+    if width == 0 || height == 0 {
+        problem(
+            raw.size.span(),
+            format!("calibration.size must be [width, height] in pixels, not [{width}, {height}]"),
+        );
+        return None;
+    }
+    let finite = |points: &Spanned<Vec<Spanned<[f64; 2]>>>,
+                  what: &str,
+                  problem: &mut dyn FnMut(std::ops::Range<usize>, String)| {
+        let mut ok = true;
+        for p in points.get_ref() {
+            if !p.get_ref().iter().all(|v| v.is_finite()) {
+                problem(
+                    p.span(),
+                    format!("calibration.{what}: a point is two finite numbers"),
+                );
+                ok = false;
+            }
+        }
+        ok
+    };
+    if !(finite(&raw.image, "image", problem) & finite(&raw.ground, "ground", problem)) {
+        return None;
+    }
+    let image: Vec<[f64; 2]> = raw.image.get_ref().iter().map(|p| *p.get_ref()).collect();
+    let ground: Vec<[f64; 2]> = raw.ground.get_ref().iter().map(|p| *p.get_ref()).collect();
+    match Ground::fit((width, height), &image, &ground) {
+        Ok(g) => Some(std::sync::Arc::new(g)),
+        Err(e) => {
+            // The point a problem is about, else the list it is in.
+            let span = match &e {
+                GroundError::OutOfFrame { index, .. } => raw.image.get_ref()[index - 1].span(),
+                GroundError::Collinear {
+                    what: "ground", c, ..
+                } => raw.ground.get_ref()[c - 1].span(),
+                GroundError::Collinear { c, .. } => raw.image.get_ref()[c - 1].span(),
+                GroundError::AllInLine { what: "ground" } | GroundError::Unpaired { .. } => {
+                    raw.ground.span()
+                }
+                GroundError::TooFew(_) | GroundError::AllInLine { .. } => raw.image.span(),
+                GroundError::Inconsistent { .. } | GroundError::Folded => c.span(),
+            };
+            problem(span, format!("calibration {e}"));
+            None
+        }
+    }
 }
 
 /// Keys that only make sense for some kinds of source, given to another.

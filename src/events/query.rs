@@ -53,7 +53,9 @@ pub struct EventFilter {
 }
 
 /// The kinds of event rows.
-pub const KINDS: &[&str] = &["track", "enter", "leave", "crossing", "motion"];
+pub const KINDS: &[&str] = &[
+    "track", "enter", "leave", "crossing", "loiter", "speeding", "motion",
+];
 
 impl EventFilter {
     /// From the query's pairs (already percent-decoded); unknown keys are refused, so a typo

@@ -36,6 +36,9 @@ fn frame(seq: u64, pts: Duration, ids: &[u64]) -> FrameResult {
             track_id,
             detection: Detection::new("person".into(), 0.9, BBOX),
             predicted: false,
+            ground: None,
+            speed: None,
+            dwell: None,
         })
         .collect();
     let record = FrameRecord::new(Arc::new(frame), 1);

@@ -380,6 +380,8 @@ fn apply_events(
                 EventKind::Leave => ("leave", None),
                 EventKind::In => ("crossing", Some("in")),
                 EventKind::Out => ("crossing", Some("out")),
+                EventKind::Loiter => ("loiter", None),
+                EventKind::Speeding => ("speeding", None),
                 EventKind::Ended => continue,
             };
             tx.prepare_cached(INSERT)?.execute(params![

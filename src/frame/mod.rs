@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 
 pub use blob::{BlobSpec, bgr_blob};
 pub use clock::CameraClock;
+pub use ground::{Ground, GroundError};
 use gstreamer as gst;
 use gstreamer_video as gst_video;
 use gstreamer_video::prelude::*;
@@ -35,6 +36,7 @@ pub use pins::{Pins, PoolSize, UNKNOWN_POOL_PINS};
 mod blob;
 mod clock;
 mod convert;
+mod ground;
 mod pins;
 #[cfg(test)]
 pub(crate) mod test_video;
@@ -143,6 +145,8 @@ pub struct Frame {
     pub fps: Option<(i32, i32)>,
     /// Set on the first frame after the source reconnected: how long no frame came.
     pub reconnected: Option<Duration>,
+    /// The source's ground calibration (`[sources.NAME.calibration]`), when it has one.
+    pub ground: Option<Arc<Ground>>,
     width: i32,
     height: i32,
     pixels: Pixels,
@@ -349,6 +353,7 @@ impl Frame {
             clock: None,
             fps,
             reconnected: None,
+            ground: None,
             width: w,
             height: h,
             pixels: Pixels::Mapped {
@@ -370,10 +375,22 @@ impl Frame {
             clock: None,
             fps: None,
             reconnected: None,
+            ground: None,
             width: mat.cols(),
             height: mat.rows(),
             pixels: Pixels::Owned(Ok(mat)),
         }
+    }
+
+    /// The frame's place in its stream's time, seconds: its timestamp (continuous across
+    /// reconnections), else its number at the nominal frame rate (25 a second without one).
+    /// What steps measure durations and speeds in: frame time, never the time of processing.
+    pub fn stream_time_s(&self) -> f64 {
+        if let Some(pts) = self.pts {
+            return pts.as_secs_f64();
+        }
+        let (n, d) = self.fps.filter(|(n, d)| *n > 0 && *d > 0).unwrap_or((25, 1));
+        self.seq as f64 * f64::from(d) / f64::from(n)
     }
 
     /// The BGR pixels, converted on first use.

@@ -62,6 +62,8 @@ pub struct SourceOptions {
     pub reconnect: Reconnect,
     /// Frames of more pixels than this are refused before they are decoded.
     pub max_frame_pixels: u64,
+    /// The camera's ground calibration, handed to steps with every frame.
+    pub ground: Option<std::sync::Arc<crate::frame::Ground>>,
 }
 
 /// The default `max_frame_pixels`: every 8K format (7680 x 4320 is 33.2 megapixels, DCI 8K
@@ -84,6 +86,7 @@ impl Default for SourceOptions {
             looping: false,
             reconnect: Reconnect::default(),
             max_frame_pixels: MAX_FRAME_PIXELS,
+            ground: None,
         }
     }
 }

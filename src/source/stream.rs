@@ -282,6 +282,7 @@ fn callbacks(
                 count_copy(&shared, pins);
             }
             frame.clock.clone_from(&clock);
+            frame.ground.clone_from(&shared.options.ground);
             if let Some(pts) = frame.pts {
                 let pts = pts + Duration::from_nanos(shared.pts_offset.load(Ordering::Acquire));
                 frame.pts = Some(pts);

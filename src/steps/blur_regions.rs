@@ -256,6 +256,9 @@ mod tests {
                 track_id: 1,
                 detection: Detection::new("face".into(), 0.9, b),
                 predicted: true,
+                ground: None,
+                speed: None,
+                dwell: None,
             })
             .collect();
         let values = [

@@ -261,6 +261,8 @@ impl LineState {
                 class: t.detection.class.clone(),
                 place: line.name.clone(),
                 bbox: t.detection.bbox,
+                dwell_s: None,
+                speed: None,
             });
         }
         self.tracks
@@ -315,6 +317,9 @@ mod tests {
             track_id: id,
             detection: Detection::new("person".into(), 0.9, bbox),
             predicted,
+            ground: None,
+            speed: None,
+            dwell: None,
         }
     }
 

@@ -189,6 +189,8 @@ impl ZoneState {
             class: class.clone(),
             place: zones.names[zone].clone(),
             bbox,
+            dwell_s: None,
+            speed: None,
         };
         let counted = tracks.iter().filter(|t| {
             zones
@@ -312,6 +314,9 @@ mod tests {
             track_id: id,
             detection: Detection::new(class.into(), 0.9, bbox),
             predicted,
+            ground: None,
+            speed: None,
+            dwell: None,
         }
     }
 
@@ -374,6 +379,8 @@ mod tests {
                 class: "car".into(),
                 place: "a".into(),
                 bbox: t.detection.bbox,
+                dwell_s: None,
+                speed: None,
             }]
         );
     }

@@ -83,6 +83,9 @@ fn track(id: u64, b: BBox, predicted: bool) -> Track {
         track_id: id,
         detection: Detection::new("person".into(), 0.9, b),
         predicted,
+        ground: None,
+        speed: None,
+        dwell: None,
     }
 }
 

@@ -368,6 +368,8 @@ impl Step for Tracker {
                 class: t.detection.class,
                 place: place.clone(),
                 bbox: t.detection.bbox,
+                dwell_s: None,
+                speed: None,
             }));
             ids
         });

@@ -198,6 +198,9 @@ impl Tracks {
                     track_id,
                     detection,
                     predicted,
+                    ground: None,
+                    speed: None,
+                    dwell: None,
                 })
             })
             .collect();
@@ -217,6 +220,9 @@ impl Tracks {
                     track_id: t.id?,
                     detection: t.last,
                     predicted: false,
+                    ground: None,
+                    speed: None,
+                    dwell: None,
                 })
             })
             .collect();

@@ -291,6 +291,9 @@ mod tests {
             track_id: id,
             detection: Detection::new("person".into(), 0.9, bbox(x)),
             predicted: false,
+            ground: None,
+            speed: None,
+            dwell: None,
         }
     }
 

@@ -98,6 +98,9 @@ fn tracks(ids: &[u64]) -> Vec<Vec<Track>> {
                         },
                     ),
                     predicted: false,
+                    ground: None,
+                    speed: None,
+                    dwell: None,
                 })
                 .collect()
         })
