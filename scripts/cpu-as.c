@@ -9,8 +9,8 @@
  * real AVX2 (or AVX-512) code on the real core: speeds are this machine's at that ISA, not an
  * emulator's.
  *
- * CPU_AS=avx2    no AVX-512 (any), no AVX-VNNI, no AMX: a Haswell..Zen 3 class CPU
- * CPU_AS=avx512  no AMX, no AVX-512 FP16: an AVX-512 CPU of before Sapphire Rapids
+ * CPU_AS=avx2    no AVX-512 (any), no AVX10, no AVX-VNNI, no AMX: a Haswell..Zen 3 class CPU
+ * CPU_AS=avx512  no AMX, no AVX-512 FP16, no AVX10: an AVX-512 CPU of before Sapphire Rapids
  * CPU_AS_NOBF16=1 also hides AVX-512 BF16 (with avx512: a Skylake/Cascade Lake class CPU)
  *
  * The program's own SIGSEGV handler (Rust's stack-overflow guard, say) is kept: sigaction and
@@ -63,7 +63,8 @@ static void masked_cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
         }
     } else if (leaf == 7 && sub == 1) {
         /* EAX: AVX_VNNI 4, AVX512_BF16 5, AMX_FP16 21, AVX_IFMA 23; EDX: AVX_VNNI_INT8 4,
-         * AVX_NE_CONVERT 5, AMX_COMPLEX 8 */
+         * AVX_NE_CONVERT 5, AMX_COMPLEX 8, AVX10 19 (AVX10 brings AVX-512 FP16 and, from 10.2,
+         * 512-bit vectors on every core: hidden at both levels, with its leaf 0x24) */
         static const int eax_avx2[] = {4, 5, 21, 23};
         static const int eax_avx512[] = {21};
         static const int edx[] = {4, 5, 8};
@@ -74,7 +75,11 @@ static void masked_cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
             bits_off(&r[0], eax_avx512, sizeof eax_avx512 / sizeof *eax_avx512);
             bits_off(&r[3], (const int[]){8}, 1);
         }
+        r[3] &= ~(1u << 19);
         if (hide_bf16) r[0] &= ~(1u << 5);
+    } else if (leaf == 0x24) {
+        /* AVX10's version and vector lengths: none. */
+        r[0] = r[1] = r[2] = r[3] = 0;
     } else if (leaf == 0xd && sub == 0 && level_avx2) {
         /* The state components the CPU supports: no opmask/ZMM (5-7), no AMX tiles (17-18). */
         r[0] &= ~((7u << 5) | (3u << 17));
