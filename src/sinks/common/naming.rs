@@ -34,13 +34,25 @@ pub(in crate::sinks) fn numbered(base: &Path, n: u32, style: Counter) -> PathBuf
     base.with_file_name(name)
 }
 
-/// The first name of `base` numbered from `from` on that names nothing yet, and its counter.
+/// The first name of `base` numbered from `from` on that names nothing yet, and its counter,
+/// taken at once: the file is created empty with `O_EXCL` (as [`create_new`] does), so a file
+/// made meanwhile by someone else (a user, another vidflow) is never the one this sink writes,
+/// and two names asked one after the other are two names. The writer (GStreamer's `filesink`,
+/// the JSONL file) then opens the empty file it owns. Where no file can be made there (a folder
+/// missing, no permission), the name is given untaken and the writer that opens it says why.
 pub(in crate::sinks) fn first_free(base: &Path, from: u32, style: Counter) -> (PathBuf, u32) {
     let mut n = from;
-    while numbered(base, n, style).exists() {
-        n += 1;
+    loop {
+        let candidate = numbered(base, n, style);
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < u32::MAX => n += 1,
+            _ => return (candidate, n),
+        }
     }
-    (numbered(base, n, style), n)
 }
 
 /// Creates a new file at `base`, or at the first numbered name that names nothing: atomically
@@ -104,6 +116,12 @@ mod tests {
             first_free(&base, 0, Counter::Dot),
             (dir.path().join("a.2.mp4"), 2)
         );
+        // Taken at once: asked again, the next name, and the first is there, empty.
+        assert_eq!(
+            first_free(&base, 0, Counter::Dot),
+            (dir.path().join("a.3.mp4"), 3)
+        );
+        assert_eq!(std::fs::read(dir.path().join("a.2.mp4")).unwrap(), b"");
         let (_, made) = create_new(&base, Counter::Dash).unwrap();
         assert_eq!(made, dir.path().join("a-1.mp4"));
         let (_, next) = create_new(&base, Counter::Dash).unwrap();
