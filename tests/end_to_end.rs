@@ -159,16 +159,15 @@ fn street_video_runs_through_the_demo_pipeline() {
     // 9464 (the demo, the service) must not fail this test.
     let demo = std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap();
     let listen = "listen = \"127.0.0.1:9464\"";
-    assert!(demo.contains(listen), "the demo no longer listens on 9464: update this test");
+    assert!(
+        demo.contains(listen),
+        "the demo no longer listens on 9464: update this test"
+    );
     let demo = demo.replace(listen, &format!("listen = \"127.0.0.1:{}\"", free_port()));
     let pipeline = dir.path().join("demo.toml");
     std::fs::write(&pipeline, demo).unwrap();
-    let out = spawn_run(
-        &pipeline,
-        &["--stats-json", "stats.json"],
-        dir.path(),
-    )
-    .finish(Duration::from_secs(900));
+    let out = spawn_run(&pipeline, &["--stats-json", "stats.json"], dir.path())
+        .finish(Duration::from_secs(900));
     assert!(out.status.success(), "{}", out.stderr);
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 795);

@@ -505,6 +505,10 @@ fn load_named(
     let files_label = &files.others.label;
     let mut not_taken: Vec<(Precision, String)> = Vec::new();
     for precision in precisions.iter() {
+        if let Some(why) = not_offered(backend, precision, files.others) {
+            not_taken.push((precision, why));
+            continue;
+        }
         let engine = load_engine(backend, precision, files, request.threads).and_then(|engine| {
             first_run(&*engine, check)
                 .map(|()| engine)
@@ -532,7 +536,15 @@ fn load_named(
                     precision,
                 });
             }
-            Err(why) => not_taken.push((precision, why)),
+            // Offered here, and failed: a broken file, outputs the step cannot read. Not a
+            // reason to run in another precision: the step's error, whatever the list says.
+            Err(why) => {
+                return Err(Diagnostic::new(format!(
+                    "backend \"{}\", precision {}: {why}",
+                    backend.name(),
+                    precision.name()
+                )));
+            }
         }
     }
     let why = match not_taken.as_slice() {
@@ -553,6 +565,27 @@ fn load_named(
         "backend \"{}\": {why}",
         backend.name()
     )))
+}
+
+/// Why `backend` does not offer `precision` on this machine with these files (a CPU without
+/// bf16, a model without its int8 copy): the next precision of a list is tried then, and the
+/// log says why this one was not. `None`: it is offered, and a failure to load it is an error.
+fn not_offered(backend: Backend, precision: Precision, files: &ModelFiles) -> Option<String> {
+    match precision {
+        Precision::F32 => None,
+        Precision::Int8 if files.onnx_int8.is_none() => Some(format!(
+            "{} has no int8 copy (set-up keeps one only where it agrees with the model)",
+            files.label
+        )),
+        Precision::Bf16 | Precision::Int8 if backend == Backend::OpenVino => {
+            match openvino::precisions_here() {
+                Ok(here) if here.contains(&precision) => None,
+                Ok(_) => Some(format!("this CPU has no {} support", precision.name())),
+                Err(why) => Some(why),
+            }
+        }
+        Precision::Bf16 | Precision::Int8 => None,
+    }
 }
 
 /// Runs a loaded engine once on the step's input for the check image: an input it cannot take,

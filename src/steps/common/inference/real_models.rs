@@ -382,3 +382,55 @@ fn forward_with_writes_and_reads_in_place_what_forward_gives() {
         }
     }
 }
+
+#[test]
+fn a_precision_of_the_list_that_fails_here_is_an_error_not_a_fall_back() {
+    // The int8 copy is offered (the file is there) but broken: precision = ["int8", "f32"] is
+    // that error, never f32 run quietly in its place. A precision not offered at all (no int8
+    // copy) is the one case that moves on to the next.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("yolov3-tiny-int8.onnx");
+    std::fs::write(&broken, b"this is not a network".repeat(100)).unwrap();
+    let mut yolo = yolov3_tiny(false);
+    let input = |_: &Mat| Ok(yolo_blob(416));
+    let detections = |_: &Mat, _: &[Tensor]| Ok(Vec::new());
+    let fits = |_: &[Tensor]| Ok(());
+    let check = Check {
+        image: Mat::default(),
+        real: true,
+        clip: None,
+        input: &input,
+        input_name: "input_size 416".to_owned(),
+        detections: &detections,
+        fits: &fits,
+        settings: String::new(),
+    };
+    let request = Request {
+        backend: Some(Backend::OnnxRuntime),
+        precision: Some(Precisions([
+            Some(Precision::Int8),
+            Some(Precision::F32),
+            None,
+        ])),
+        threads: 1,
+    };
+    let files = Files {
+        opencv: &yolo,
+        others: &yolo,
+    };
+    let taken = load_named(Backend::OnnxRuntime, files, request, &check).unwrap();
+    assert_eq!(taken.precision, Precision::F32, "no int8 copy: f32");
+    yolo.onnx_int8 = Some(broken);
+    let files = Files {
+        opencv: &yolo,
+        others: &yolo,
+    };
+    let e = match load_named(Backend::OnnxRuntime, files, request, &check) {
+        Ok(n) => panic!("a broken int8 copy ran as {}", n.precision.name()),
+        Err(e) => e.message,
+    };
+    assert!(
+        e.contains("precision int8") && e.contains("yolov3-tiny-int8.onnx"),
+        "{e}"
+    );
+}
