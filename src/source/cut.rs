@@ -10,10 +10,14 @@
 //!
 //! How: the socket is found among this process's descriptors (`/proc/self/fd`): a TCP socket
 //! whose peer is the server's address and port, opened after the connection started (its inode
-//! is not in the snapshot taken then). A host name is resolved when the cut is needed (on a
-//! thread of its own, for at most [`RESOLVE_DEADLINE`]), so that a camera's sockets are told
-//! apart from other cameras' on the same port. If another connection of this process to the
-//! same server is open, only a single such socket is cut (two could be the other connection's);
+//! is not in the snapshot taken then). It is recorded, with its peer address, when the
+//! connection is up (its first buffer, [`Opened::settle`]; the host name resolved then, on a
+//! thread of its own for at most [`RESOLVE_DEADLINE`]), and not when another connection could
+//! have opened it: a cut later takes exactly that socket, whatever the name resolves to by then
+//! and however other cameras name the same server (an NVR by host name for one, by address for
+//! another), and a socket another connection recorded is never a candidate of this one. A
+//! connection cut before it was up (wedged while connecting) resolves the name at the cut: if
+//! another open connection could talk to the same address, only a single candidate is cut;
 //! if the name does not resolve in time, only a single socket on that port, and only while no
 //! other connection of this process uses that port. The cut
 //! never closes rtspsrc's descriptor (it would close it again later, maybe after the number was
@@ -27,6 +31,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
@@ -102,65 +107,155 @@ fn is(addresses: Option<&[IpAddr]>, port: u16, ip: IpAddr, peer_port: u16) -> bo
         })
 }
 
-/// Connections of this process open to each server (see [`Opened`]): a cut takes only a sure
-/// socket when another connection to the same server could own one of the candidates.
-static OPEN: Mutex<Option<HashMap<Server, usize>>> = Mutex::new(None);
+/// The connections of this process that are open (see [`Opened`]), by a number of their own:
+/// each one's port and the addresses its server is known by (the URI's address, or the peers
+/// of the sockets it was seen to open), and every socket some connection was seen to open. A
+/// cut never takes another connection's socket, and takes only a sure socket when another
+/// connection could own one of its candidates.
+static OPEN: Mutex<Option<Open>> = Mutex::new(None);
 
-/// A connection to `server`, counted while it lives.
+#[derive(Debug, Default)]
+struct Open {
+    next: u64,
+    connections: HashMap<u64, Known>,
+    /// Socket inodes some open connection owns (`Opened::settle`).
+    owned: HashSet<u64>,
+}
+
+/// What is known of one open connection's server.
+#[derive(Debug)]
+struct Known {
+    port: u16,
+    /// `None`: a host name not resolved, and no socket of its own seen yet.
+    addresses: Option<Vec<IpAddr>>,
+}
+
+fn open() -> std::sync::MutexGuard<'static, Option<Open>> {
+    OPEN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A connection to `server`, known while it lives.
 #[derive(Debug)]
 pub(super) struct Opened {
     pub(super) server: Server,
+    id: u64,
     /// Socket inodes of this process when the connection started.
     before: HashSet<u64>,
+    /// The sockets it was seen to open, with their peers, recorded once it was up
+    /// ([`Opened::settle`]): what a cut takes, by peer address and inode, with no name to
+    /// resolve again (a DNS answer that changed) and no other connection's socket to mistake
+    /// for its own (one server named by host name here and by address there).
+    own: Mutex<Vec<(u64, (IpAddr, u16))>>,
+    settled: AtomicBool,
 }
 
 impl Opened {
     pub(super) fn new(server: Server) -> Self {
-        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-        *open
-            .get_or_insert_with(HashMap::new)
-            .entry(server.clone())
-            .or_default() += 1;
+        let mut guard = open();
+        let all = guard.get_or_insert_with(Open::default);
+        all.next += 1;
+        let id = all.next;
+        all.connections.insert(
+            id,
+            Known {
+                port: server.port,
+                addresses: server.ip.map(|ip| vec![ip]),
+            },
+        );
         Self {
             server,
+            id,
             before: sockets().into_keys().collect(),
+            own: Mutex::new(Vec::new()),
+            settled: AtomicBool::new(false),
         }
     }
 
-    /// Other connections of this process to the same server, or (`same_port`) to any server
-    /// on the same port.
-    fn others(&self, same_port: bool) -> usize {
-        let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-        let all: usize = open.as_ref().map_or(0, |o| {
-            o.iter()
-                .filter(|(server, _)| {
-                    if same_port {
-                        server.port == self.server.port
-                    } else {
-                        **server == self.server
-                    }
-                })
-                .map(|(_, n)| *n)
-                .sum()
-        });
-        all.saturating_sub(1)
+    /// Records the sockets this connection opened, once, when it is up (its first buffer came
+    /// over them): the new sockets to the server's port and address (its name resolved now,
+    /// at connect time) that no other connection owns, when they are surely its own (a single
+    /// one, or no other connection to that server could have made one since this began).
+    pub(super) fn settle(&self) {
+        if self.settled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let addresses = self.server.addresses();
+        let port = self.server.port;
+        let mut guard = open();
+        let all = guard.get_or_insert_with(Open::default);
+        let found: Vec<(u64, (IpAddr, u16))> = sockets()
+            .into_iter()
+            .filter(|(inode, _)| !self.before.contains(inode) && !all.owned.contains(inode))
+            .filter_map(|(inode, fd)| {
+                let at = peer(fd)?;
+                is(addresses.as_deref(), port, at.0, at.1).then_some((inode, at))
+            })
+            .collect();
+        let sure = found.len() == 1
+            || (!found.is_empty() && others(all, self.id, port, addresses.as_deref()) == 0);
+        if !sure {
+            return;
+        }
+        all.owned.extend(found.iter().map(|(inode, _)| *inode));
+        if let Some(known) = all.connections.get_mut(&self.id) {
+            let mut peers: Vec<IpAddr> = found.iter().map(|(_, (ip, _))| *ip).collect();
+            peers.dedup();
+            known.addresses = Some(peers);
+        }
+        *self.own.lock().unwrap_or_else(PoisonError::into_inner) = found;
     }
 
     /// Cuts this connection's sockets; returns how many were cut, or why none was.
     pub(super) fn cut(&self) -> Result<usize, String> {
+        let own = self
+            .own
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if !own.is_empty() {
+            // Its own sockets, known since it was up: still open under their numbers?
+            let now = sockets();
+            let cut = own
+                .iter()
+                .filter_map(|(inode, at)| now.get(inode).map(|fd| (*fd, *inode, *at)))
+                .filter(|&(fd, inode, (ip, p))| cut_socket(fd, inode, Some(&[ip]), p))
+                .count();
+            return if cut == 0 {
+                Err("its socket went away".to_owned())
+            } else {
+                Ok(cut)
+            };
+        }
+        self.cut_unsettled()
+    }
+
+    /// A cut of a connection not seen up yet (wedged while connecting): its candidates are the
+    /// new sockets to its server that no other connection owns.
+    fn cut_unsettled(&self) -> Result<usize, String> {
         let addresses = self.server.addresses();
         let port = self.server.port;
+        let (owned, others_here, others_on_port) = {
+            let guard = open();
+            let empty = Open::default();
+            let all = guard.as_ref().unwrap_or(&empty);
+            (
+                all.owned.clone(),
+                others(all, self.id, port, addresses.as_deref()),
+                others(all, self.id, port, None),
+            )
+        };
         let candidates: Vec<(u64, RawFd)> = sockets()
             .into_iter()
             .filter(|(inode, fd)| {
                 !self.before.contains(inode)
+                    && !owned.contains(inode)
                     && peer(*fd).is_some_and(|(ip, p)| is(addresses.as_deref(), port, ip, p))
             })
             .collect();
         match candidates.len() {
             0 => return Err("no socket to the server found".to_owned()),
             // An unresolved name: a socket on that port may be another camera's.
-            n if addresses.is_none() && (n > 1 || self.others(true) > 0) => {
+            n if addresses.is_none() && (n > 1 || others_on_port > 0) => {
                 return Err(format!(
                     "{} did not resolve within {} s, and {n} socket(s) of this process on port {port} may be another camera's",
                     self.server.host,
@@ -168,7 +263,7 @@ impl Opened {
                 ));
             }
             1 => {}
-            n if self.others(false) > 0 => {
+            n if others_here > 0 => {
                 return Err(format!(
                     "{n} sockets to the server, and another connection of this process talks to it"
                 ));
@@ -186,15 +281,30 @@ impl Opened {
     }
 }
 
+/// Other open connections (than `id`) that could talk to a server on `port` at one of
+/// `addresses`: those known by an address among them, and those whose address is not known;
+/// with `addresses` `None`, every other connection on the port.
+fn others(all: &Open, id: u64, port: u16, addresses: Option<&[IpAddr]>) -> usize {
+    all.connections
+        .iter()
+        .filter(|(other, known)| **other != id && known.port == port)
+        .filter(|(_, known)| match (&known.addresses, addresses) {
+            (Some(theirs), Some(mine)) => theirs
+                .iter()
+                .any(|t| mine.iter().any(|m| m.to_canonical() == t.to_canonical())),
+            _ => true,
+        })
+        .count()
+}
+
 impl Drop for Opened {
     fn drop(&mut self) {
-        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(open) = open.as_mut()
-            && let Some(n) = open.get_mut(&self.server)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(&self.server);
+        let mut guard = open();
+        if let Some(all) = guard.as_mut() {
+            all.connections.remove(&self.id);
+            let own = self.own.lock().unwrap_or_else(PoisonError::into_inner);
+            for (inode, _) in own.iter() {
+                all.owned.remove(inode);
             }
         }
     }
@@ -353,6 +463,49 @@ mod tests {
             "the other camera's socket was cut"
         );
         drop((other, here, there));
+    }
+
+    /// One server (an NVR) named by host name for one camera and by address for another: a cut
+    /// of the first takes its own socket, seen when it was up, never the other's.
+    #[test]
+    fn one_server_named_two_ways_is_cut_only_for_the_camera_that_holds_its_teardown() {
+        let here = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = here.local_addr().unwrap().port();
+        let named =
+            Server::of(&Address::parse(&format!("rtsp://localhost:{port}/x")).unwrap()).unwrap();
+        let mine = Opened::new(named);
+        let other = Opened::new(server(port));
+        let a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        mine.settle();
+        let b = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        other.settle();
+        assert_eq!(mine.cut(), Ok(1));
+        assert!(peer(a.as_raw_fd()).is_none(), "its socket was not cut");
+        assert!(
+            peer(b.as_raw_fd()).is_some(),
+            "the other camera's socket was cut"
+        );
+        drop((other, here));
+    }
+
+    /// The server's name resolves otherwise (or not at all) by the time of the cut: the socket
+    /// recorded when the connection was up is cut all the same, and nothing else.
+    #[test]
+    fn a_cut_takes_the_socket_seen_at_connect_whatever_the_name_resolves_to_later() {
+        let here = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = here.local_addr().unwrap().port();
+        let named =
+            Server::of(&Address::parse(&format!("rtsp://localhost:{port}/x")).unwrap()).unwrap();
+        let mut mine = Opened::new(named);
+        let a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        mine.settle();
+        let other = Opened::new(server(port));
+        let b = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        mine.server.host = "no-such-camera.invalid".to_owned();
+        assert_eq!(mine.cut(), Ok(1));
+        assert!(peer(a.as_raw_fd()).is_none());
+        assert!(peer(b.as_raw_fd()).is_some());
+        drop((other, here));
     }
 
     /// A name that does not resolve: a lone socket on the port is cut while no other connection

@@ -99,6 +99,7 @@ impl RecordStream {
 pub(super) fn callbacks(
     shared: Arc<Shared>,
     clock: Option<Arc<CameraClock>>,
+    settle: impl Fn() + Send + 'static,
 ) -> gst_app::AppSinkCallbacks {
     let wait = !shared.uri.is_live();
     let connection = crate::packets::new_connection();
@@ -108,6 +109,7 @@ pub(super) fn callbacks(
         .new_sample(move |sink| {
             // Always pull: a sample left in the appsink would make it wait forever at EOS.
             let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+            settle();
             let caps = sample.caps_owned().ok_or(gst::FlowError::NotNegotiated)?;
             let buffer = sample.buffer_owned().ok_or(gst::FlowError::Error)?;
             if shared.reconnecting.swap(false, Ordering::AcqRel) {

@@ -51,7 +51,7 @@ pub(super) struct Connection {
     pub(super) eos_thread: Option<JoinHandle<()>>,
     /// An RTSP connection's server and the sockets from before it, to cut it if its server
     /// holds the teardown (`cut.rs`).
-    pub(super) opened: Option<Opened>,
+    pub(super) opened: Option<Arc<Opened>>,
 }
 
 impl Connection {
@@ -86,9 +86,26 @@ impl Connection {
         if let Some(clock) = &clock {
             super::rtcp::follow(&pipeline, clock, &shared.name);
         }
+        let opened = match &shared.uri {
+            SourceUri::Rtsp { address } => Server::of(address).map(|s| Arc::new(Opened::new(s))),
+            _ => None,
+        };
+        // Its sockets are recorded at the first buffer (the connection is up then: `cut.rs`).
+        let up = opened.clone();
+        let settle = move || {
+            if let Some(opened) = &up {
+                opened.settle();
+            }
+        };
         appsink.set_callbacks(match shared.packets {
-            Some(_) => super::record::callbacks(shared.clone(), clock),
-            None => callbacks(shared.clone(), frames.clone(), oldest.cloned(), clock),
+            Some(_) => super::record::callbacks(shared.clone(), clock, settle),
+            None => callbacks(
+                shared.clone(),
+                frames.clone(),
+                oldest.cloned(),
+                clock,
+                settle,
+            ),
         });
         let bus = pipeline.bus().ok_or_else(|| {
             Ended::Fatal(SourceError::Gstreamer {
@@ -100,10 +117,6 @@ impl Connection {
             .bus
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bus.clone());
-        let opened = match &shared.uri {
-            SourceUri::Rtsp { address } => Server::of(address).map(Opened::new),
-            _ => None,
-        };
         let connection = Self {
             pipeline,
             appsink,
@@ -242,6 +255,7 @@ fn callbacks(
     frames: Sender<Frame>,
     oldest: Option<Receiver<Frame>>,
     clock: Option<Arc<CameraClock>>,
+    settle: impl Fn() + Send + 'static,
 ) -> gst_app::AppSinkCallbacks {
     // The stream's caps, their video info, and the count of the buffers this pipeline's frames
     // hold, made again when the caps change (a renegotiation makes a new pool).
@@ -250,6 +264,7 @@ fn callbacks(
         .new_sample(move |sink| {
             // Always pull: a sample left in the appsink would make it wait forever at EOS.
             let sample = sink.pull_sample().map_err(|_| gst::FlowError::Eos)?;
+            settle();
             let seq = shared.seq.load(Ordering::Relaxed);
             if shared.max_frames.is_some_and(|max| seq >= max) {
                 return Err(gst::FlowError::Eos);
