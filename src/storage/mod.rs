@@ -51,9 +51,11 @@ mod disk;
 pub mod index;
 mod listing;
 mod purge;
+mod sync;
 
 pub use disk::{Space, is_full, sync_with_folder};
 pub use listing::StoredFile;
+pub use sync::{SyncQueue, Syncer};
 
 /// The free space of the filesystem holding `path`.
 pub fn space(path: &Path) -> std::io::Result<Space> {

@@ -16,11 +16,13 @@
 //! Memory: the appsrc queue holds at most [`QUEUE_BYTES`] of images (plus the one pushed when
 //! it filled), x264 its lookahead, the muxer one fragment.
 //!
-//! Durability: each segment the muxer closed is synced with its folder
-//! (`storage::sync_with_folder`) by the sink's own thread, at its next push (never on
-//! GStreamer's thread, which would hold the muxer while the disk writes), and the last ones at
-//! close: a power cut takes no finished segment, only what the kernel had not yet written of
-//! the one being written (it writes back within about 30 s).
+//! Durability: each segment the muxer closed is handed, as it closes, to the encoder's
+//! `vidflow-sync` thread (`storage::Syncer`), which syncs it with its folder at once: neither
+//! GStreamer's thread (which would hold the muxer while the disk writes) nor the sink's thread
+//! (a slow disk would make gaps) waits for the disk, and a segment finished just before the
+//! frames stop is synced then, not at close. Close syncs the last segment and waits for every
+//! sync, at most [`CLOSE_TIMEOUT`]: a power cut takes no finished segment, only what the kernel
+//! had not yet written of the one being written (it writes back within about 30 s).
 //!
 //! Stop protocol: [`Encoder::close`] sends EOS and waits on the condvar for the end of stream
 //! (the last segment is finalized then) or an error, at most [`CLOSE_TIMEOUT`]; then the
@@ -39,7 +41,7 @@ use gstreamer_video as gst_video;
 use crate::gst_setup::from_c;
 use crate::sinks::SinkError;
 use crate::sinks::common::naming::{self, Counter};
-use crate::storage::{SinkFiles, Writing};
+use crate::storage::{SinkFiles, SyncQueue, Syncer, Writing};
 
 /// Longest wait for the muxer to finish the last segment after the last frame.
 pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,8 +82,6 @@ struct State {
     unindexed: Vec<PathBuf>,
     /// The segment named last.
     last: Option<PathBuf>,
-    /// Segments the muxer closed, to be synced by the sink's thread.
-    to_sync: Vec<PathBuf>,
     /// Segments named and not yet closed, with the frames the muxer took for each so far (the
     /// last is the one being written).
     muxing: Vec<(PathBuf, u64)>,
@@ -97,6 +97,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// Where each segment the muxer closed goes to be synced (see the module header).
+    sync: Option<SyncQueue>,
 }
 
 impl Shared {
@@ -203,7 +205,9 @@ fn on_encoder_message(shared: &Shared, msg: &gst::Message) {
                 let done: Vec<Writing> = {
                     let mut state = shared.lock();
                     let at = Path::new(&location);
-                    state.to_sync.push(at.to_owned());
+                    if let Some(sync) = &shared.sync {
+                        sync.sync(at);
+                    }
                     if let Some(i) = state.muxing.iter().position(|(p, _)| p == at) {
                         let (_, frames) = state.muxing.remove(i);
                         state.finished += frames;
@@ -265,6 +269,8 @@ pub(in crate::sinks) struct Muxing {
     lost: Arc<AtomicU64>,
     /// Whether this pipeline's frames were settled into `lost` already.
     settled: bool,
+    /// Syncs each segment as the muxer closes it (see the module header).
+    syncer: Syncer,
 }
 
 /// Where and how a [`Muxing`] writes.
@@ -415,7 +421,12 @@ impl Muxing {
             source: segments.source.clone(),
             next: 0,
         });
-        let shared = Arc::new(Shared::default());
+        let syncer = Syncer::start("segment")
+            .map_err(|e| err(format!("cannot start its sync thread: {e}")))?;
+        let shared = Arc::new(Shared {
+            sync: Some(syncer.queue()),
+            ..Shared::default()
+        });
         let (on_name, files) = (shared.clone(), files.clone());
         split.connect("format-location", false, move |_| {
             from_c("video_file's format-location", None, || {
@@ -458,6 +469,7 @@ impl Muxing {
             source: segments.source.clone(),
             lost,
             settled: false,
+            syncer,
         })
     }
 
@@ -496,31 +508,22 @@ impl Muxing {
             .map(|w| w.path().to_owned())
     }
 
-    /// Syncs with their folders the segments the muxer closed, and, once the pipeline is
-    /// stopped (`stopped`), the last one named (finished, or cut short by a failure: it plays
-    /// up to its last fragment). A sync that fails is said, not fatal: the file is written.
-    fn sync_finished(&self, stopped: bool) {
-        let mut paths = {
-            let mut state = self.shared.lock();
-            let mut paths = std::mem::take(&mut state.to_sync);
-            paths.extend(state.last.clone().filter(|_| stopped));
-            paths
-        };
-        paths.dedup();
-        for path in paths {
-            // A segment removed since (empty: the disk had no room) needs no sync.
-            if let Err(e) = crate::storage::sync_with_folder(&path)
-                && path.exists()
-            {
-                tracing::warn!(path = %path.display(), error = %e, "segment not synced to the disk: a power cut may take it");
-            }
+    /// Once the pipeline is stopped: syncs the last segment named (finished, or cut short by a
+    /// failure: it plays up to its last fragment) and waits for every sync, at most
+    /// [`CLOSE_TIMEOUT`]. A sync that fails is said, not fatal: the file is written.
+    fn sync_finished(&self) {
+        if let Some(last) = self.shared.lock().last.clone() {
+            self.syncer.queue().sync(&last);
+        }
+        if !self.syncer.flush(CLOSE_TIMEOUT) {
+            tracing::warn!(path = %self.path.display(), "the disk did not sync the segments within {} s: a power cut may take them", CLOSE_TIMEOUT.as_secs());
         }
     }
 
     /// Marks every segment still open finished (the pipeline is stopped); one the disk had no
     /// room for at all is removed.
     fn release(&self) {
-        self.sync_finished(true);
+        self.sync_finished();
         let (writing, unindexed) = {
             let mut state = self.shared.lock();
             (
@@ -544,7 +547,6 @@ impl Muxing {
         if let Some(message) = &self.failed {
             return Err(self.error(format!("failed earlier: {message}")));
         }
-        self.sync_finished(false);
         let deadline = Instant::now() + PUSH_TIMEOUT;
         let waited = {
             let mut state = self.shared.lock();
@@ -651,6 +653,57 @@ impl Muxing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::{Class, FilePolicy, Retention, Storage, StorageConfig, SystemClock};
+
+    /// A segment the muxer closes is synced then, by the sync thread: with no frame pushed
+    /// after it (the camera stalled), not at the next push or at close.
+    #[test]
+    fn a_closed_segment_is_synced_without_another_frame() {
+        gst::init().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::start(StorageConfig::default(), Arc::new(SystemClock)).unwrap();
+        let policy = FilePolicy {
+            class: Class::Continuous,
+            retention: Retention::default(),
+            expected_file: 0,
+        };
+        let settings = Settings {
+            template: dir
+                .path()
+                .join("{source}.mkv")
+                .to_string_lossy()
+                .into_owned(),
+            source: "door".to_owned(),
+            mp4: false,
+            preset: "ultrafast".to_owned(),
+            bitrate_kbps: 256,
+            segment: Duration::from_secs(1),
+            keyframe_seconds: 1,
+        };
+        let lost = Arc::new(AtomicU64::new(0));
+        let files = storage.sink("video", policy);
+        let mut encoder = Encoder::start(&settings, 64, 64, (10, 1), &files, lost).unwrap();
+        // 2.5 s of frames: the first segment is closed at the cut near 1 s, or 2 s.
+        for i in 0..25u64 {
+            let mut buffer = gst::Buffer::with_size(64 * 64 * 3).unwrap();
+            let b = buffer.get_mut().unwrap();
+            b.set_pts(gst::ClockTime::from_mseconds(i * 100));
+            b.set_duration(gst::ClockTime::from_mseconds(100));
+            encoder.push(buffer).unwrap();
+        }
+        // No frame after those: a closed segment is synced all the same (a generous bound for
+        // a loaded machine: this is about whether, not how fast).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while encoder.muxing.syncer.synced() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            encoder.muxing.syncer.synced() >= 1,
+            "no segment synced before the next frame ({} closed)",
+            encoder.muxing.shared.lock().closed
+        );
+        encoder.close().unwrap();
+    }
 
     #[test]
     fn a_name_that_exists_gets_the_next_free_counter() {
