@@ -151,7 +151,7 @@ fn a_segment_is_synced_while_the_run_goes_on_not_only_at_its_end() {
     // The third segment begins: the first two are finished.
     running.wait_for_stderr_times("new video segment", 3, Duration::from_secs(60));
     let first = root.join("video/cam.mkv");
-    // strace writes each call as it returns; the sink's thread syncs at its next frame.
+    // strace writes each call as it returns; the sync thread syncs a segment as it closes.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !synced(&trace).contains(&first) {
         assert!(
