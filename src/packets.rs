@@ -261,6 +261,10 @@ pub struct RecordStats {
     pub keyframes: AtomicU64,
     /// Time between the last two keyframes, in ms (0 before the second).
     pub keyframe_interval_ms: AtomicU64,
+    /// The longest time between two keyframes of one connection seen so far, in ms: after a
+    /// lost packet nothing is written until the next keyframe, which a camera with a long or
+    /// "smart" GOP sends only this long after the last (`/healthz` waits that long too).
+    pub keyframe_interval_max_ms: AtomicU64,
     /// Breaks in the recording: a lost stream, packets lost to a full queue, a write that
     /// failed. Each starts a new segment at the next keyframe. Written also by the publishing
     /// thread (a loss, as it happens).
@@ -403,6 +407,9 @@ impl KeyframeCounter {
         {
             let ms = (at - before).mseconds();
             stats.keyframe_interval_ms.store(ms, Ordering::Relaxed);
+            stats
+                .keyframe_interval_max_ms
+                .fetch_max(ms, Ordering::Relaxed);
         }
         self.last = Some((packet.connection, at));
     }
@@ -514,6 +521,28 @@ pub(crate) mod tests {
             clock: None,
             live: true,
         }
+    }
+
+    #[test]
+    fn the_longest_keyframe_interval_of_a_connection_is_kept() {
+        let stats = RecordStats::default();
+        let mut counter = KeyframeCounter::default();
+        for (connection, seconds) in [(1, 0), (1, 20), (1, 24), (2, 100), (2, 102)] {
+            let mut p = packet(true);
+            p.connection = connection;
+            p.buffer
+                .get_mut()
+                .unwrap()
+                .set_pts(gst::ClockTime::from_seconds(seconds));
+            counter.count(&stats, &p);
+        }
+        // 20 s within connection 1; the 76 s across the reconnection is no interval.
+        assert_eq!(
+            stats.keyframe_interval_max_ms.load(Ordering::Relaxed),
+            20_000
+        );
+        assert_eq!(stats.keyframe_interval_ms.load(Ordering::Relaxed), 2_000);
+        assert_eq!(stats.keyframes.load(Ordering::Relaxed), 5);
     }
 
     #[test]

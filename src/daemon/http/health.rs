@@ -9,8 +9,10 @@
 //! - a sink's last write failed;
 //! - a recording sink (`record`, `clip` in packets mode) of a live source has written nothing
 //!   of it (a packets clip: taken nothing into its ring) for longer than the source's limit
-//!   (the record stream down, or giving nothing), or its last write failed (a full disk, a
-//!   folder gone). It is healthy again once it writes.
+//!   plus the longest keyframe interval its stream has shown (after one lost packet nothing is
+//!   written until the next keyframe, 10 to 30 s on a camera with a long or "smart" GOP): the
+//!   record stream down, or giving nothing; or its last write failed (a full disk, a folder
+//!   gone). It is healthy again once it writes.
 
 use crate::daemon::Live;
 use crate::daemon::live::Phase;
@@ -69,15 +71,50 @@ fn recordings(parts: &crate::daemon::live::Parts, reasons: &mut Vec<String>) {
         let Some(record) = source.record.as_ref().filter(|_| source.live) else {
             continue;
         };
-        let limit = source.stall_timeout * STALL_LIMIT_FACTOR;
+        let limit = recording_limit(source.stall_timeout, &row.stats);
         let quiet = row.stats.quiet_for();
         if quiet > limit {
             reasons.push(format!(
-                "sink \"{sink}\": nothing recorded of source \"{name}\" for {:.1} s (limit {:.1} s: {STALL_LIMIT_FACTOR} x stall_timeout_ms); its record stream is {}",
+                "sink \"{sink}\": nothing recorded of source \"{name}\" for {:.1} s (limit {:.1} s: {STALL_LIMIT_FACTOR} x stall_timeout_ms and the longest keyframe interval); its record stream is {}",
                 quiet.as_secs_f64(),
                 limit.as_secs_f64(),
                 record.state().name()
             ));
         }
+    }
+}
+
+/// How long a recording of a live source may write nothing before it is unhealthy: the
+/// source's own limit, plus the longest time between two keyframes its stream has shown (see
+/// the module header).
+fn recording_limit(
+    stall_timeout: std::time::Duration,
+    stats: &crate::packets::RecordStats,
+) -> std::time::Duration {
+    use std::sync::atomic::Ordering;
+    let gop = stats.keyframe_interval_max_ms.load(Ordering::Relaxed);
+    stall_timeout * STALL_LIMIT_FACTOR + std::time::Duration::from_millis(gop)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::packets::RecordStats;
+
+    #[test]
+    fn a_recording_waiting_for_a_long_gops_next_keyframe_is_given_that_long() {
+        let stats = RecordStats::default();
+        let stall = Duration::from_secs(1);
+        assert_eq!(recording_limit(stall, &stats), Duration::from_secs(2));
+        // A camera whose keyframes came 4 s and then 20 s apart (a "smart" GOP on a still
+        // scene): 20 s more, whatever the last interval was.
+        stats
+            .keyframe_interval_max_ms
+            .fetch_max(20_000, Ordering::Relaxed);
+        stats.keyframe_interval_ms.store(4_000, Ordering::Relaxed);
+        assert_eq!(recording_limit(stall, &stats), Duration::from_secs(22));
     }
 }
