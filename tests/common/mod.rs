@@ -22,14 +22,27 @@ pub fn gst_init() {
     INIT.call_once(|| gst::init().unwrap());
 }
 
-/// A port that was free a moment ago (bound to 0 and released): for a server a test starts, or
-/// for an address nobody listens on.
+/// A port that was free a moment ago: for a server a test starts, or for an address nobody
+/// listens on. Taken below the kernel's ephemeral range (`ip_local_port_range`, 32768 and up
+/// by default), which is where a port bound to 0 comes from and where every outgoing
+/// connection of the machine takes its local port: a port of that range, released, can be
+/// taken by any connection before the test's server binds it. Below it, only another test
+/// that picks the same number can; each process starts at a place of its own (its pid) and
+/// never gives a number twice.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = (std::process::id().wrapping_mul(7_919)) % SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port from {LOW} to {}", LOW + SPAN);
 }
 
 /// Runs a gst-launch description to end of stream.
