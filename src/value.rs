@@ -369,6 +369,17 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Every kind, in the order above.
+    pub const ALL: [Self; 7] = [
+        Self::Enter,
+        Self::Leave,
+        Self::In,
+        Self::Out,
+        Self::Ended,
+        Self::Loiter,
+        Self::Speeding,
+    ];
+
     /// Its name, as JSON and the event store write it.
     pub fn name(self) -> &'static str {
         match self {

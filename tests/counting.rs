@@ -32,9 +32,12 @@ const SAME_OBJECT_IOU: f32 = 0.5;
 /// `zone_count`'s default `reid_frames`: how long a lost track stays inside its zones.
 const REID_FRAMES: u32 = 30;
 
+/// (kind, step, track ID) of a row of the event store.
+type Row = (String, String, Option<i64>);
+
 /// Runs the standard clip through motion -> tracker -> zone_count and line_counter; gives the
-/// scene and the JSON line of every frame.
-fn count_clip() -> (Scene, Vec<Json>) {
+/// scene, the JSON line of every frame and the event store's rows.
+fn count_clip() -> (Scene, Vec<Json>, Vec<Row>) {
     let scene = Scene::standard();
     let dir = tempfile::tempdir().unwrap();
     let clip = dir.path().join("shapes.mp4");
@@ -49,6 +52,9 @@ uri = "{}"
 
 [executor]
 workers = 2
+
+[events]
+path = "events.db"
 
 [steps.moving]
 kind = "motion"
@@ -65,7 +71,8 @@ max_age = 10
 [steps.zones]
 kind = "zone_count"
 tracks = "$steps.follow.tracks"
-zones = {{ parking = [[119, 170], [200, 170], [200, 230], [119, 230]], top_right = [[231, 40], [286, 40], [286, 90], [231, 90]] }}
+# Loitering in "parking" is more than 1.05 s inside (frames are 0.1 s apart).
+zones = {{ parking = {{ points = [[119, 170], [200, 170], [200, 230], [119, 230]], loiter_s = 1.05 }}, top_right = [[231, 40], [286, 40], [286, 90], [231, 90]] }}
 
 # Drawn downwards: its right-hand side (on the image) is x < 99.5, so "in" is moving left.
 # It spans the top and middle lanes; `stops`, in the bottom lane, passes its extension.
@@ -80,7 +87,7 @@ dead_band = 1.0
 kind = "jsonl"
 path = "events.jsonl"
 include = ["$steps.follow.tracks", "$steps.zones.counts", "$steps.zones.events",
-           "$steps.door.counts", "$steps.door.events"]
+           "$steps.zones.tracks", "$steps.door.counts", "$steps.door.events"]
 "#,
             clip.display()
         ),
@@ -92,7 +99,16 @@ include = ["$steps.follow.tracks", "$steps.zones.counts", "$steps.zones.events",
     for (f, line) in lines.iter().enumerate() {
         assert_eq!(line["frame"].as_u64(), Some(f as u64));
     }
-    (scene, lines)
+    let conn = rusqlite::Connection::open(dir.path().join("events.db")).unwrap();
+    let mut rows = conn
+        .prepare("SELECT kind, step, track_id FROM events")
+        .unwrap();
+    let rows = rows
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (scene, lines, rows)
 }
 
 fn bbox(json: &Json) -> BBox {
@@ -155,7 +171,7 @@ fn said(all: &[(u32, String, String, String, u64)]) -> Vec<(u32, &str, &str, &st
 
 #[test]
 fn zones_and_a_line_count_the_shapes_exactly_at_the_frames_of_their_paths() {
-    let (scene, lines) = count_clip();
+    let (scene, lines, rows) = count_clip();
 
     // The line: east crosses it leftwards-to-rightwards ("out") between frames 51 (centre
     // x 97) and 52 (102); west the other way ("in") between 73 (102) and 74 (97). The
@@ -206,6 +222,7 @@ fn zones_and_a_line_count_the_shapes_exactly_at_the_frames_of_their_paths() {
     let stops_left = stops_gone + REID_FRAMES;
     let mut want = vec![
         (54, "enter", "parking", "stops"),
+        (65, "loiter", "parking", "stops"),
         (76, "enter", "top_right", "east"),
         (86, "leave", "top_right", "east"),
         (stops_left, "leave", "parking", "stops"),
@@ -222,4 +239,80 @@ fn zones_and_a_line_count_the_shapes_exactly_at_the_frames_of_their_paths() {
             "frame {f}"
         );
     }
+
+    // The time inside, in frame time: east was in top_right from frame 76 to 85, the last
+    // frame it was seen there; stops loitered 1.1 s in (more than 1.05), and left parking
+    // from where the tracker last saw it.
+    let dwell = |event: &str, place: &str| -> f64 {
+        let (f, e) = lines
+            .iter()
+            .enumerate()
+            .flat_map(|(f, l)| {
+                let events = l["steps.zones.events"].as_array().unwrap();
+                events.iter().map(move |e| (f, e))
+            })
+            .find(|(_, e)| e["event"] == event && e["place"] == place)
+            .unwrap_or_else(|| panic!("no {event} of {place}"));
+        assert!(
+            place != "parking" || e["track_id"] == stops_id,
+            "frame {f}: {e}"
+        );
+        e["dwell_s"].as_f64().unwrap()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-3;
+    assert!(
+        close(dwell("leave", "top_right"), 0.9),
+        "{}",
+        dwell("leave", "top_right")
+    );
+    assert!(
+        close(dwell("loiter", "parking"), 1.1),
+        "{}",
+        dwell("loiter", "parking")
+    );
+    let seen_last = (54..stops_gone)
+        .rev()
+        .find(|&f| {
+            let tracks = lines[f as usize]["steps.follow.tracks"].as_array().unwrap();
+            tracks
+                .iter()
+                .any(|t| t["track_id"].as_u64() == Some(stops_id) && t["predicted"].is_null())
+        })
+        .unwrap();
+    let stayed = f64::from(seen_last - 54) / 10.0;
+    assert!(
+        close(dwell("leave", "parking"), stayed),
+        "{} {stayed}",
+        dwell("leave", "parking")
+    );
+    // zone_count's tracks: the tracker's, with their time in the zones they are in now.
+    for f in [75, 76, 80, 85, 86] {
+        let zoned = lines[f]["steps.zones.tracks"].as_array().unwrap();
+        let follow = lines[f]["steps.follow.tracks"].as_array().unwrap();
+        assert_eq!(zoned.len(), follow.len(), "frame {f}");
+        let visible = scene.visible(east, f as u32).unwrap();
+        let east = zoned
+            .iter()
+            .find(|t| visible.iou(&bbox(&t["box"])) >= SAME_OBJECT_IOU)
+            .unwrap_or_else(|| panic!("frame {f}: east not in {zoned:?}"));
+        let want = (76..86).contains(&f).then(|| (f - 76) as f64 / 10.0);
+        let got = east["dwell_s"]["top_right"].as_f64();
+        assert!(
+            got.zip(want).map_or(got == want, |(g, w)| close(g, w)),
+            "frame {f}: {east}"
+        );
+    }
+    // The store has the tracker's track rows only, never zone_count's copy of them.
+    let track_rows = |step: &str| {
+        rows.iter()
+            .filter(|r| r.0 == "track" && r.1 == step)
+            .count()
+    };
+    assert!(track_rows("follow") >= 3, "{rows:?}");
+    assert_eq!(track_rows("zones"), 0, "{rows:?}");
+    assert!(
+        rows.iter()
+            .any(|r| r.0 == "loiter" && r.2 == Some(stops_id as i64)),
+        "{rows:?}"
+    );
 }

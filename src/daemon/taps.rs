@@ -20,7 +20,8 @@ pub(super) struct Taps {
     live: Arc<Live>,
     /// What the store reads.
     outputs: Vec<Output>,
-    /// What the live feed shows: tracks, or detections when there is no tracker, and counts.
+    /// What the live feed shows: trackers' tracks, or detections when there is no tracker, and
+    /// counts.
     tracks: Vec<Ref>,
     detections: Vec<Ref>,
     counts: Vec<(Arc<str>, Ref)>,
@@ -71,10 +72,13 @@ impl Taps {
             for (output, port) in node.kind.outputs.iter().enumerate() {
                 let at = Ref::Step { step, output };
                 let tap = match port.ty {
-                    ValueType::Tracks => {
+                    // A tracker's tracks only: `zone_count` passes the same tracks on (with
+                    // their time in zone), which would be every track's row and box again.
+                    ValueType::Tracks if node.kind.name == "tracker" => {
                         taps.tracks.push(at);
                         Some(Tap::Tracks)
                     }
+                    ValueType::Tracks => None,
                     ValueType::Events => Some(Tap::Events),
                     ValueType::Detections if node.kind.name == "motion" => Some(Tap::Motion),
                     ValueType::Detections => {

@@ -1,7 +1,8 @@
 //! `snapshot`: a JPEG of an image (or of a crop around each detection) when something happens.
 //!
 //! A frame is written when one of the `when` values is non-empty (a line crossing, a filtered
-//! detection; without `when`, every frame) and the source's last snapshot is at least
+//! detection; of events, one of the kinds `events` names, when it does; without `when`, every
+//! frame) and the source's last snapshot is at least
 //! `cooldown_s` older, measured in the source's own time (its timestamps when it has them, so a
 //! file processed faster than real time is paced like the scene). Files are named by source,
 //! frame number and capture time, and never replace an existing file.
@@ -18,6 +19,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::common::naming::{self, Counter};
+use super::common::when::{WHEN_EVENTS_DOC, When};
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
@@ -62,6 +64,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "0.1",
             doc: "with crops: share of a box's size added on each side",
         },
+        WHEN_EVENTS_DOC,
         super::RETAIN_DAYS_DOC,
         super::MAX_GB_DOC,
     ],
@@ -79,6 +82,7 @@ struct Config {
     cooldown_s: Option<Spanned<f64>>,
     quality: Option<Spanned<i32>>,
     padding: Option<Spanned<f32>>,
+    events: Option<Spanned<Vec<Spanned<String>>>>,
     retain_days: Option<Spanned<f64>>,
     max_gb: Option<Spanned<f64>>,
 }
@@ -89,6 +93,7 @@ struct Factory {
     cooldown: Duration,
     quality: i32,
     padding: f32,
+    events: Option<Vec<crate::value::EventKind>>,
     policy: FilePolicy,
 }
 
@@ -128,6 +133,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
         cooldown,
         quality,
         padding,
+        events: When::parse_events(c.events)?,
         policy: FilePolicy {
             class: Class::Event,
             retention: Retention::parse(c.retain_days, c.max_gb, None)?,
@@ -163,7 +169,7 @@ impl SinkFactory for Factory {
             params: Vector::from_slice(&[imgcodecs::IMWRITE_JPEG_QUALITY, self.quality]),
             padding: self.padding,
             image,
-            when: of("when"),
+            when: When::new(inputs, self.events.clone()),
             crops: of("crops"),
             last: HashMap::new(),
             files: storage.sink(name, self.policy),
@@ -178,7 +184,7 @@ struct Snapshot {
     params: Vector<i32>,
     padding: f32,
     image: Ref,
-    when: Vec<Ref>,
+    when: When,
     crops: Vec<Ref>,
     /// Per source, the time of its last snapshot (see [`source_time`]).
     last: HashMap<Arc<str>, Duration>,
@@ -249,8 +255,7 @@ impl Snapshot {
 
 impl Sink for Snapshot {
     fn write(&mut self, result: &FrameResult) -> Result<bool, SinkError> {
-        let triggered =
-            self.when.is_empty() || super::any_non_empty(result, self.when.iter().copied());
+        let triggered = !self.when.given() || self.when.triggered(result);
         let now = super::source_time(result);
         let frame = result.frame();
         let cooling = self

@@ -30,6 +30,7 @@ use gstreamer_video as gst_video;
 use super::Settings;
 use super::file::{ClipFile, FINISH_TIMEOUT, append_index, gst_err};
 use crate::outcome::FrameResult;
+use crate::sinks::common::when::When;
 use crate::sinks::video_file::VideoFile;
 use crate::sinks::video_file::size::SaidOnce;
 use crate::sinks::{Sink, SinkError};
@@ -44,14 +45,14 @@ pub(super) struct ClipSink {
     files: SinkFiles,
     settings: Settings,
     image: Ref,
-    when: Vec<Ref>,
+    when: When,
     sources: HashMap<Arc<str>, SourceClips>,
     /// Padded or refused image sizes already logged.
     sizes: SaidOnce,
 }
 
 impl ClipSink {
-    pub(super) fn new(files: SinkFiles, settings: Settings, image: Ref, when: Vec<Ref>) -> Self {
+    pub(super) fn new(files: SinkFiles, settings: Settings, image: Ref, when: When) -> Self {
         Self {
             files,
             settings,
@@ -459,7 +460,7 @@ impl Sink for ClipSink {
         };
         let frame = result.frame();
         let at = crate::sinks::source_time(result);
-        let triggered = crate::sinks::any_non_empty(result, self.when.iter().copied());
+        let triggered = self.when.triggered(result);
         let (width, height, _) = image.shape();
         let fps = frame.fps.unwrap_or(DEFAULT_FPS);
         let carried = self.close_if_changed(&frame.source, (width, height, fps), at);

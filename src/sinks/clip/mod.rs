@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::common::when::{WHEN_EVENTS_DOC, When};
 use super::{Sink, SinkError, SinkFactory, SinkKind};
 use crate::spec::{Diagnostic, ParamDoc, Params, SinkInput};
 use crate::storage::{Class, FilePolicy, Retention};
@@ -90,6 +91,7 @@ pub(super) static KIND: SinkKind = SinkKind {
             default: "2048",
             doc: "target bitrate (encode only)",
         },
+        WHEN_EVENTS_DOC,
         super::RETAIN_DAYS_DOC,
         super::MAX_GB_DOC,
     ],
@@ -111,6 +113,7 @@ struct Config {
     keyframe_s: Option<Spanned<f64>>,
     preset: Option<Spanned<String>>,
     bitrate_kbps: Option<Spanned<u32>>,
+    events: Option<Spanned<Vec<Spanned<String>>>>,
     retain_days: Option<Spanned<f64>>,
     max_gb: Option<Spanned<f64>>,
 }
@@ -210,6 +213,7 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
     };
     Ok(Box::new(Factory {
         settings,
+        events: When::parse_events(c.events)?,
         policy,
         packets: packets.then(Vec::new),
     }))
@@ -218,6 +222,8 @@ fn build(params: Params<'_>) -> Result<Box<dyn SinkFactory>, Diagnostic> {
 #[derive(Debug)]
 struct Factory {
     settings: Settings,
+    /// The event kinds that trigger (`events`), all when `None`.
+    events: Option<Vec<crate::value::EventKind>>,
     policy: FilePolicy,
     /// In packets mode, the sources it takes (told at resolution,
     /// [`SinkFactory::takes_packets`]); `None` in encode mode.
@@ -241,11 +247,7 @@ impl SinkFactory for Factory {
             message,
         })?;
         let image = inputs.iter().find(|i| i.port == "image").map(|i| i.from);
-        let when = inputs
-            .iter()
-            .filter(|i| i.port == "when")
-            .map(|i| i.from)
-            .collect();
+        let when = When::new(inputs, self.events.clone());
         let files = storage.sink(name, self.policy);
         let settings = self.settings.clone();
         Ok(match &self.packets {

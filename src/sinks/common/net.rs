@@ -411,6 +411,52 @@ mod tests {
     }
 
     #[test]
+    fn loiter_and_speeding_events_go_out_whole_and_count_as_events_in_events_mode() {
+        use crate::outcome::{FrameRecord, Outcome};
+        use crate::value::{BBox, Event, EventKind, Speed, Value};
+        let mat = opencv::core::Mat::default();
+        let frame = crate::frame::Frame::from_mat("cam".into(), 7, None, mat);
+        let record = FrameRecord::new(Arc::new(frame), 1);
+        let bbox = BBox {
+            x: 1.0,
+            y: 2.0,
+            width: 3.0,
+            height: 4.0,
+        };
+        let event = |kind| Event::new(kind, 5, "car".into(), "gate".into(), bbox);
+        let events = vec![
+            Event {
+                dwell_s: Some(31.5),
+                ..event(EventKind::Loiter)
+            },
+            Event {
+                dwell_s: Some(2.0),
+                speed: Some(Speed::Kmh(42.5)),
+                ..event(EventKind::Speeding)
+            },
+        ];
+        record.set_outcome(0, Outcome::Done(vec![Value::Events(events.into())]));
+        let result = FrameResult::new(Arc::new(record));
+        let inputs = [SinkInput {
+            port: "include",
+            label: "steps.zones.events".into(),
+            from: crate::spec::Ref::Step { step: 0, output: 0 },
+        }];
+        let m = message(&result, &inputs, Mode::Events).unwrap().unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&m.body).unwrap();
+        let box_ = serde_json::json!({"x": 1.0, "y": 2.0, "width": 3.0, "height": 4.0});
+        assert_eq!(
+            body["steps.zones.events"],
+            serde_json::json!([
+                {"event": "loiter", "track_id": 5, "class": "car", "place": "gate",
+                 "box": box_, "dwell_s": 31.5},
+                {"event": "speeding", "track_id": 5, "class": "car", "place": "gate",
+                 "box": box_, "dwell_s": 2.0, "speed_kmh": 42.5},
+            ])
+        );
+    }
+
+    #[test]
     fn a_full_backlog_drops_the_oldest_and_names_them() {
         let b = Backlog::new(2, ());
         for f in 0..5 {

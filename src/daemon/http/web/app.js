@@ -202,6 +202,8 @@ function eventItem(e) {
   const what = e.kind === "crossing" ? `crossed ${e.place} (${e.direction})`
     : e.kind === "enter" ? `entered ${e.place}`
     : e.kind === "leave" ? `left ${e.place}`
+    : e.kind === "loiter" ? `loitering in ${e.place}`
+    : e.kind === "speeding" ? `speeding in ${e.place}`
     : e.kind === "track" ? "seen" : "motion";
   const who = e.track_id !== null ? `${e.label} #${e.track_id}` : e.label;
   const thumb = e.snapshot_url

@@ -52,8 +52,8 @@ use super::timing::{Moment, Timing, packet_time};
 use crate::outcome::FrameResult;
 use crate::packets::{Packet, Timeline};
 use crate::sinks::common::packet_thread::{Common, PacketThread, PacketWork};
+use crate::sinks::common::when::When;
 use crate::sinks::{Sink, SinkError};
-use crate::spec::Ref;
 use crate::storage::SinkFiles;
 
 /// Moments queued for a source's thread: seconds of frames, far more than finishing a clip
@@ -75,7 +75,7 @@ struct Bounds {
 
 /// An open `clip` sink in packets mode.
 pub(super) struct PacketClips {
-    when: Vec<Ref>,
+    when: When,
     sources: HashMap<Arc<str>, PacketThread<Moment>>,
 }
 
@@ -85,7 +85,7 @@ impl PacketClips {
         sources: &[Arc<str>],
         files: SinkFiles,
         settings: Settings,
-        when: Vec<Ref>,
+        when: When,
     ) -> Result<Self, SinkError> {
         let mut opened = Self {
             when,
@@ -112,7 +112,7 @@ impl Sink for PacketClips {
         let Some(source) = self.sources.get(&frame.source) else {
             return Ok(false);
         };
-        let triggered = crate::sinks::any_non_empty(result, self.when.iter().copied());
+        let triggered = self.when.triggered(result);
         let moment = Moment::of(frame, triggered);
         // Fails only when the thread ended; close reports why.
         let _ = source.send(moment);
