@@ -39,6 +39,7 @@ mod ended;
 mod last_error;
 mod options;
 mod pipeline;
+mod publish;
 mod record;
 mod rtcp;
 mod stream;

@@ -98,7 +98,7 @@ impl Connection {
             }
         };
         appsink.set_callbacks(match shared.packets {
-            Some(_) => super::record::callbacks(shared.clone(), clock, settle),
+            Some(_) => super::publish::callbacks(shared.clone(), clock, settle),
             None => callbacks(
                 shared.clone(),
                 frames.clone(),

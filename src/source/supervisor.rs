@@ -29,37 +29,13 @@ pub(super) fn supervise(
     // A camera or a stream that ends has gone away; a test pattern that ends was told to.
     let ends_for_good = !matches!(shared.uri, SourceUri::Rtsp { .. } | SourceUri::V4l2 { .. });
     let looping = shared.options.looping && matches!(shared.uri, SourceUri::File { .. });
-    let seed = shared.epoch.elapsed().as_nanos() as u64 ^ shared.name.len() as u64;
-    let mut backoff = Backoff::new(shared.options.reconnect, seed);
-    // Whether a failure to connect was reported already (later ones log at debug level).
-    let mut reported = false;
-    // Until when retries stay at `initial_delay`: for `reset_after` after the loss of a stream
-    // that had run that long. Doubling from the loss on, a retry that falls just before the
-    // server is back doubles the wait past it; the stream then runs shorter than `reset_after`
-    // before the next outage, which then starts from the doubled delay, and so on: gaps of 3.7,
-    // 3.6, 7.8, 6.7, 16.6 s for outages of 3 s every 15 s (issue 7). A stream that ran that
-    // long earns quick retries; a flapping one (shorter runs) still climbs.
-    let mut flat_until: Option<Instant> = None;
+    let mut retry = Retry::new(shared);
     loop {
         if shared.request() != RUN {
             return Ok(());
         }
         let started = Instant::now();
-        let ended = match Connection::open(shared, frames, oldest) {
-            Ok(mut connection) => {
-                let ended = connection.watch(shared);
-                // Bounded whatever the peer does (`teardown.rs`).
-                let _ = connection.close(shared);
-                // A stop ends the recording; it is no break in it (no gap).
-                if let Some(topic) = &shared.packets
-                    && !matches!(ended, Ended::Stopped)
-                {
-                    topic.lost();
-                }
-                ended
-            }
-            Err(ended) => ended,
-        };
+        let ended = attempt(shared, frames, oldest);
         let streamed = shared.last_frame_at().is_some_and(|t| t >= started);
         let stalled = matches!(ended, Ended::Stalled(_));
         let reason = match ended {
@@ -70,7 +46,7 @@ pub(super) fn supervise(
             // nothing to show for it: it waits for the backoff like a failed attempt.
             Ended::Eos if looping && streamed => {
                 tracing::debug!(source = %shared.name, "end of file; looping");
-                backoff.reset();
+                retry.backoff.reset();
                 continue;
             }
             Ended::Eos if looping => "the file ended without a frame".to_owned(),
@@ -89,47 +65,115 @@ pub(super) fn supervise(
         } else {
             SourceState::Retrying
         });
+        retry.lost(shared, &reason, looping, streamed.then_some(started));
+        if !retry.wait(shared, reason)? {
+            return Ok(());
+        }
+    }
+}
+
+/// One connection: opened, watched until it ends, closed (bounded whatever the peer does:
+/// `teardown.rs`); how it ended.
+fn attempt(
+    shared: &Arc<Shared>,
+    frames: &Sender<Frame>,
+    oldest: Option<&Receiver<Frame>>,
+) -> Ended {
+    match Connection::open(shared, frames, oldest) {
+        Ok(mut connection) => {
+            let ended = connection.watch(shared);
+            let _ = connection.close(shared);
+            // A stop ends the recording; it is no break in it (no gap).
+            if let Some(topic) = &shared.packets
+                && !matches!(ended, Ended::Stopped)
+            {
+                topic.lost();
+            }
+            ended
+        }
+        Err(ended) => ended,
+    }
+}
+
+/// What the supervisor keeps between attempts: the backoff, whether a failure was reported
+/// already (later ones log at debug level), and until when retries stay at `initial_delay`.
+struct Retry {
+    backoff: Backoff,
+    reported: bool,
+    /// Until when retries stay at `initial_delay`: for `reset_after` after the loss of a
+    /// stream that had run that long. Doubling from the loss on, a retry that falls just
+    /// before the server is back doubles the wait past it; the stream then runs shorter than
+    /// `reset_after` before the next outage, which then starts from the doubled delay, and so
+    /// on: gaps of 3.7, 3.6, 7.8, 6.7, 16.6 s for outages of 3 s every 15 s (issue 7). A
+    /// stream that ran that long earns quick retries; a flapping one (shorter runs) still
+    /// climbs.
+    flat_until: Option<Instant>,
+}
+
+impl Retry {
+    fn new(shared: &Shared) -> Self {
+        let seed = shared.epoch.elapsed().as_nanos() as u64 ^ shared.name.len() as u64;
+        Self {
+            backoff: Backoff::new(shared.options.reconnect, seed),
+            reported: false,
+            flat_until: None,
+        }
+    }
+
+    /// Says (once, then at debug level) why the attempt ended; `streamed_since`: when the
+    /// attempt that gave frames started.
+    fn lost(
+        &mut self,
+        shared: &Shared,
+        reason: &str,
+        looping: bool,
+        streamed_since: Option<Instant>,
+    ) {
         if looping {
-            if reported {
+            if self.reported {
                 tracing::debug!(source = %shared.name, reason = %reason, "a pass without a frame");
             } else {
                 tracing::warn!(source = %shared.name, reason = %reason, "the file ends at once; looping after a backoff");
-                reported = true;
+                self.reported = true;
             }
-        } else if streamed {
-            if started.elapsed() >= shared.options.reconnect.reset_after {
-                backoff.reset();
-                flat_until = Some(Instant::now() + shared.options.reconnect.reset_after);
+        } else if let Some(started) = streamed_since {
+            let reset_after = shared.options.reconnect.reset_after;
+            if started.elapsed() >= reset_after {
+                self.backoff.reset();
+                self.flat_until = Some(Instant::now() + reset_after);
             } else {
-                flat_until = None;
+                self.flat_until = None;
             }
             tracing::warn!(source = %shared.name, reason = %reason, "source lost; reconnecting");
-            reported = true;
+            self.reported = true;
             shared.reconnecting.store(true, Ordering::Release);
-        } else if !reported {
+        } else if !self.reported {
             tracing::warn!(source = %shared.name, reason = %reason, "cannot connect; retrying");
-            reported = true;
+            self.reported = true;
         } else {
-            tracing::debug!(source = %shared.name, reason = %reason, attempt = backoff.attempts(), "retry failed");
+            tracing::debug!(source = %shared.name, reason = %reason, attempt = self.backoff.attempts(), "retry failed");
         }
-        if !backoff.may_retry() {
+    }
+
+    /// Waits for the next attempt's delay: `Ok(false)` when a stop request came meanwhile, an
+    /// error when the attempts are spent.
+    fn wait(&mut self, shared: &Shared, reason: String) -> Result<bool, SourceError> {
+        if !self.backoff.may_retry() {
             return Err(SourceError::GaveUp {
                 name: shared.name.to_string(),
                 uri: shared.uri.to_string(),
-                attempts: backoff.attempts(),
+                attempts: self.backoff.attempts(),
                 last: reason,
             });
         }
-        let delay = if flat_until.is_some_and(|t| Instant::now() < t) {
-            backoff.next_flat_delay()
+        let delay = if self.flat_until.is_some_and(|t| Instant::now() < t) {
+            self.backoff.next_flat_delay()
         } else {
-            backoff.next_delay()
+            self.backoff.next_delay()
         };
-        tracing::debug!(source = %shared.name, delay_ms = delay.as_millis() as u64, attempt = backoff.attempts(), "next attempt after backoff");
+        tracing::debug!(source = %shared.name, delay_ms = delay.as_millis() as u64, attempt = self.backoff.attempts(), "next attempt after backoff");
         // Sleeps, unless a stop or abort request wakes it.
-        if shared.wake.1.recv_timeout(delay).is_ok() && shared.request() != RUN {
-            return Ok(());
-        }
+        Ok(!(shared.wake.1.recv_timeout(delay).is_ok() && shared.request() != RUN))
     }
 }
 
