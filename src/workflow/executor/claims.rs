@@ -9,7 +9,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::run::{Run, run_from};
+use super::Shared;
+
+/// A frame being run, as claims see it: the executor's state, and how a thread runs one of
+/// its nodes (and the successors that node frees). `run.rs`'s `Run`: given as a trait so that
+/// sharing out nodes does not import running them (the two would import each other).
+pub(super) trait Frames: Send + Sync + 'static {
+    fn shared(&self) -> &Arc<Shared>;
+    fn run_from(self: &Arc<Self>, node: usize);
+}
 
 /// Nodes of one frame that became ready together. Most nodes free one or two successors:
 /// those are kept without allocating.
@@ -40,28 +48,28 @@ impl Ready {
 
 /// Ready nodes shared by several threads, each claiming the next one until none is left.
 #[derive(Debug)]
-struct Claims {
-    run: Arc<Run>,
+struct Claims<T> {
+    run: Arc<T>,
     nodes: Vec<usize>,
     next: AtomicUsize,
 }
 
-impl Claims {
+impl<T: Frames> Claims<T> {
     fn work(&self) {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(&node) = self.nodes.get(i) else {
                 return;
             };
-            run_from(&self.run, node);
+            self.run.run_from(node);
         }
     }
 }
 
 /// Shares ready nodes out between this thread and the pool. Returns the node this thread
 /// should run next, if it is not already working through a shared batch.
-pub(super) fn spread(run: &Arc<Run>, ready: Ready) -> Option<usize> {
-    if !run.shared.inline {
+pub(super) fn spread<T: Frames>(run: &Arc<T>, ready: Ready) -> Option<usize> {
+    if !run.shared().inline {
         hand_out(run, ready);
         return None;
     }
@@ -72,7 +80,7 @@ pub(super) fn spread(run: &Arc<Run>, ready: Ready) -> Option<usize> {
         return ready.first;
     }
     let nodes = ready.into_vec();
-    let helpers = (nodes.len() - 1).min(run.shared.pool.size());
+    let helpers = (nodes.len() - 1).min(run.shared().pool.size());
     let claims = Arc::new(Claims {
         run: run.clone(),
         nodes,
@@ -86,15 +94,15 @@ pub(super) fn spread(run: &Arc<Run>, ready: Ready) -> Option<usize> {
 }
 
 /// Gives every ready node to the pool (this thread keeps none).
-pub(super) fn hand_out(run: &Arc<Run>, ready: Ready) {
-    if !run.shared.inline || ready.rest.is_empty() {
+pub(super) fn hand_out<T: Frames>(run: &Arc<T>, ready: Ready) {
+    if !run.shared().inline || ready.rest.is_empty() {
         for node in ready.into_vec() {
             dispatch(run.clone(), node);
         }
         return;
     }
     let nodes = ready.into_vec();
-    let helpers = nodes.len().min(run.shared.pool.size());
+    let helpers = nodes.len().min(run.shared().pool.size());
     let claims = Arc::new(Claims {
         run: run.clone(),
         nodes,
@@ -106,18 +114,18 @@ pub(super) fn hand_out(run: &Arc<Run>, ready: Ready) {
 }
 
 /// Queues `node` of `run` on the pool (runs it here if there is no pool).
-pub(super) fn dispatch(run: Arc<Run>, node: usize) {
-    let shared = run.shared.clone();
+pub(super) fn dispatch<T: Frames>(run: Arc<T>, node: usize) {
+    let shared = run.shared().clone();
     match shared.pool.get(&shared.metrics) {
         Some(pool) => {
-            pool.execute(Box::new(move || run_from(&run, node)));
+            pool.execute(Box::new(move || run.run_from(node)));
         }
-        None => run_from(&run, node),
+        None => run.run_from(node),
     }
 }
 
-fn dispatch_claims(claims: Arc<Claims>) {
-    let shared = claims.run.shared.clone();
+fn dispatch_claims<T: Frames>(claims: Arc<Claims<T>>) {
+    let shared = claims.run.shared().clone();
     match shared.pool.get(&shared.metrics) {
         Some(pool) => {
             pool.execute(Box::new(move || claims.work()));

@@ -19,7 +19,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use super::Shared;
-use super::claims::{self, Ready};
+use super::claims::{self, Frames, Ready};
 use super::gate::Gates;
 use crate::frame::{Format, Frame};
 use crate::outcome::{FrameRecord, Outcome, StepFailure};
@@ -47,6 +47,16 @@ pub(super) struct Run {
     /// Nodes not finished; the thread that brings it to zero delivers the frame.
     remaining: AtomicUsize,
     done: Sender<Arc<Run>>,
+}
+
+impl Frames for Run {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn run_from(self: &Arc<Self>, node: usize) {
+        run_from(self, node);
+    }
 }
 
 /// Starts frame `index` of `lane`: its roots run here (`run_here`, chain included) or go to
