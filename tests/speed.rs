@@ -192,7 +192,7 @@ fn a_calibrated_source_reports_the_true_ground_speed_and_places_on_the_path() {
         .expect("no speed ever");
     let settled: Vec<&Seen> = seen
         .iter()
-        .filter(|s| (s.frame - first.frame) as f64 >= WINDOW_S * f64::from(FPS))
+        .filter(|s| s.frame.saturating_sub(first.frame) as f64 >= WINDOW_S * f64::from(FPS))
         .collect();
     assert!(
         settled.len() > 20,
