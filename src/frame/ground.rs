@@ -288,8 +288,9 @@ fn solve8(mut a: [[f64; 8]; 8], mut b: [f64; 8]) -> Option<[f64; 8]> {
         b.swap(col, pivot);
         for row in col + 1..8 {
             let f = a[row][col] / a[col][col];
-            for k in col..8 {
-                a[row][k] -= f * a[col][k];
+            let pivot_row = a[col];
+            for (v, p) in a[row].iter_mut().zip(pivot_row).skip(col) {
+                *v -= f * p;
             }
             b[row] -= f * b[col];
         }

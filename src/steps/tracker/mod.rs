@@ -35,6 +35,8 @@ mod kalman;
 #[cfg(test)]
 mod scenes;
 mod speed;
+#[cfg(test)]
+mod speed_pets;
 mod tracks;
 
 use appearance::Colours;
@@ -44,7 +46,15 @@ use tracks::Tracks;
 /// Largest `max_age`: a lost track is predicted at most this many frames (about 5 minutes at
 /// 30 fps), which bounds the work of predicting across a long gap.
 const MAX_AGE_LIMIT: u32 = 10_000;
-/// The default `speed_window_s`: TODO measured.
+/// The default `speed_window_s`, measured on PETS09-S2L1's ground truth (`speed_pets`: its boxes
+/// with gaussian jitter of 2% / 4% of their height on each edge, through the tracker's motion
+/// model and a 4-point calibration of 3.8 cm rms over all 4650 gt places). Mean error of a
+/// frame's speed against the truth, km/h, at windows 0.5 / 1 / 1.5 / 2 / 3 s: 0.72 / 0.55 /
+/// 0.62 / 0.71 / 0.90 at 2%, 1.17 / 0.71 / 0.67 / 0.74 / 0.91 at 4%; error of each person's
+/// mean speed: 5.5 / 3.4 / 2.6 / 2.2 / 2.0 % at 2%, 10.2 / 4.4 / 3.0 / 2.3 / 1.9 % at 4%.
+/// 1.5 s is near the least frame error at either jitter (shorter follows the jitter, longer
+/// lags behind a change of pace), its person means within 3%, and a first speed 0.75 s after
+/// a track is first seen.
 const SPEED_WINDOW_S: f64 = 1.5;
 /// What `speed_window_s` may be, seconds: a tenth of a second is two or three frames of most
 /// cameras; ten seconds is most of a walk across a picture.

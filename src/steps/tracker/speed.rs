@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::frame::Frame;
+use crate::frame::{Frame, Ground};
 use crate::value::{Speed, Track};
 
 /// Metres a second to kilometres an hour.
@@ -42,17 +42,28 @@ impl Speeds {
         window_s: f64,
         live: impl Fn(u64) -> bool,
     ) {
-        let calibrated = frame.ground.is_some();
+        let size = (frame.width(), frame.height());
+        let at = (frame.ground.as_deref(), size, frame.stream_time_s());
+        self.measure_at(tracks, at, window_s, live);
+    }
+
+    /// [`Self::measure`] on a frame of `size` with this calibration, at time `now` (seconds).
+    pub(super) fn measure_at(
+        &mut self,
+        tracks: &mut [Track],
+        (ground, size, now): (Option<&Ground>, (i32, i32), f64),
+        window_s: f64,
+        live: impl Fn(u64) -> bool,
+    ) {
+        let calibrated = ground.is_some();
         if calibrated != self.calibrated {
             self.seen.clear();
             self.calibrated = calibrated;
         }
         self.seen.retain(|id, _| live(*id));
-        let now = frame.stream_time_s();
-        let size = (frame.width(), frame.height());
         for t in tracks {
             let anchor = t.detection.bbox.anchor();
-            let place = match &frame.ground {
+            let place = match ground {
                 Some(g) => g.to_ground(anchor, size),
                 None => Some([f64::from(anchor[0]), f64::from(anchor[1])]),
             };
@@ -139,7 +150,6 @@ mod tests {
     use opencv::core::{CV_8UC1, Mat, Scalar};
 
     use super::*;
-    use crate::frame::Ground;
     use crate::value::{BBox, Detection};
 
     const WINDOW: f64 = 1.0;
