@@ -154,16 +154,16 @@ pub(super) static KIND: StepKind = StepKind {
             doc: "a lost track may match a detection it does not overlap this close (box heights between centres) if their colours are alike: bridges a crossing where the motion model guessed wrong",
         },
         ParamDoc {
-            name: "speed_window_s",
-            ty: "float in [0.1, 10]",
-            default: "1.5",
-            doc: "seconds of frame time a track's speed is fitted over (a straight line through the places it was seen at): longer is steadier and slower to follow a change; no speed is given until a track was seen over half of it",
-        },
-        ParamDoc {
             name: "refind_similarity",
             ty: "float in [0, 1]",
             default: "0.75",
             doc: "how alike (0 to 1) colours must be to re-find a lost track away from its predicted box: lower re-finds more, and swaps more IDs",
+        },
+        ParamDoc {
+            name: "speed_window_s",
+            ty: "float in [0.1, 10]",
+            default: "1.5",
+            doc: "seconds of frame time a track's speed is fitted over (a straight line through the places it was seen at): longer is steadier and slower to follow a change; no speed is given until a track was seen over half of it",
         },
     ],
     stateful: true,
