@@ -130,6 +130,28 @@ fn validate_refuses_bad_zones_and_lines_at_their_place_with_exit_78() {
     }
 }
 
+/// A calibration that cannot be fitted is refused at the point it is about, each with what to
+/// fix, and exit 78 (the same fixtures `config_validation` checks through the library).
+#[test]
+fn validate_refuses_a_bad_calibration_at_its_point_with_exit_78() {
+    for name in [
+        "invalid-calibration-three-points",
+        "invalid-calibration-point-outside",
+        "invalid-calibration-three-in-a-line",
+        "invalid-calibration-off-the-plane",
+    ] {
+        let path = fixture(&format!("{name}.toml"));
+        let want = std::fs::read_to_string(fixture(&format!("{name}.expected"))).unwrap();
+        let (code, _, stderr) = run(vidflow().arg("validate").arg(&path));
+        assert_eq!(code, EXIT_CONFIG, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}:{}", path.display(), want.trim())),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains("1 problem(s) found"), "{name}: {stderr}");
+    }
+}
+
 /// `clip`'s image may be left out in packets mode (the camera's own stream, copied), and only
 /// there: an encoding clip without it is refused where the sink is declared.
 #[test]

@@ -531,6 +531,7 @@ fn every_key_a_table_or_kind_takes_is_in_the_reference() {
         let table = match t.header {
             "[sources.NAME]" => String::new(),
             "[sources.NAME.reconnect]" => "[sources.a.reconnect]\n".to_owned(),
+            "[sources.NAME.calibration]" => "[sources.a.calibration]\n".to_owned(),
             "[http]" => "[http]\nlisten = \"127.0.0.1:9464\"\n".to_owned(),
             other => format!("{other}\n"),
         };
@@ -539,6 +540,7 @@ fn every_key_a_table_or_kind_takes_is_in_the_reference() {
         if t.header == "[sources.NAME]" {
             // A table of its own, documented as such.
             keys.insert("reconnect".to_owned());
+            keys.insert("calibration".to_owned());
         }
         cases.push((t.header.to_owned(), text, keys, true));
     }

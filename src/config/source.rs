@@ -232,9 +232,10 @@ fn calibration(
                     raw.ground.span()
                 }
                 GroundError::TooFew(_) | GroundError::AllInLine { .. } => raw.image.span(),
-                GroundError::Inconsistent { .. } | GroundError::Folded => c.span(),
+                GroundError::Inconsistent { index, .. } => raw.ground.get_ref()[index - 1].span(),
+                GroundError::Folded => c.span(),
             };
-            problem(span, format!("calibration {e}"));
+            problem(span, format!("calibration: {e}"));
             None
         }
     }

@@ -13,13 +13,13 @@
 /// Why a calibration cannot be used (the message `validate` gives, after the source's name).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GroundError {
-    #[error("needs at least 4 points, not {0}")]
+    #[error("needs at least 4 points (each an image point and its ground place), not {0}")]
     TooFew(usize),
     #[error(
-        "has {image} points of the picture but {ground} on the ground: give one of each per point"
+        "has {image} image points but {ground} ground places: give one ground place per image point"
     )]
     Unpaired { image: usize, ground: usize },
-    #[error("image point {index} ({x}, {y}) is outside the {width}x{height} picture")]
+    #[error("image point {index} ({x}, {y}) is outside the {width}x{height} picture of `size`")]
     OutOfFrame {
         index: usize,
         x: f64,
@@ -28,7 +28,7 @@ pub enum GroundError {
         height: u32,
     },
     #[error(
-        "its {what} points {a}, {b} and {c} lie on one line: a calibration needs points spread over the ground, no three in a line"
+        "{what} points {a}, {b} and {c} lie on one line: spread the points over the ground, no three in a line"
     )]
     Collinear {
         what: &'static str,
@@ -36,14 +36,14 @@ pub enum GroundError {
         b: usize,
         c: usize,
     },
-    #[error("its {what} points all lie on one line: spread them over the ground")]
+    #[error("all its {what} points lie on one line: spread them over the ground")]
     AllInLine { what: &'static str },
     #[error(
-        "its points do not fit one ground plane (a point's ground place is {residual_m:.2} m from where the others put it): check each pair"
+        "the points do not fit one ground plane: ground place {index} is {residual_m:.2} m from where the fit of all the points puts it; check that each is paired with its own image point and measured in metres"
     )]
-    Inconsistent { residual_m: f64 },
+    Inconsistent { index: usize, residual_m: f64 },
     #[error(
-        "its points put part of the ground behind the camera: check that each ground place is paired with its own image point"
+        "the points put part of the ground behind the camera: check that each ground place is paired with its own image point"
     )]
     Folded,
 }
@@ -111,13 +111,20 @@ impl Ground {
             sum += (at[0] - q[0]).powi(2) + (at[1] - q[1]).powi(2);
         }
         g.residual_m = (sum / image.len() as f64).sqrt();
-        let worst = image
+        let (index, worst) = image
             .iter()
             .zip(ground)
             .filter_map(|(p, q)| g.map(*p).map(|a| (a[0] - q[0]).hypot(a[1] - q[1])))
-            .fold(0.0, f64::max);
+            .zip(1..)
+            .fold(
+                (0, 0.0),
+                |(i, m), (r, j)| if r > m { (j, r) } else { (i, m) },
+            );
         if worst > MAX_RESIDUAL_M {
-            return Err(GroundError::Inconsistent { residual_m: worst });
+            return Err(GroundError::Inconsistent {
+                index,
+                residual_m: worst,
+            });
         }
         Ok(g)
     }
@@ -281,8 +288,9 @@ fn solve8(mut a: [[f64; 8]; 8], mut b: [f64; 8]) -> Option<[f64; 8]> {
         b.swap(col, pivot);
         for row in col + 1..8 {
             let f = a[row][col] / a[col][col];
-            for k in col..8 {
-                a[row][k] -= f * a[col][k];
+            let pivot_row = a[col];
+            for (v, p) in a[row].iter_mut().zip(pivot_row).skip(col) {
+                *v -= f * p;
             }
             b[row] -= f * b[col];
         }

@@ -1,5 +1,5 @@
-//! `annotate`: draws detections, tracks (with their IDs), zones, lines and counts on a copy of
-//! an image.
+//! `annotate`: draws detections, tracks (with their IDs, speeds and time in zones), zones, lines
+//! and counts on a copy of an image.
 //!
 //! Every drawn input is optional: on a frame where one has no value (its step was skipped, or
 //! ended its branch) nothing is drawn for it and the rest is still drawn. Zones and lines are
@@ -15,7 +15,7 @@ use toml::Spanned;
 
 use super::{Port, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
-use crate::value::{BBox, Counts, Track, Value, ValueType};
+use crate::value::{BBox, Counts, Speed, Track, Value, ValueType};
 
 pub(super) static KIND: StepKind = StepKind {
     name: "annotate",
@@ -228,8 +228,7 @@ impl Annotate {
             } else {
                 imgproc::rectangle(canvas, r, color, self.thickness, imgproc::LINE_8, 0)?;
             }
-            let text = format!("{} #{}", t.detection.class, t.track_id);
-            self.label(canvas, &text, Point::new(r.x, r.y), color)?;
+            self.label(canvas, &track_label(t), Point::new(r.x, r.y), color)?;
         }
         Ok(())
     }
@@ -279,6 +278,21 @@ impl Annotate {
             false,
         )
     }
+}
+
+/// A track's label: its class and ID, then its speed when it has one (`person #3 5.1 km/h`,
+/// `car #4 42 px/s`) and the whole seconds it has been in each zone it is in (`door 12 s`).
+fn track_label(t: &Track) -> String {
+    let mut text = format!("{} #{}", t.detection.class, t.track_id);
+    match t.speed {
+        Some(Speed::Kmh(v)) => text += &format!(" {v:.1} km/h"),
+        Some(Speed::PxPerS(v)) => text += &format!(" {v:.0} px/s"),
+        None => {}
+    }
+    for (zone, seconds) in t.dwell.iter().flat_map(|d| d.iter()) {
+        text += &format!(" {zone} {seconds:.0} s");
+    }
+    text
 }
 
 /// A rectangle drawn as dashes (a predicted track: where the object should be, not where it

@@ -186,3 +186,33 @@ fn counts_are_a_panel_in_the_top_left_corner() {
     .unwrap();
     assert_eq!(max, 255.0);
 }
+
+#[test]
+fn a_track_label_shows_its_speed_and_time_in_zones_when_it_has_them() {
+    let still = track(3, bbox(100.0, 100.0, 40.0, 60.0), false);
+    assert_eq!(track_label(&still), "person #3");
+    let walking = Track {
+        speed: Some(Speed::Kmh(5.14)),
+        dwell: Some(Arc::new([("door".into(), 12.4)].into_iter().collect())),
+        ..still.clone()
+    };
+    assert_eq!(track_label(&walking), "person #3 5.1 km/h door 12 s");
+    let uncalibrated = Track {
+        speed: Some(Speed::PxPerS(41.6)),
+        ..still.clone()
+    };
+    assert_eq!(track_label(&uncalibrated), "person #3 42 px/s");
+    // Drawn: the longer label reaches further right than the plain one.
+    let reach = |t: Track| {
+        let image = draw(
+            &plain(),
+            None,
+            Some(Value::Tracks(Arc::from(vec![t]))),
+            None,
+        );
+        let right = Mat::roi(&image, Rect::new(180, 80, 140, 18)).unwrap();
+        nonzero(&right.try_clone().unwrap())
+    };
+    assert_eq!(reach(still), 0);
+    assert!(reach(walking) > 20, "no speed drawn beside the label");
+}

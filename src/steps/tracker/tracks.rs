@@ -208,6 +208,11 @@ impl Tracks {
         out
     }
 
+    /// Whether confirmed track `id` is still kept (reported, or lost and waiting to be found).
+    pub(super) fn keeps(&self, id: u64) -> bool {
+        self.tracks.iter().any(|t| t.id == Some(id))
+    }
+
     /// Ends every track (the source's frames changed size: boxes of the old size match nothing
     /// in the new picture). Returns the confirmed ones, in ID order, as they were last seen;
     /// IDs go on from where they were, so none is ever reused.

@@ -1,0 +1,299 @@
+//! Where each track stands on the ground and how fast it moves, from the places it was seen at.
+//!
+//! A track's place is its reported box's bottom centre (where it touches the ground): on a
+//! source with a ground calibration, that point on the ground in metres (`Track::ground`),
+//! else the pixel. Each frame on which a track is seen (not predicted) adds its place, at the
+//! frame's stream time, to its history; its speed is the magnitude of the least-squares
+//! velocity of the places of the last `speed_window_s` seconds (a straight line fitted to x(t)
+//! and y(t)), in km/h on the ground or pixels a second in the picture, never mixed. A fit over
+//! a few frames makes a speed of one jittery box, so none is given until the places span at
+//! least half the window. A predicted track keeps the speed of the places it was seen at within
+//! the window, and none once they are older. Histories of tracks the tracker dropped are
+//! forgotten on the next frame.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::frame::{Frame, Ground};
+use crate::value::{Speed, Track};
+
+/// Metres a second to kilometres an hour.
+const MS_TO_KMH: f64 = 3.6;
+
+/// One place of a track: stream time (seconds) and position (metres or pixels).
+type Sample = (f64, [f64; 2]);
+
+/// The places each track of one source was seen at within the window.
+#[derive(Debug, Default)]
+pub(super) struct Speeds {
+    /// Track ID to its places, oldest first.
+    seen: HashMap<u64, VecDeque<Sample>>,
+    /// Whether the places are metres on the ground (else pixels); a change forgets them all.
+    calibrated: bool,
+}
+
+impl Speeds {
+    /// Sets `ground` and `speed` of the `tracks` the tracker reports on `frame`, after adding
+    /// the places of those seen on it to their histories. `live` says which track IDs the
+    /// tracker still keeps (the others' histories are forgotten).
+    pub(super) fn measure(
+        &mut self,
+        tracks: &mut [Track],
+        frame: &Frame,
+        window_s: f64,
+        live: impl Fn(u64) -> bool,
+    ) {
+        let size = (frame.width(), frame.height());
+        let at = (frame.ground.as_deref(), size, frame.stream_time_s());
+        self.measure_at(tracks, at, window_s, live);
+    }
+
+    /// [`Self::measure`] on a frame of `size` with this calibration, at time `now` (seconds).
+    pub(super) fn measure_at(
+        &mut self,
+        tracks: &mut [Track],
+        (ground, size, now): (Option<&Ground>, (i32, i32), f64),
+        window_s: f64,
+        live: impl Fn(u64) -> bool,
+    ) {
+        let calibrated = ground.is_some();
+        if calibrated != self.calibrated {
+            self.seen.clear();
+            self.calibrated = calibrated;
+        }
+        self.seen.retain(|id, _| live(*id));
+        for t in tracks {
+            let anchor = t.detection.bbox.anchor();
+            let place = match ground {
+                Some(g) => g.to_ground(anchor, size),
+                None => Some([f64::from(anchor[0]), f64::from(anchor[1])]),
+            };
+            if calibrated {
+                t.ground = place.map(|[x, y]| [x as f32, y as f32]);
+            }
+            if let (false, Some(place)) = (t.predicted, place) {
+                self.observe(t.track_id, now, place, window_s);
+            }
+            t.speed = self.speed(t.track_id, now, window_s).map(|v| {
+                if calibrated {
+                    Speed::Kmh((v * MS_TO_KMH) as f32)
+                } else {
+                    Speed::PxPerS(v as f32)
+                }
+            });
+        }
+    }
+
+    /// Adds track `id`'s place at time `t`, and forgets places older than the window.
+    fn observe(&mut self, id: u64, t: f64, place: [f64; 2], window_s: f64) {
+        let history = self.seen.entry(id).or_default();
+        // Time that went back (a file that loops, a stream that started over) starts afresh.
+        if history.back().is_some_and(|&(last, _)| t <= last) {
+            history.clear();
+        }
+        history.push_back((t, place));
+        while history
+            .front()
+            .is_some_and(|&(first, _)| first < t - window_s)
+        {
+            history.pop_front();
+        }
+    }
+
+    /// Track `id`'s speed at time `now` (units a second), from its places within the window,
+    /// once they span at least half of it.
+    fn speed(&self, id: u64, now: f64, window_s: f64) -> Option<f64> {
+        let history = self.seen.get(&id)?;
+        let from = history.partition_point(|&(t, _)| t < now - window_s);
+        let samples = history.range(from..);
+        let first = samples.clone().next()?.0;
+        let last = samples.clone().next_back()?.0;
+        if last - first < window_s / 2.0 {
+            return None;
+        }
+        velocity(samples).map(|[vx, vy]| vx.hypot(vy))
+    }
+
+    /// Forgets every history (the source's tracks ended).
+    pub(super) fn clear(&mut self) {
+        self.seen.clear();
+    }
+}
+
+/// The least-squares velocity of places over time: the slopes of straight lines fitted to
+/// x(t) and y(t). `None` for fewer than two distinct times.
+fn velocity<'a>(samples: impl Iterator<Item = &'a Sample> + Clone) -> Option<[f64; 2]> {
+    let n = samples.clone().count() as f64;
+    if n < 2.0 {
+        return None;
+    }
+    let (st, sx, sy) = samples
+        .clone()
+        .fold((0.0, 0.0, 0.0), |(st, sx, sy), (t, p)| {
+            (st + t, sx + p[0], sy + p[1])
+        });
+    let (mt, mx, my) = (st / n, sx / n, sy / n);
+    let (mut stt, mut stx, mut sty) = (0.0, 0.0, 0.0);
+    for (t, p) in samples {
+        let dt = t - mt;
+        stt += dt * dt;
+        stx += dt * (p[0] - mx);
+        sty += dt * (p[1] - my);
+    }
+    (stt > 0.0).then(|| [stx / stt, sty / stt])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use opencv::core::{CV_8UC1, Mat, Scalar};
+
+    use super::*;
+    use crate::value::{BBox, Detection};
+
+    const WINDOW: f64 = 1.0;
+    const FPS: f64 = 25.0;
+
+    /// Feeds places `at(frame)` to track 1 on frames `0..frames` at 25 a second; its speed
+    /// after each.
+    fn follow(frames: u32, at: impl Fn(u32) -> [f64; 2]) -> Vec<Option<f64>> {
+        let mut speeds = Speeds::default();
+        (0..frames)
+            .map(|f| {
+                let t = f64::from(f) / FPS;
+                speeds.observe(1, t, at(f), WINDOW);
+                speeds.speed(1, t, WINDOW)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_steady_motion_gives_its_speed_exactly() {
+        // 3 m/s along a diagonal: 1.8 and 2.4 m/s on the axes.
+        let got = follow(100, |f| {
+            let t = f64::from(f) / FPS;
+            [10.0 + 1.8 * t, -4.0 + 2.4 * t]
+        });
+        for v in got.iter().flatten() {
+            assert!((v - 3.0).abs() < 1e-9, "{v}");
+        }
+        assert!(got[99].is_some());
+    }
+
+    #[test]
+    fn no_speed_before_the_places_span_half_a_window() {
+        let got = follow(40, |f| [f64::from(f), 0.0]);
+        // Half of 1 s at 25 a second is frame 12.5 after the first: frame 13 is the first.
+        assert!(got[..13].iter().all(Option::is_none), "{got:?}");
+        assert!(got[13..].iter().all(Option::is_some), "{got:?}");
+    }
+
+    #[test]
+    fn a_still_object_with_jittery_boxes_moves_slowly() {
+        // +-3 pixels of jitter (a pseudo-random walk of signs) on a still place.
+        let mut state = 0x2545_f491_u32;
+        let mut jitter = move || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            f64::from(state % 7) - 3.0
+        };
+        let places: Vec<[f64; 2]> = (0..200)
+            .map(|_| [300.0 + jitter(), 200.0 + jitter()])
+            .collect();
+        let got = follow(200, |f| places[f as usize]);
+        let worst = got.iter().flatten().fold(0.0f64, |m, v| m.max(*v));
+        // Moving 3 pixels in a second would be 3 px/s: the fit stays well below a walk.
+        assert!(worst < 8.0, "{worst}");
+    }
+
+    #[test]
+    fn places_older_than_the_window_are_forgotten() {
+        // 1 unit/s for 2 s, then 5 units/s: one window later only the new speed counts.
+        let got = follow(100, |f| {
+            let t = f64::from(f) / FPS;
+            if t <= 2.0 {
+                [t, 0.0]
+            } else {
+                [2.0 + 5.0 * (t - 2.0), 0.0]
+            }
+        });
+        assert!((got[49].unwrap() - 1.0).abs() < 1e-9);
+        assert!((got[80].unwrap() - 5.0).abs() < 1e-9);
+    }
+
+    /// A track at pixel (`x`, 100) of a 640x480 frame `seq` at 10 frames a second.
+    fn measured(speeds: &mut Speeds, seq: u64, x: f32, ground: Option<&Arc<Ground>>) -> Track {
+        let mat = Mat::new_rows_cols_with_default(480, 640, CV_8UC1, Scalar::all(0.0)).unwrap();
+        let mut frame = Frame::from_mat(
+            "cam".into(),
+            seq,
+            Some(Duration::from_millis(seq * 100)),
+            mat,
+        );
+        frame.ground = ground.cloned();
+        let bbox = BBox {
+            x: x - 5.0,
+            y: 80.0,
+            width: 10.0,
+            height: 20.0,
+        };
+        let mut tracks = [Track::new(
+            1,
+            Detection::new("thing".into(), 0.9, bbox),
+            false,
+        )];
+        speeds.measure(&mut tracks, &frame, WINDOW, |_| true);
+        let [track] = tracks;
+        track
+    }
+
+    #[test]
+    fn a_calibrated_source_gives_ground_places_and_km_h_and_another_px_s() {
+        // 10 pixels a metre, the picture's x along the ground's X.
+        let image = [[0.0, 0.0], [640.0, 0.0], [640.0, 480.0], [0.0, 480.0]];
+        let ground = image.map(|[x, y]| [x / 10.0, y / 10.0]);
+        let g = Arc::new(Ground::fit((640, 480), &image, &ground).unwrap());
+        let mut speeds = Speeds::default();
+        // 20 pixels (2 m) a frame at 10 a second: 20 m/s, 72 km/h.
+        let tracks: Vec<Track> = (0..12)
+            .map(|f| measured(&mut speeds, f, 20.0 * f as f32, Some(&g)))
+            .collect();
+        let last = &tracks[11];
+        let [gx, gy] = last.ground.unwrap();
+        assert!(
+            (gx - 22.0).abs() < 1e-3 && (gy - 10.0).abs() < 1e-3,
+            "{gx} {gy}"
+        );
+        assert!(tracks[4].speed.is_none());
+        match last.speed {
+            Some(Speed::Kmh(v)) => assert!((v - 72.0).abs() < 1e-3, "{v}"),
+            other => panic!("{other:?}"),
+        }
+        // The same without a calibration: pixels, and no ground.
+        let mut speeds = Speeds::default();
+        let last = (0..12)
+            .map(|f| measured(&mut speeds, f, 20.0 * f as f32, None))
+            .last()
+            .unwrap();
+        assert_eq!(last.ground, None);
+        match last.speed {
+            Some(Speed::PxPerS(v)) => assert!((v - 200.0).abs() < 1e-3, "{v}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_ended_track_is_forgotten() {
+        let mut speeds = Speeds::default();
+        for f in 0..12 {
+            measured(&mut speeds, f, 20.0 * f as f32, None);
+        }
+        assert!(speeds.seen.contains_key(&1));
+        let mat = Mat::default();
+        let frame = Frame::from_mat("cam".into(), 12, Some(Duration::from_millis(1200)), mat);
+        speeds.measure(&mut [], &frame, WINDOW, |_| false);
+        assert!(speeds.seen.is_empty());
+    }
+}
