@@ -389,7 +389,10 @@ impl Frame {
         if let Some(pts) = self.pts {
             return pts.as_secs_f64();
         }
-        let (n, d) = self.fps.filter(|(n, d)| *n > 0 && *d > 0).unwrap_or((25, 1));
+        let (n, d) = self
+            .fps
+            .filter(|(n, d)| *n > 0 && *d > 0)
+            .unwrap_or((25, 1));
         self.seq as f64 * f64::from(d) / f64::from(n)
     }
 
