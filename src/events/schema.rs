@@ -21,9 +21,10 @@ use rusqlite::{Connection, OpenFlags};
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Each migration brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
-    // 1: events and counts per minute.
-    "CREATE TABLE events (
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
+
+/// 1: events and counts per minute.
+pub(super) const MIGRATION_1: &str = "CREATE TABLE events (
         id INTEGER PRIMARY KEY,
         start_ms INTEGER NOT NULL,
         end_ms INTEGER NOT NULL,
@@ -52,10 +53,11 @@ const MIGRATIONS: &[&str] = &[
         n INTEGER NOT NULL,
         PRIMARY KEY (source, step, place, name, minute)
     ) WITHOUT ROWID;
-    CREATE INDEX counts_minute ON counts (minute);",
-    // 2: how long and how fast (a leave's visit, a loiter's and a speeding's dwell, a
-    // speeding's speed), occupancy of zones per minute, and where objects were (heatmaps).
-    "ALTER TABLE events ADD COLUMN dwell_s REAL;
+    CREATE INDEX counts_minute ON counts (minute);";
+
+/// 2: how long and how fast (a leave's visit, a loiter's and a speeding's dwell, a
+/// speeding's speed), occupancy of zones per minute, and where objects were (heatmaps).
+const MIGRATION_2: &str = "ALTER TABLE events ADD COLUMN dwell_s REAL;
     ALTER TABLE events ADD COLUMN speed REAL;
     ALTER TABLE events ADD COLUMN speed_unit TEXT;
     CREATE INDEX events_kind_start ON events (kind, start_ms);
@@ -79,8 +81,7 @@ const MIGRATIONS: &[&str] = &[
         cells BLOB NOT NULL,
         PRIMARY KEY (source, label, minute)
     ) WITHOUT ROWID;
-    CREATE INDEX heatmap_minute ON heatmap (minute);",
-];
+    CREATE INDEX heatmap_minute ON heatmap (minute);";
 
 /// The schema version this build writes.
 pub const VERSION: u32 = MIGRATIONS.len() as u32;
