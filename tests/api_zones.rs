@@ -136,17 +136,17 @@ fn zone_visits_occupancy_and_the_heatmap_add_up_to_what_the_tracks_did() {
     let (mut seen_s, mut inside_s, mut seconds, mut most) = (0.0, 0.0, 0.0, 0);
     let (mut enters, mut leaves) = (0, 0);
     for (i, f) in frames.iter().enumerate() {
-        let seen = f["tracks"]
+        let seen = f["steps.tracks.tracks"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|t| t["predicted"] != true);
         seen_s += seen.count() as f64 * dt(i);
-        let n = f["counts"]["left"].as_u64().unwrap();
+        let n = f["steps.zones.counts"]["left"].as_u64().unwrap();
         inside_s += n as f64 * dt(i);
         seconds += dt(i);
         most = most.max(n);
-        for e in f["events"].as_array().unwrap() {
+        for e in f["steps.zones.events"].as_array().unwrap() {
             match e["event"].as_str().unwrap() {
                 "enter" => enters += 1,
                 "leave" => leaves += 1,
