@@ -81,11 +81,14 @@ pub struct Occupied {
     pub max: u64,
 }
 
+/// A zone's minute: source, step, zone, minute.
+type ZoneMinute = (Arc<str>, Arc<str>, Arc<str>, i64);
+
 /// What a batch adds to `heatmap` and `occupancy`, written at its end ([`Areas::write`]).
 #[derive(Debug, Default)]
 pub(super) struct Areas {
     heat: HashMap<(Arc<str>, Arc<str>, i64), HeatRow>,
-    occupancy: HashMap<(Arc<str>, Arc<str>, Arc<str>, i64), Occupied>,
+    occupancy: HashMap<ZoneMinute, Occupied>,
     /// The labels mapped per source (at most [`MAX_LABELS`]), from the store the first time.
     labels: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
     said: bool,
