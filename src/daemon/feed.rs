@@ -40,7 +40,7 @@ pub struct LiveFrame {
 
 impl LiveFrame {
     /// The message's JSON: `{"source", "seq", "t", "width", "height", "boxes": [{"id",
-    /// "label", "score", "box": [x, y, w, h]}], "counts": {STEP: {NAME: N}}, "shapes": [{"step",
+    /// "label", "score", "box": [x, y, w, h], "speed", "speed_unit"}], "counts": {STEP: {NAME: N}}, "shapes": [{"step",
     /// "name", "kind": "line" | "zone", "points": [[x, y], ...]}]}`.
     pub fn to_json(&self) -> serde_json::Value {
         let boxes: Vec<_> = self
@@ -55,6 +55,8 @@ impl LiveFrame {
                     "score": t.detection.confidence,
                     "box": [b.x, b.y, b.width, b.height],
                     "predicted": t.predicted,
+                    "speed": t.speed.map(|s| s.value()),
+                    "speed_unit": t.speed.map(|s| s.unit()),
                 })
             })
             .chain(self.detections.iter().flat_map(|d| d.iter()).map(|d| {

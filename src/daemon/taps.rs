@@ -87,7 +87,8 @@ impl Taps {
                     }
                     ValueType::Counts => {
                         taps.counts.push((node.name.clone(), at));
-                        None
+                        // A zone_count's counts are objects inside each zone now: occupancy.
+                        (node.kind.name == "zone_count").then_some(Tap::Occupancy)
                     }
                     ValueType::Image => None,
                 };

@@ -4,7 +4,8 @@
 //! Rows: an `events` row per track seen (from its first frame to its last), zone enter and
 //! leave, line crossing and stretch of motion, with its source, step, label, track id, score,
 //! zone or line, and the snapshot and clip (files of the `snapshot` and `clip` sinks) that show
-//! it; a `counts` row per source, line or zone, direction and minute.
+//! it; a `counts` row per source, line or zone, direction and minute; an `occupancy` row per
+//! zone and minute and a `heatmap` row per source, label and minute (`heat.rs`).
 //!
 //! Times are frame times (`time.rs`): a row starts and ends at its frames' times, and a track
 //! or stretch of motion ends when its source's frames have gone on for some seconds of their
@@ -43,14 +44,16 @@ use serde::Serialize;
 use crate::outcome::FrameResult;
 use crate::spec::Ref;
 use crate::storage::Storage;
-use crate::value::{Event, Track, Value};
+use crate::value::{Counts, Event, Track, Value};
 
 mod counts;
+pub mod heat;
 mod link;
 pub mod query;
 pub mod schema;
 mod time;
 mod writer;
+pub mod zones;
 
 pub use time::FrameTime;
 
@@ -77,6 +80,8 @@ pub enum Tap {
     Events,
     /// A motion step's regions: a stretch of frames with some is a "motion" event.
     Motion,
+    /// A `zone_count` step's counts: objects inside each zone now (occupancy).
+    Occupancy,
 }
 
 /// One output the store reads, with its step's name.
@@ -105,16 +110,35 @@ pub struct Facts {
     pub events: Vec<StepEvents>,
     /// Motion steps with regions on this frame.
     pub motion: Vec<Arc<str>>,
+    /// `zone_count` steps' objects inside each zone on this frame.
+    pub occupancy: Vec<(Arc<str>, Arc<Counts>)>,
+    /// The frame's width and height (heatmap cells are fractions of them).
+    pub size: (i32, i32),
+    /// The frame's time in its stream, seconds (`Frame::stream_time_s`): its time step is
+    /// the time since its source's previous facts.
+    pub stream_s: f64,
+    /// The frame's nominal interval (1 / fps), seconds; 0 when the source gives no rate.
+    pub interval_s: f64,
+    /// A tracker or `zone_count` ran on the frame (it is sent even without tracks: the next
+    /// frame's time step starts at it).
+    pub sampled: bool,
 }
 
 impl Facts {
     /// Only its frame's time (see the module header).
     fn is_empty(&self) -> bool {
-        self.tracks.is_empty() && self.events.is_empty() && self.motion.is_empty()
+        self.tracks.is_empty()
+            && self.events.is_empty()
+            && self.motion.is_empty()
+            && self.occupancy.is_empty()
     }
 }
 
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "Stop comes once; a boxed Facts would be an allocation per frame on the frame path"
+)]
 enum Msg {
     Facts(Facts),
     Stop,
@@ -170,11 +194,26 @@ impl EventStore {
             tracks: Vec::new(),
             events: Vec::new(),
             motion: Vec::new(),
+            occupancy: Vec::new(),
+            size: (frame.width(), frame.height()),
+            stream_s: frame.stream_time_s(),
+            interval_s: frame
+                .fps
+                .filter(|&(n, d)| n > 0 && d > 0)
+                .map_or(0.0, |(n, d)| f64::from(d) / f64::from(n)),
+            sampled: false,
         };
         for out in taps {
             match (out.tap, result.value(out.at)) {
-                (Tap::Tracks, Some(Value::Tracks(t))) if !t.is_empty() => {
-                    facts.tracks.push((out.step.clone(), t));
+                (Tap::Tracks, Some(Value::Tracks(t))) => {
+                    facts.sampled = true;
+                    if !t.is_empty() {
+                        facts.tracks.push((out.step.clone(), t));
+                    }
+                }
+                (Tap::Occupancy, Some(Value::Counts(c))) => {
+                    facts.sampled = true;
+                    facts.occupancy.push((out.step.clone(), c));
                 }
                 (Tap::Events, Some(Value::Events(e))) if !e.is_empty() => {
                     facts.events.push((out.step.clone(), e, out.sinks.clone()));
@@ -186,7 +225,7 @@ impl EventStore {
             }
         }
         let empty = facts.is_empty();
-        if empty && !facts.time.reconnected {
+        if empty && !facts.time.reconnected && !facts.sampled {
             // Rows end by the frame time of their source's next facts: an empty frame tells
             // the writer nothing.
             return;

@@ -165,10 +165,15 @@ pub struct EventRow {
     /// The files (paths as the sinks wrote them); the API adds their URLs.
     pub snapshot: Option<String>,
     pub clip: Option<String>,
+    /// Seconds in its zone: a leave's whole visit, a loiter's or speeding's so far.
+    pub dwell_s: Option<f64>,
+    /// A speeding's speed, in `speed_unit` (`km/h`, or `px/s` on an uncalibrated camera).
+    pub speed: Option<f64>,
+    pub speed_unit: Option<String>,
 }
 
 const COLUMNS: &str = "id, start_ms, end_ms, source, kind, label, track_id, score, step, place, \
-                       direction, box, snapshot, clip";
+                       direction, box, snapshot, clip, dwell_s, speed, speed_unit";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
     let bbox: Option<String> = r.get(11)?;
@@ -187,19 +192,24 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
         bbox: bbox.and_then(|b| serde_json::from_str(&b).ok()),
         snapshot: r.get(12)?,
         clip: r.get(13)?,
+        dwell_s: r.get(14)?,
+        speed: r.get(15)?,
+        speed_unit: r.get(16)?,
     })
 }
 
 /// The store read-only, or `None` while it holds nothing yet: its file not made, or made and
-/// its tables not yet (the writer opens it in its own thread, while the API already answers;
-/// and makes it again after it was deleted). Read as empty, not as unavailable.
+/// its tables not yet, or not yet migrated (the writer opens it in its own thread, while the
+/// API already answers; and makes it again after it was deleted). Read as empty, not as
+/// unavailable.
 pub(super) fn open(path: &Path) -> rusqlite::Result<Option<Connection>> {
     if !path.exists() {
         return Ok(None);
     }
     let conn = schema::open_reader(path)?;
     let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    Ok((version > 0).then_some(conn))
+    // Older: the writer has not brought it up to date yet (it does on opening).
+    Ok((version >= schema::VERSION).then_some(conn))
 }
 
 /// Events matching `f`, newest first (by id: the order they were recorded in).

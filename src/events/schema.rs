@@ -2,6 +2,14 @@
 //! number of [`MIGRATIONS`] applied. Opening runs the missing ones in one transaction each, so
 //! a database of an older vidflow is brought up to date and one of a newer vidflow is refused
 //! (never written in a layout this build does not know).
+//!
+//! - 1: `events` (a row per track, zone enter and leave, crossing, stretch of motion) and
+//!   `counts` (per source, step, place, name and minute).
+//! - 2: `events.dwell_s`, `speed`, `speed_unit` (`km/h` or `px/s`); `occupancy` (per source,
+//!   step, zone and minute: objects inside times seconds, the seconds seen, the most inside at
+//!   once); `heatmap` (per source, label and minute: seconds objects stood in each cell of a
+//!   [`crate::events::heat::COLS`] x `ROWS` grid over the picture, `heat::encode`'s sparse
+//!   blob).
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,9 +21,10 @@ use rusqlite::{Connection, OpenFlags};
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Each migration brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
-    // 1: events and counts per minute.
-    "CREATE TABLE events (
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
+
+/// 1: events and counts per minute.
+pub(super) const MIGRATION_1: &str = "CREATE TABLE events (
         id INTEGER PRIMARY KEY,
         start_ms INTEGER NOT NULL,
         end_ms INTEGER NOT NULL,
@@ -44,8 +53,35 @@ const MIGRATIONS: &[&str] = &[
         n INTEGER NOT NULL,
         PRIMARY KEY (source, step, place, name, minute)
     ) WITHOUT ROWID;
-    CREATE INDEX counts_minute ON counts (minute);",
-];
+    CREATE INDEX counts_minute ON counts (minute);";
+
+/// 2: how long and how fast (a leave's visit, a loiter's and a speeding's dwell, a
+/// speeding's speed), occupancy of zones per minute, and where objects were (heatmaps).
+const MIGRATION_2: &str = "ALTER TABLE events ADD COLUMN dwell_s REAL;
+    ALTER TABLE events ADD COLUMN speed REAL;
+    ALTER TABLE events ADD COLUMN speed_unit TEXT;
+    CREATE INDEX events_kind_start ON events (kind, start_ms);
+    CREATE TABLE occupancy (
+        source TEXT NOT NULL,
+        step TEXT NOT NULL,
+        place TEXT NOT NULL,
+        minute INTEGER NOT NULL,
+        object_s REAL NOT NULL,
+        seconds REAL NOT NULL,
+        max INTEGER NOT NULL,
+        PRIMARY KEY (source, step, place, minute)
+    ) WITHOUT ROWID;
+    CREATE INDEX occupancy_minute ON occupancy (minute);
+    CREATE TABLE heatmap (
+        source TEXT NOT NULL,
+        label TEXT NOT NULL,
+        minute INTEGER NOT NULL,
+        width INTEGER NOT NULL,
+        height INTEGER NOT NULL,
+        cells BLOB NOT NULL,
+        PRIMARY KEY (source, label, minute)
+    ) WITHOUT ROWID;
+    CREATE INDEX heatmap_minute ON heatmap (minute);";
 
 /// The schema version this build writes.
 pub const VERSION: u32 = MIGRATIONS.len() as u32;

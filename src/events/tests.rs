@@ -113,3 +113,185 @@ fn a_track_unseen_for_3_s_of_frame_time_ends_however_fast_its_frames_came() {
 
 /// Longer than a track is kept unseen ([`writer::TRACK_GONE`]) plus a writer's wake-up.
 const TRACK_WAIT: Duration = Duration::from_millis(3000 + 2500);
+
+/// Tracker (step 0) and a zone_count (step 1: counts, events) as the daemon taps them.
+fn zone_taps() -> Vec<Output> {
+    let out = |step: &str, at, tap| Output {
+        step: step.into(),
+        at,
+        tap,
+        sinks: Arc::new([]),
+    };
+    vec![
+        out("tracker", Ref::Step { step: 0, output: 0 }, Tap::Tracks),
+        out("zones", Ref::Step { step: 1, output: 0 }, Tap::Occupancy),
+        out("zones", Ref::Step { step: 1, output: 1 }, Tap::Events),
+    ]
+}
+
+/// Frame `seq` of "cam" (640 x 480 at 10 fps, pts `seq` tenths of a second) with a seen track
+/// standing at (330, 250), a predicted one elsewhere, `inside` objects in zone "door" and
+/// `events`.
+fn zone_frame(seq: u64, inside: u64, events: Vec<Event>) -> FrameResult {
+    use opencv::core::{CV_8UC3, Mat, Scalar};
+    let mat = Mat::new_rows_cols_with_default(480, 640, CV_8UC3, Scalar::all(0.0)).unwrap();
+    let mut frame = Frame::from_mat(
+        "cam".into(),
+        seq,
+        Some(Duration::from_millis(seq * 100)),
+        mat,
+    );
+    frame.fps = Some((10, 1));
+    let seen = BBox {
+        x: 310.0,
+        y: 200.0,
+        width: 40.0,
+        height: 50.0,
+    };
+    let tracks = vec![
+        Track::new(1, Detection::new("person".into(), 0.9, seen), false),
+        Track::new(2, Detection::new("person".into(), 0.9, BBOX), true),
+    ];
+    let counts = crate::value::Counts([("door".into(), inside)].into_iter().collect());
+    let record = FrameRecord::new(Arc::new(frame), 2);
+    record.set_outcome(0, Outcome::Done(vec![Value::Tracks(tracks.into())]));
+    record.set_outcome(
+        1,
+        Outcome::Done(vec![
+            Value::Counts(Arc::new(counts)),
+            Value::Events(events.into()),
+        ]),
+    );
+    FrameResult::new(Arc::new(record))
+}
+
+#[test]
+fn occupancy_is_the_time_weighted_mean_inside_and_heat_the_seconds_seen_at_each_cell() {
+    use crate::value::{EventKind, Speed};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, storage) = start(dir.path());
+    let event = |kind, dwell: f32, speed| {
+        let mut e = Event::new(kind, 1, "person".into(), "door".into(), BBOX);
+        e.dwell_s = Some(dwell);
+        e.speed = speed;
+        e
+    };
+    // 10 frames of 0.1 s: 3 inside for the first 5, 1 for the last 5.
+    for seq in 0..10 {
+        let events = if seq == 9 {
+            vec![
+                event(EventKind::Leave, 4.5, None),
+                event(EventKind::Loiter, 30.0, None),
+                event(EventKind::Speeding, 2.0, Some(Speed::Kmh(42.0))),
+            ]
+        } else {
+            Vec::new()
+        };
+        let inside = if seq < 5 { 3 } else { 1 };
+        store.record(&zone_frame(seq, inside, events), &zone_taps());
+    }
+    store.stop();
+    let conn = schema::open_reader(&store.path).unwrap();
+    let (object_s, seconds, max): (f64, f64, i64) = conn
+        .query_row(
+            "SELECT sum(object_s), sum(seconds), max(max) FROM occupancy
+             WHERE source = 'cam' AND step = 'zones' AND place = 'door'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(
+        (seconds - 1.0).abs() < 1e-6,
+        "10 frames of 0.1 s: {seconds}"
+    );
+    assert!(
+        (object_s - 2.0).abs() < 1e-6,
+        "3 x 0.5 s + 1 x 0.5 s: {object_s}"
+    );
+    assert_eq!(max, 3);
+
+    let all = zones::HeatFilter::default();
+    let map = zones::heatmap(&store.path, &all).unwrap();
+    assert_eq!(
+        (map.cols, map.rows, map.width, map.height),
+        (32, 24, 640, 480)
+    );
+    // Only the seen track, standing at (330, 250): column 16, row 12; every frame 0.1 s.
+    let busy: Vec<(usize, f32)> = map
+        .seconds
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, s)| *s > 0.0)
+        .collect();
+    assert_eq!(busy.len(), 1, "{busy:?}");
+    assert_eq!(busy[0].0, 12 * 32 + 16);
+    assert!((busy[0].1 - 1.0).abs() < 1e-5, "{busy:?}");
+    assert!((map.total_s - 1.0).abs() < 1e-5);
+
+    // The events keep their dwell and speed; the zone's summary reads them.
+    let by_kind = |kind: &str| {
+        conn.query_row(
+            "SELECT dwell_s, speed, speed_unit FROM events WHERE kind = ?1",
+            [kind],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    let leave: (Option<f64>, Option<f64>, Option<String>) = by_kind("leave");
+    assert_eq!(leave, (Some(4.5), None, None));
+    let speeding: (Option<f64>, Option<f64>, Option<String>) = by_kind("speeding");
+    assert_eq!(speeding, (Some(2.0), Some(42.0), Some("km/h".to_owned())));
+    let day = zones::ZoneFilter::from_pairs(&[("bucket".into(), "day".into())]).unwrap();
+    let rows = zones::zones(&store.path, &day).unwrap();
+    let total = |f: fn(&zones::ZoneRow) -> i64| rows.iter().map(f).sum::<i64>();
+    assert_eq!(total(|r| r.leaves), 1, "{rows:?}");
+    assert_eq!(total(|r| r.visits), 1);
+    assert_eq!(total(|r| r.loiter), 1);
+    assert_eq!(total(|r| r.speeding), 1);
+    let visited = rows.iter().find(|r| r.visits == 1).unwrap();
+    assert_eq!(visited.dwell_s.as_ref().unwrap().p90, 4.5);
+    storage.stop();
+}
+
+#[test]
+fn a_version_1_database_is_brought_to_version_2_with_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(schema::MIGRATION_1).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO events (start_ms, end_ms, source, kind, place) VALUES (5, 6, 'cam', 'leave', 'door')",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO counts (source, step, place, name, minute, n) VALUES ('cam', 'z', 'door', 'leave', 0, 3)",
+            [],
+        )
+        .unwrap();
+    }
+    let conn = schema::open_writer(&path).unwrap();
+    let v: u32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, schema::VERSION);
+    drop(conn);
+    let all = query::EventFilter {
+        limit: 10,
+        ..query::EventFilter::default()
+    };
+    let rows = query::events(&path, &all).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].start, rows[0].dwell_s), (5, None));
+    let day = zones::ZoneFilter::from_pairs(&[("bucket".into(), "day".into())]).unwrap();
+    let z = zones::zones(&path, &day).unwrap();
+    assert_eq!((z.len(), z[0].leaves, z[0].visits), (1, 1, 0));
+    let n: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT n FROM counts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 3);
+}

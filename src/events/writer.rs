@@ -13,12 +13,13 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::{Connection, Transaction, params};
 
+use super::heat::{Areas, MAX_STEP};
 use super::link::{self, Pending};
 use super::schema;
 use super::time::Clocks;
 use super::{Counters, EventsConfig, Facts, Msg, millis};
 use crate::storage::{Class, Storage};
-use crate::value::{BBox, EventKind};
+use crate::value::{BBox, EventKind, Speed};
 
 /// How often recent events get their snapshot and clip named (and the thread wakes when idle).
 pub(super) const LINK_INTERVAL: Duration = Duration::from_secs(2);
@@ -71,6 +72,10 @@ pub(super) struct Writer {
     pending: Vec<Pending>,
     /// Each source's frame time (rows' times, and what ends tracks and motion).
     clocks: Clocks,
+    /// Each source's last stream time (s): a frame's time step starts there.
+    stepped: HashMap<Arc<str>, f64>,
+    /// What the batch adds to occupancy and heatmaps.
+    areas: Areas,
     linked_at: Instant,
     retained_at: Option<Instant>,
 }
@@ -97,6 +102,8 @@ impl Writer {
             motion: HashMap::new(),
             pending: Vec::new(),
             clocks: Clocks::default(),
+            stepped: HashMap::new(),
+            areas: Areas::default(),
             linked_at: Instant::now(),
             retained_at: None,
         }
@@ -221,6 +228,7 @@ impl Writer {
             .iter()
             .map(|f| self.clocks.place(&f.source, &f.time))
             .collect();
+        let steps: Vec<f64> = batch.iter().map(|f| self.step(f)).collect();
         let with_facts = batch.iter().filter(|f| !f.is_empty()).count() as u64;
         let Some(conn) = self.conn.as_mut() else {
             self.counters
@@ -233,10 +241,12 @@ impl Writer {
         let result = (|| -> rusqlite::Result<u64> {
             let tx = conn.transaction()?;
             let mut rows = 0;
-            for (facts, &at) in batch.iter().zip(&times) {
+            for ((facts, &at), &dt) in batch.iter().zip(&times).zip(&steps) {
                 let open = (&mut self.tracks, &mut self.motion);
                 rows += apply(&tx, facts, at, open, &mut pending)?;
+                self.areas.add(&tx, facts, at, dt);
             }
+            self.areas.write(&tx)?;
             let now = |source: &str| clocks.now(source).unwrap_or(i64::MIN);
             close_open(&tx, &mut self.tracks, |k| now(&k.0), TRACK_GONE, last)?;
             close_open(&tx, &mut self.motion, |k| now(&k.0), MOTION_GAP, last)?;
@@ -249,6 +259,7 @@ impl Writer {
                 self.pending.append(&mut pending);
             }
             Err(e) => {
+                self.areas.clear();
                 self.counters
                     .dropped
                     .fetch_add(with_facts, Ordering::Relaxed);
@@ -260,6 +271,17 @@ impl Writer {
                 // What the rolled-back transaction opened is not in the file: reopening keeps
                 // only the rows it holds (`keep_rows_of`).
             }
+        }
+    }
+
+    /// The time step of a frame (s): since its source's previous facts in stream time, or,
+    /// for a first frame, one whose time went back or came after a gap of more than
+    /// [`MAX_STEP`], its nominal interval (at most `MAX_STEP`).
+    fn step(&mut self, f: &Facts) -> f64 {
+        let last = self.stepped.insert(f.source.clone(), f.stream_s);
+        match last.map(|l| f.stream_s - l) {
+            Some(d) if d > 0.0 && d <= MAX_STEP => d,
+            _ => f.interval_s.min(MAX_STEP),
         }
     }
 
@@ -287,10 +309,10 @@ impl Writer {
         let result = conn
             .execute("DELETE FROM events WHERE end_ms < ?1", [before])
             .and_then(|_| {
-                conn.execute(
-                    "DELETE FROM counts WHERE minute < ?1",
-                    [before.div_euclid(60_000)],
-                )
+                let minute = before.div_euclid(60_000);
+                conn.execute("DELETE FROM counts WHERE minute < ?1", [minute])?;
+                conn.execute("DELETE FROM occupancy WHERE minute < ?1", [minute])?;
+                conn.execute("DELETE FROM heatmap WHERE minute < ?1", [minute])
             });
         if let Err(e) = result {
             self.fail(&format!("cannot delete old rows: {e}"));
@@ -301,7 +323,8 @@ impl Writer {
 /// A new row, at one instant.
 const INSERT: &str =
     "INSERT INTO events (start_ms, end_ms, source, kind, label, track_id, score, step, place,
-     direction, box) VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+     direction, box, dwell_s, speed, speed_unit)
+     VALUES (?1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 /// Writes one frame's facts; returns the rows added.
 fn apply(
@@ -339,6 +362,9 @@ fn apply(
                 None::<&str>,
                 None::<&str>,
                 box_json(&t.detection.bbox),
+                None::<f64>,
+                None::<f64>,
+                None::<&str>,
             ])?;
             rows += 1;
             let row = tx.last_insert_rowid();
@@ -395,6 +421,9 @@ fn apply_events(
                 &*e.place,
                 direction,
                 box_json(&e.bbox),
+                e.dwell_s.map(f64::from),
+                e.speed.map(|v| f64::from(v.value())),
+                e.speed.map(Speed::unit),
             ])?;
             rows += 1;
             if !sinks.is_empty() {
@@ -451,6 +480,9 @@ fn apply_motion(
             None::<&str>,
             None::<&str>,
             None::<String>,
+            None::<f64>,
+            None::<f64>,
+            None::<&str>,
         ])?;
         rows += 1;
         let row = tx.last_insert_rowid();

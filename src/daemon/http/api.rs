@@ -125,7 +125,7 @@ fn serve(job: Job, shared: &Shared) -> std::io::Result<()> {
     stream.shutdown(Shutdown::Write)
 }
 
-fn json_answer(status: u16, value: &serde_json::Value) -> Answer {
+pub(super) fn json_answer(status: u16, value: &serde_json::Value) -> Answer {
     let body = serde_json::to_vec(value).unwrap_or_default();
     Answer::Bytes(response(status, "application/json", &body, ""))
 }
@@ -165,7 +165,7 @@ pub(super) fn text(status: u16, message: &str) -> Answer {
     ))
 }
 
-fn failed(e: &QueryError) -> Answer {
+pub(super) fn failed(e: &QueryError) -> Answer {
     match e {
         QueryError::Bad(BadParam(m)) => text(400, m),
         QueryError::Store(_) => text(503, &e.to_string()),
@@ -200,7 +200,7 @@ fn route(head: &Head, shared: &Shared) -> Answer {
         return text(
             404,
             &format!(
-                "no such page \"{path}\": try /api/sources, /api/events, /api/counts, /api/recordings, /api/live"
+                "no such page \"{path}\": try /api/sources, /api/events, /api/counts, /api/counts/zones, /api/heatmap, /api/recordings, /api/live"
             ),
         );
     };
@@ -232,7 +232,7 @@ pub(super) fn health(c: &Call<'_>) -> Answer {
 }
 
 /// The event store's file, or the 404 that says there is none.
-fn store(c: &Call<'_>) -> Result<PathBuf, Answer> {
+pub(super) fn store(c: &Call<'_>) -> Result<PathBuf, Answer> {
     c.parts
         .events
         .as_ref()

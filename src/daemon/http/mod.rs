@@ -69,6 +69,7 @@ mod api;
 mod files;
 mod head;
 mod health;
+mod heatmap;
 mod live;
 mod metrics;
 mod page;

@@ -8,7 +8,7 @@
 //! a typo never silently returns everything.
 
 use super::api::{self, Answer, Call};
-use super::recordings;
+use super::{heatmap, recordings};
 
 /// What answers a route.
 #[derive(Clone, Copy)]
@@ -71,6 +71,16 @@ pub(super) const ROUTES: &[Route] = &[
             "source", "step", "bucket", "after", "before", "limit", "cursor",
         ],
         Handler::Api(api::counts),
+    ),
+    Route::get(
+        "/api/counts/zones",
+        &["source", "step", "place", "bucket", "after", "before"],
+        Handler::Api(heatmap::zones),
+    ),
+    Route::get(
+        "/api/heatmap",
+        &["source", "label", "after", "before", "format"],
+        Handler::Api(heatmap::heatmap),
     ),
     Route::get("/api/live", &["stills"], Handler::Live),
     Route::get("/api/live/{source}", &["stills"], Handler::Live),

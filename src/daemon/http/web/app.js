@@ -22,6 +22,11 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// Seconds as a short duration: 42 s, 3 min 5 s, 1 h 2 min.
+const secs = (s) => s < 60 ? `${s.toFixed(s < 10 ? 1 : 0)} s`
+  : s < 3600 ? `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`
+  : `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+
 const when = (ms) => {
   const d = new Date(ms);
   const today = new Date().toDateString() === d.toDateString();
@@ -79,7 +84,8 @@ function draw(c) {
     g.strokeStyle = color;
     g.setLineDash(b.predicted ? [4, 3] : []);
     g.strokeRect(ox + x, oy + y, bw, bh);
-    const text = b.id !== undefined ? `${b.label} #${b.id}` : `${b.label} ${(b.score * 100).toFixed(0)}%`;
+    const speed = b.speed !== null && b.speed !== undefined ? ` ${b.speed.toFixed(b.speed_unit === "km/h" ? 1 : 0)} ${b.speed_unit}` : "";
+    const text = (b.id !== undefined ? `${b.label} #${b.id}` : `${b.label} ${(b.score * 100).toFixed(0)}%`) + speed;
     const tw = g.measureText(text).width + 6;
     g.fillStyle = color;
     g.fillRect(ox + x, oy + y - 15, tw, 15);
@@ -169,6 +175,7 @@ async function sources() {
     }
     fillSelect($("f-source"), list.map((s) => s.name), "all");
     fillSelect($("r-source"), list.map((s) => s.name));
+    fillSelect($("h-source"), list.map((s) => s.name));
     return list;
   } catch (e) {
     $("run-state").textContent = "vidflow is not answering";
@@ -201,9 +208,9 @@ function eventQuery(beforeId) {
 function eventItem(e) {
   const what = e.kind === "crossing" ? `crossed ${e.place} (${e.direction})`
     : e.kind === "enter" ? `entered ${e.place}`
-    : e.kind === "leave" ? `left ${e.place}`
-    : e.kind === "loiter" ? `loitering in ${e.place}`
-    : e.kind === "speeding" ? `speeding in ${e.place}`
+    : e.kind === "leave" ? `left ${e.place}` + (e.dwell_s != null ? ` after ${secs(e.dwell_s)}` : "")
+    : e.kind === "loiter" ? `loitering in ${e.place}` + (e.dwell_s != null ? ` for ${secs(e.dwell_s)}` : "")
+    : e.kind === "speeding" ? `speeding in ${e.place}` + (e.speed != null ? ` at ${e.speed.toFixed(1)} ${e.speed_unit}` : "")
     : e.kind === "track" ? "seen" : "motion";
   const who = e.track_id !== null ? `${e.label} #${e.track_id}` : e.label;
   const thumb = e.snapshot_url
@@ -311,6 +318,58 @@ async function loadCounts() {
   } catch (e) {
     $("chart").textContent = e.message;
   }
+  loadZones();
+}
+
+// Each zone over the kept time (one bucket a day, summed here): visits and how long they
+// lasted, loitering and speeding, and how many were inside.
+async function loadZones() {
+  try {
+    const rows = (await api("api/counts/zones?bucket=day")).zones;
+    const by = new Map();
+    for (const r of rows) {
+      const k = `${r.source}\u0000${r.step}\u0000${r.place}`;
+      const z = by.get(k) || { source: r.source, place: r.place, enters: 0, visits: 0, dwell: [], loiter: 0, speeding: 0, object_s: 0, days: 0, max: null };
+      z.enters += r.enters; z.visits += r.visits; z.loiter += r.loiter; z.speeding += r.speeding;
+      if (r.dwell_s) z.dwell.push([r.visits, r.dwell_s]);
+      if (r.occupancy) { z.object_s += r.occupancy.mean; z.days++; z.max = Math.max(z.max ?? 0, r.occupancy.max); }
+      by.set(k, z);
+    }
+    const zones = [...by.values()].map((z) => {
+      // Over several days: the mean weighted by visits; p90 and longest the worst day's.
+      const n = z.dwell.reduce((a, [v]) => a + v, 0);
+      const mean = n ? z.dwell.reduce((a, [v, d]) => a + v * d.mean, 0) / n : null;
+      const p90 = z.dwell.length ? Math.max(...z.dwell.map(([, d]) => d.p90)) : null;
+      const max = z.dwell.length ? Math.max(...z.dwell.map(([, d]) => d.max)) : null;
+      return { ...z, mean, p90, longest: max, inside: z.days ? z.object_s / z.days : null };
+    });
+    vidflow.zones = zones;
+    const cell = (v, f) => el("td", { class: "n" }, v === null ? "" : f ? f(v) : String(v));
+    $("zones").tBodies[0].replaceChildren(...zones.length ? zones.map((z) => el("tr", { "data-zone": z.place },
+      el("td", {}, z.source), el("td", {}, z.place), cell(z.enters), cell(z.visits), cell(z.mean, secs), cell(z.p90, secs),
+      cell(z.longest, secs), cell(z.loiter), cell(z.speeding), cell(z.inside, (v) => v.toFixed(1)), cell(z.max)))
+      : [el("tr", {}, el("td", { colSpan: 11, class: "muted" }, "no zones yet: a zone_count step counts visits here"))]);
+  } catch (e) {
+    $("zones").tBodies[0].replaceChildren(el("tr", {}, el("td", { colSpan: 11, class: "muted" }, e.message)));
+  }
+}
+
+// ---------------------------------------------------------------- heatmap
+async function loadHeatmap() {
+  const q = new URLSearchParams({ source: $("h-source").value });
+  const label = $("h-label").value.trim();
+  if (label) q.set("label", label);
+  const since = $("h-since").value;
+  if (since) q.set("after", String(Date.now() - Number(since)));
+  try {
+    const map = await api("api/heatmap?" + q);
+    $("h-total").textContent = map.total_s ? `${secs(map.total_s)} of objects seen` : "nobody seen in that time";
+    vidflow.heatmap = { query: String(q), total_s: map.total_s };
+  } catch (e) {
+    $("h-total").textContent = e.message;
+  }
+  q.set("format", "png");
+  $("h-img").src = "api/heatmap?" + q;
 }
 
 function drawChart(keys, times, series) {
@@ -432,6 +491,8 @@ $("more").addEventListener("click", () => loadEvents(true));
 $("player-close").addEventListener("click", () => { $("player").hidden = true; $("player-video").pause(); });
 $("c-bucket").addEventListener("change", loadCounts);
 $("r-source").addEventListener("change", loadRecordings);
+$("h-form").addEventListener("submit", (ev) => { ev.preventDefault(); loadHeatmap(); });
+for (const id of ["h-source", "h-since"]) $(id).addEventListener("change", loadHeatmap);
 
 (async () => {
   await sources();
@@ -439,6 +500,7 @@ $("r-source").addEventListener("change", loadRecordings);
   loadEvents(false);
   loadCounts();
   loadRecordings();
+  loadHeatmap();
   health();
   setInterval(sources, 5000);
   setInterval(health, 2000);
