@@ -344,9 +344,16 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
             .iter()
             .map(|t| {
                 let b = &t["box"];
-                serde_json::json!({"id": t["track_id"], "label": t["class"],
+                let mut one = serde_json::json!({"id": t["track_id"], "label": t["class"],
                     "score": t["confidence"], "box": [b["x"], b["y"], b["width"], b["height"]],
-                    "predicted": t["predicted"].as_bool().unwrap_or(false)})
+                    "predicted": t["predicted"].as_bool().unwrap_or(false)});
+                // Its speed as the tracker gave it: in px/s, this source has no calibration.
+                assert!(t.get("speed_kmh").is_none(), "{t}");
+                if let Some(speed) = t.get("speed_px_s") {
+                    one["speed"] = speed.clone();
+                    one["speed_unit"] = "px/s".into();
+                }
+                one
             })
             .collect();
         let boxes = frame["boxes"].as_array().unwrap();

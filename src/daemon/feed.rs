@@ -40,7 +40,8 @@ pub struct LiveFrame {
 
 impl LiveFrame {
     /// The message's JSON: `{"source", "seq", "t", "width", "height", "boxes": [{"id",
-    /// "label", "score", "box": [x, y, w, h], "speed", "speed_unit"}], "counts": {STEP: {NAME: N}}, "shapes": [{"step",
+    /// "label", "score", "box": [x, y, w, h], "predicted", and once known "speed",
+    /// "speed_unit"}], "counts": {STEP: {NAME: N}}, "shapes": [{"step",
     /// "name", "kind": "line" | "zone", "points": [[x, y], ...]}]}`.
     pub fn to_json(&self) -> serde_json::Value {
         let boxes: Vec<_> = self
@@ -49,15 +50,19 @@ impl LiveFrame {
             .flat_map(|t| t.iter())
             .map(|t| {
                 let b = &t.detection.bbox;
-                json!({
+                let mut one = json!({
                     "id": t.track_id,
                     "label": &*t.detection.class,
                     "score": t.detection.confidence,
                     "box": [b.x, b.y, b.width, b.height],
                     "predicted": t.predicted,
-                    "speed": t.speed.map(|s| s.value()),
-                    "speed_unit": t.speed.map(|s| s.unit()),
-                })
+                });
+                // Only once the tracker knows it (a few bytes less per box until then).
+                if let Some(speed) = t.speed {
+                    one["speed"] = json!(speed.value());
+                    one["speed_unit"] = json!(speed.unit());
+                }
+                one
             })
             .chain(self.detections.iter().flat_map(|d| d.iter()).map(|d| {
                 let b = &d.bbox;
