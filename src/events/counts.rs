@@ -13,24 +13,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::query::{self, BadParam, QueryError};
+use super::params::{self as query, BadParam, QueryError, bucket};
 
 /// The most count rows one page holds.
 pub const MAX_COUNTS: u32 = 10_000;
 /// Count rows in a page when `limit` is not given.
 pub const DEFAULT_COUNTS: u32 = 1000;
-
-/// A bucket's width for `GET /api/counts`.
-pub fn bucket(v: &str) -> Result<i64, BadParam> {
-    match v {
-        "" | "hour" => Ok(3_600_000),
-        "minute" => Ok(60_000),
-        "day" => Ok(86_400_000),
-        other => Err(BadParam(format!(
-            "bucket \"{other}\" is not one of minute, hour, day"
-        ))),
-    }
-}
 
 /// One bucket of one count.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -49,6 +49,7 @@ use crate::value::{Counts, Event, Track, Value};
 mod counts;
 pub mod heat;
 mod link;
+mod params;
 pub mod query;
 pub mod schema;
 mod time;

@@ -5,36 +5,21 @@
 
 use std::path::Path;
 
-use base64::Engine as _;
+use rusqlite::params_from_iter;
 use rusqlite::types::Value as Sql;
-use rusqlite::{Connection, params_from_iter};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::schema;
+use super::params::{integer, open};
 
 pub use super::counts::{
-    CountCursor, CountFilter, CountPage, CountRow, DEFAULT_COUNTS, MAX_COUNTS, bucket, counts,
+    CountCursor, CountFilter, CountPage, CountRow, DEFAULT_COUNTS, MAX_COUNTS, counts,
 };
+pub use super::params::{BadParam, QueryError, bucket, cursor, from_cursor, limit, time};
 
 /// The most events one request returns.
 pub const MAX_LIMIT: u32 = 1000;
 /// Events returned when `limit` is not given.
 pub const DEFAULT_LIMIT: u32 = 100;
-
-/// A query parameter that cannot be taken: the 400's message.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct BadParam(pub String);
-
-/// Why a query failed.
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    #[error("{0}")]
-    Bad(#[from] BadParam),
-    #[error("event store unavailable: {0}")]
-    Store(#[from] rusqlite::Error),
-}
 
 /// `GET /api/events`'s filters.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -95,57 +80,6 @@ impl EventFilter {
     }
 }
 
-/// A time parameter: ms since the epoch, or RFC 3339 (`2026-12-03T09:00:00Z`).
-pub fn time(key: &str, v: &str) -> Result<Option<i64>, BadParam> {
-    if v.is_empty() {
-        return Ok(None);
-    }
-    if let Ok(ms) = v.parse::<i64>() {
-        return Ok(Some(ms));
-    }
-    humantime::parse_rfc3339_weak(v)
-        .map(|t| Some(super::millis(t)))
-        .map_err(|_| {
-            BadParam(format!(
-                "{key} \"{v}\" is not a time: give ms since 1970 or RFC 3339 (2026-12-03T09:00:00Z)"
-            ))
-        })
-}
-
-fn integer(key: &str, v: &str) -> Result<i64, BadParam> {
-    v.parse()
-        .map_err(|_| BadParam(format!("{key} \"{v}\" is not a whole number")))
-}
-
-/// A `limit` parameter: a whole number from 1 to `max`.
-pub fn limit(v: &str, max: u32) -> Result<u32, BadParam> {
-    let n = integer("limit", v)?;
-    u32::try_from(n)
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(|| BadParam(format!("limit must be 1 to {max}, not {n}")))
-}
-
-/// The opaque `cursor` of a next page: where the last page ended (its key, as JSON, in
-/// URL-safe base64, so that it goes into a query without escaping).
-pub fn cursor<T: Serialize>(key: &T) -> String {
-    let json = serde_json::to_vec(key).unwrap_or_default();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-}
-
-/// A `cursor` parameter back into the key it was made from.
-pub fn from_cursor<T: DeserializeOwned>(v: &str) -> Result<T, BadParam> {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(v)
-        .ok()
-        .and_then(|json| serde_json::from_slice(&json).ok())
-        .ok_or_else(|| {
-            BadParam(format!(
-                "cursor \"{v}\" is not one this API gave: pass the `next` of the page before, or no cursor for the first page"
-            ))
-        })
-}
-
 /// One event, as the API returns it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct EventRow {
@@ -196,20 +130,6 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
         speed: r.get(15)?,
         speed_unit: r.get(16)?,
     })
-}
-
-/// The store read-only, or `None` while it holds nothing yet: its file not made, or made and
-/// its tables not yet, or not yet migrated (the writer opens it in its own thread, while the
-/// API already answers; and makes it again after it was deleted). Read as empty, not as
-/// unavailable.
-pub(super) fn open(path: &Path) -> rusqlite::Result<Option<Connection>> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    let conn = schema::open_reader(path)?;
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    // Older: the writer has not brought it up to date yet (it does on opening).
-    Ok((version >= schema::VERSION).then_some(conn))
 }
 
 /// Events matching `f`, newest first (by id: the order they were recorded in).
@@ -312,7 +232,7 @@ mod tests {
         assert!(counts(&path, &by_bucket).unwrap().rows.is_empty());
         assert!(event(&path, 1).unwrap().is_none());
         // As the writer leaves it between opening the file and making its tables.
-        let made = Connection::open(&path).unwrap();
+        let made = rusqlite::Connection::open(&path).unwrap();
         made.pragma_update(None, "journal_mode", "wal").unwrap();
         assert!(events(&path, &all).unwrap().is_empty());
         assert!(counts(&path, &by_bucket).unwrap().rows.is_empty());

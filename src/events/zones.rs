@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::heat::{self, COLS, Cells, ROWS};
-use super::query::{self, BadParam, QueryError};
+use super::params::{self as query, BadParam, QueryError};
 
 /// `GET /api/counts/zones`'s filters.
 #[derive(Debug, Clone, PartialEq)]
