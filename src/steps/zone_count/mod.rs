@@ -136,7 +136,9 @@ impl Step for ZoneCount {
     fn run(&self, input: &StepInput<'_>) -> Result<StepOutput, StepError> {
         let tracks = input.get::<[Track]>(0)?;
         let now = input.frame.stream_time_s();
+        let picture = (input.frame.width(), input.frame.height());
         let out = self.states.with(&input.frame.source, |state| {
+            state.picture = Some(picture);
             state.update(&self.zones, tracks, now)
         });
         if let Some(why) = out.never_fires {

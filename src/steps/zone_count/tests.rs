@@ -552,3 +552,32 @@ fn the_tracks_output_gives_each_its_time_inside_the_zones_it_is_in_now() {
         predicted(1, 160.0, 50.0)
     );
 }
+
+#[test]
+fn a_track_lost_at_the_pictures_edge_is_no_longer_counted_inside_but_stays_one_visit() {
+    // A 200x100 picture: zone "a" reaches its left edge. Track 1 walks out of the picture
+    // there (its box touching the edge when last seen); track 2 is lost in the middle.
+    let (zones, mut state) = (zones(), Clip::default());
+    state.state.picture = Some((200, 100));
+    state.update(&zones, &[seen(1, 5.0, 50.0), seen(2, 150.0, 50.0)]);
+    let (c, _) = state.update(&zones, &[]);
+    assert_eq!(
+        counts(&c),
+        "a=0 b=1",
+        "lost at the edge: out; in the middle: held"
+    );
+    // Back under its ID within reid_frames: the same visit, counted again, no enter.
+    let (c, e) = state.update(&zones, &[seen(1, 6.0, 50.0), seen(2, 150.0, 50.0)]);
+    assert!(e.is_empty(), "{e:?}");
+    assert_eq!(counts(&c), "a=1 b=1");
+    // Lost at the edge for good: its leave comes when it is forgotten, with the visit's time
+    // to when it was last seen (frames 1 to 3, at 4 a second).
+    let mut left = Vec::new();
+    for _ in 0..=zones.reid.frames {
+        let (c, e) = state.update(&zones, &[seen(2, 150.0, 50.0)]);
+        assert_eq!(counts(&c), "a=0 b=1");
+        left.extend(e);
+    }
+    assert_eq!(said(&left), vec![(EventKind::Leave, 1, "a")]);
+    assert_eq!(left[0].dwell_s, Some(0.5));
+}
