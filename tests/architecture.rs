@@ -718,3 +718,73 @@ fn every_kind_is_a_file_or_folder_of_its_own_and_every_one_is_a_kind() {
         );
     }
 }
+
+/// Each room (a folder module)'s imports between its own files: `(room, from, to)`, where
+/// `from` and `to` are files or folders directly in it (what `mod.rs` defines itself is the
+/// room's, not a file's, and is left out).
+fn room_imports() -> BTreeSet<(Vec<String>, String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .map(|f| module_path(f.strip_prefix(&src).unwrap()))
+        .collect();
+    let mut edges = BTreeSet::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let module = module_path(rel);
+        let Some((name, room)) = module.split_last() else {
+            continue;
+        };
+        // A file's own module is a child of its room; mod.rs is the room itself.
+        if rel.file_name().is_some_and(|n| n == "mod.rs") {
+            continue;
+        }
+        for (_, path) in paths_in(rel, &std::fs::read_to_string(file).unwrap()) {
+            let Some(next) = path.get(room.len()) else {
+                continue;
+            };
+            let mut sibling = room.to_vec();
+            sibling.push(next.clone());
+            if path.starts_with(room) && next != name && modules.contains(&sibling) {
+                edges.insert((room.to_vec(), name.clone(), next.clone()));
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn the_files_of_a_room_import_each_other_without_a_circle() {
+    // Two files of one folder that import each other share one job: the piece both need
+    // belongs in a file of its own that both import (ARCHITECTURE.md, "The layers").
+    let edges = room_imports();
+    let rooms: BTreeSet<&Vec<String>> = edges.iter().map(|(room, ..)| room).collect();
+    let mut circles = Vec::new();
+    for room in rooms {
+        let found: Vec<Import> = edges
+            .iter()
+            .filter(|(r, ..)| r == room)
+            .map(|(_, from, to)| Import {
+                file: PathBuf::new(),
+                line: 0,
+                from: from.clone(),
+                to: to.clone(),
+                path: String::new(),
+            })
+            .collect();
+        let modules: BTreeSet<String> = found
+            .iter()
+            .flat_map(|i| [i.from.clone(), i.to.clone()])
+            .collect();
+        if let Some(c) = circle(&modules, &found) {
+            circles.push(format!("{}: {}", room.join("::"), c.join(" -> ")));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "circles of imports in a room:\n{}",
+        circles.join("\n")
+    );
+}
