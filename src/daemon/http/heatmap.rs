@@ -14,7 +14,7 @@ use opencv::prelude::*;
 use opencv::{imgcodecs, imgproc};
 use serde_json::json;
 
-use super::api::{self, Answer, Call};
+use super::answer::{self as api, Answer, Call};
 use crate::events::query::QueryError;
 use crate::events::zones::{self, HeatFilter, Heatmap, ZoneFilter};
 use crate::sinks::preview::hub;

@@ -65,8 +65,10 @@ use access::{Access, Refusal, Verdict};
 use head::Head;
 
 mod access;
+mod answer;
 mod api;
 mod files;
+mod handlers;
 mod head;
 mod health;
 mod heatmap;
@@ -335,7 +337,7 @@ fn query_token(head: &Head) -> Option<String> {
     if path_of(head) != "/" {
         return None;
     }
-    api::pairs(&head.target)
+    answer::pairs(&head.target)
         .ok()?
         .into_iter()
         .find_map(|(k, v)| (k == "token").then_some(v))
@@ -434,7 +436,7 @@ fn api_reply(head: &Head, shared: &Shared) -> Reply {
     if !matches!(route.handler, routes::Handler::Live) {
         return Reply::Api(Box::new(head.clone()));
     }
-    match api::pairs(&head.target).map(|p| route.unknown(&p)) {
+    match answer::pairs(&head.target).map(|p| route.unknown(&p)) {
         Ok(None) => {}
         Ok(Some(m)) | Err(crate::events::query::BadParam(m)) => {
             return Reply::Now(refusal(400, &format!("{m}\n")));

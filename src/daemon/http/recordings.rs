@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use serde_json::json;
 
-use super::api::{Answer, Call, page_answer, text};
+use super::answer::{Answer, Call, page_answer, text};
 use crate::events::query::{self, BadParam};
 use crate::storage::{Class, StoredFile};
 
@@ -33,7 +33,7 @@ fn file_json(f: &StoredFile) -> serde_json::Value {
         "url": format!(
             "api/media/{}/{}/{}",
             enc(&f.sink),
-            super::api::media_id(&f.path),
+            super::handlers::media_id(&f.path),
             enc(&name)
         ),
     })

@@ -7,7 +7,8 @@
 //! A query parameter a route does not name is a 400, on every route (no route takes extras):
 //! a typo never silently returns everything.
 
-use super::api::{self, Answer, Call};
+use super::answer::{Answer, Call};
+use super::handlers as api;
 use super::{heatmap, recordings};
 
 /// What answers a route.

@@ -32,7 +32,7 @@ pub(super) const STILL_TICK: Duration = Duration::from_millis(100);
 /// `stills=1` in `target`'s query: whether the client asks for stills; `Err` with the 400's
 /// message for another value.
 pub(super) fn asked(target: &str) -> Result<bool, String> {
-    let pairs = super::api::pairs(target).map_err(|e| e.0)?;
+    let pairs = super::answer::pairs(target).map_err(|e| e.0)?;
     match pairs.iter().rev().find(|(k, _)| k == "stills") {
         None => Ok(false),
         Some((_, v)) if v == "1" => Ok(true),
