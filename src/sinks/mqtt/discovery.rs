@@ -1,9 +1,14 @@
 //! Home Assistant MQTT discovery for the `mqtt` sink (`discovery = true`): every count an
 //! included value holds (a `zone_count`'s zones, a `line_counter`'s in and out) becomes a
-//! sensor, announced by a retained config on `PREFIX/sensor/NODE/OBJECT/config`. The sensor
-//! reads the sink's own messages (its state topic is the frame's topic, a value template picks
-//! the count), and is available while the daemon is: the availability topic holds `online`
-//! (retained) while connected and `offline`, the connection's last will, after.
+//! sensor, announced by a retained config on `PREFIX/sensor/NODE/OBJECT/config`; every zone or
+//! line an included events value speaks of becomes an event entity (`PREFIX/event/...`) whose
+//! event types are enter, leave, in, out, loiter and speeding, so that an automation can
+//! trigger on someone loitering in a zone or speeding through it. Both read the sink's own
+//! messages (their state topic is the frame's topic; a value template picks the count, or the
+//! frame's first event of that place with its `event_type`, and renders nothing for a frame
+//! without one, which Home Assistant ignores), and are available while the daemon is: the
+//! availability topic holds `online` (retained) while connected and `offline`, the
+//! connection's last will, after.
 //!
 //! Ids. Home Assistant's ids and MQTT topic levels take ASCII letters, digits, `_` and `-`, so a
 //! count's source, input and name are written with `_` for anything else; `car park` and
@@ -24,7 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::outcome::FrameResult;
 use crate::spec::SinkInput;
-use crate::value::Value;
+use crate::value::{EventKind, Value};
 
 /// What the availability topic holds while the daemon is connected, and after.
 pub(super) const ONLINE: &str = "online";
@@ -107,6 +112,12 @@ impl Discovery {
         let source = &result.frame().source;
         let before = self.configs.len();
         for input in inputs {
+            if let Some(Value::Events(events)) = result.value(input.from) {
+                for e in events.iter().filter(|e| e.event != EventKind::Ended) {
+                    self.announce_events(source, &input.label, &e.place, state_topic);
+                }
+                continue;
+            }
             let Some(Value::Counts(counts)) = result.value(input.from) else {
                 continue;
             };
@@ -123,22 +134,11 @@ impl Discovery {
                     json!(input.label),
                     json!(&**name)
                 );
-                let config = json!({
-                    "name": format!("{} {name}", input.label),
-                    "unique_id": unique,
-                    "object_id": format!("vidflow_{}", sensor.object),
-                    "state_topic": state_topic,
-                    "value_template": template,
-                    "state_class": "measurement",
-                    "availability_topic": self.availability,
-                    "payload_available": ONLINE,
-                    "payload_not_available": OFFLINE,
-                    "device": {
-                        "identifiers": [format!("vidflow_{}_{}", self.node, id_part(source))],
-                        "name": format!("vidflow {source} ({})", self.node),
-                        "manufacturer": "vidflow",
-                    },
-                });
+                let mut config = self.entity(source, &sensor, state_topic);
+                config["name"] = json!(format!("{} {name}", input.label));
+                config["unique_id"] = json!(unique);
+                config["value_template"] = json!(template);
+                config["state_class"] = json!("measurement");
                 let topic = format!(
                     "{}/sensor/vidflow_{}/{}/config",
                     self.prefix, self.node, sensor.unique
@@ -149,11 +149,120 @@ impl Discovery {
         }
         self.configs.len() - before
     }
+
+    /// What every entity's config says: its object id, state topic, availability and device.
+    fn entity(&self, source: &str, ids: &Sensor, state_topic: &str) -> serde_json::Value {
+        json!({
+            "object_id": format!("vidflow_{}", ids.object),
+            "state_topic": state_topic,
+            "availability_topic": self.availability,
+            "payload_available": ONLINE,
+            "payload_not_available": OFFLINE,
+            "device": {
+                "identifiers": [format!("vidflow_{}_{}", self.node, id_part(source))],
+                "name": format!("vidflow {source} ({})", self.node),
+                "manufacturer": "vidflow",
+            },
+        })
+    }
+
+    /// Announces the event entity of `place` (a zone or line) of the events input `label`, once.
+    fn announce_events(
+        &mut self,
+        source: &Arc<str>,
+        label: &str,
+        place: &Arc<str>,
+        state_topic: &str,
+    ) {
+        // "events" in the key keeps it apart from a count of the same name.
+        let key = (source.clone(), format!("{label}\u{0}events"), place.clone());
+        if self.known.contains(&key) {
+            return;
+        }
+        let ids = Sensor::new(source, &format!("{label} events"), place);
+        let unique = format!("vidflow_{}_{}_{}", self.node, self.sink, ids.unique);
+        // The frame's first event of this place, as the event entity takes it (its kind as
+        // `event_type`, the rest as attributes); nothing on a frame without one.
+        let template = format!(
+            "{{% set es = value_json[{}] | selectattr('place', 'eq', {}) | list %}}\
+             {{% if es %}}{{{{ dict(es[0], event_type=es[0].event) | tojson }}}}{{% endif %}}",
+            json!(label),
+            json!(&**place)
+        );
+        let types: Vec<&str> = EventKind::ALL
+            .iter()
+            .filter(|k| **k != EventKind::Ended)
+            .map(|k| k.name())
+            .collect();
+        let mut config = self.entity(source, &ids, state_topic);
+        config["name"] = json!(format!("{place} events"));
+        config["unique_id"] = json!(unique);
+        config["value_template"] = json!(template);
+        config["event_types"] = json!(types);
+        let topic = format!(
+            "{}/event/vidflow_{}/{}/config",
+            self.prefix, self.node, ids.unique
+        );
+        self.configs.push((topic, config.to_string().into_bytes()));
+        self.known.insert(key);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::SinkInput;
+
+    #[test]
+    fn each_zone_an_events_value_speaks_of_is_one_event_entity_of_every_kind() {
+        use crate::outcome::{FrameRecord, Outcome};
+        use crate::value::{BBox, Event};
+        let frame = crate::frame::Frame::from_mat("cam".into(), 7, None, Default::default());
+        let record = FrameRecord::new(Arc::new(frame), 1);
+        let bbox = BBox {
+            x: 1.0,
+            y: 2.0,
+            width: 3.0,
+            height: 4.0,
+        };
+        let event = |kind, place: &str| Event::new(kind, 5, "person".into(), place.into(), bbox);
+        let events = vec![
+            event(EventKind::Loiter, "queue"),
+            event(EventKind::Enter, "queue"),
+            event(EventKind::Speeding, "road"),
+            event(EventKind::Ended, "resize"),
+        ];
+        record.set_outcome(0, Outcome::Done(vec![Value::Events(events.into())]));
+        let result = FrameResult::new(Arc::new(record));
+        let inputs = [SinkInput {
+            port: "include",
+            label: "steps.zones.events".into(),
+            from: crate::spec::Ref::Step { step: 0, output: 0 },
+        }];
+        let mut d = Discovery::new("homeassistant", "box", "ha");
+        // One entity per place (an ended track's "resize" is no place), announced once.
+        assert_eq!(d.find(&result, &inputs, "vidflow/cam/ha"), 2);
+        assert_eq!(d.find(&result, &inputs, "vidflow/cam/ha"), 0);
+        let (topic, payload) = &d.configs[0];
+        assert!(
+            topic.starts_with(
+                "homeassistant/event/vidflow_box/cam_steps_zones_events_events_queue_"
+            ),
+            "{topic}"
+        );
+        let config: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        assert_eq!(
+            config["event_types"],
+            json!(["enter", "leave", "in", "out", "loiter", "speeding"])
+        );
+        assert_eq!(config["state_topic"], "vidflow/cam/ha");
+        assert_eq!(config["availability_topic"], d.availability.as_str());
+        assert_eq!(
+            config["value_template"],
+            "{% set es = value_json[\"steps.zones.events\"] | selectattr('place', 'eq', \"queue\") | list %}\
+             {% if es %}{{ dict(es[0], event_type=es[0].event) | tojson }}{% endif %}"
+        );
+    }
 
     #[test]
     fn ids_keep_only_what_home_assistant_takes() {

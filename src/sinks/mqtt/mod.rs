@@ -99,7 +99,9 @@ pub(super) static KIND: SinkKind = SinkKind {
             ty: "bool",
             default: "false",
             doc: "Home Assistant discovery: each count of an included value is a sensor, \
-                  available while the daemon is (last will on vidflow/HOST/SINK/availability)",
+                  each zone or line of included events an event entity (enter, leave, in, out, \
+                  loiter, speeding), available while the daemon is (last will on \
+                  vidflow/HOST/SINK/availability)",
         },
         ParamDoc {
             name: "discovery_prefix",
