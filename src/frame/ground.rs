@@ -266,11 +266,14 @@ fn fit(image: &[[f64; 2]], ground: &[[f64; 2]]) -> Option<[f64; 9]> {
     // H = Tg^-1 Hn Ti.
     let tg_inv = invert3(&tg)?;
     let mut out = mul3(&mul3(&tg_inv, &hn), &ti);
-    // Scale so that the image's points are in front (w > 0) and h33 is 1 where it can be.
-    let w0 = out[8];
-    if w0.abs() > 1e-12 {
+    // Scaled so that w is 1 at the image points' centroid: positive on the ground's side of
+    // the horizon. (Not h33 = 1: h33 is w at the picture's corner (0, 0), which for a camera
+    // that sees the horizon lies beyond it, and dividing by it would put the ground behind.)
+    let (cx, cy) = centroid(image);
+    let wc = out[6] * cx + out[7] * cy + out[8];
+    if wc.abs() > 1e-12 {
         for v in &mut out {
-            *v /= w0;
+            *v /= wc;
         }
     }
     Some(out)
@@ -369,6 +372,22 @@ mod tests {
         let far = g.to_ground([320.0, 100.0], (640, 480)).unwrap()[1]
             - g.to_ground([320.0, 101.0], (640, 480)).unwrap()[1];
         assert!(far > 3.0 * near, "{far} {near}");
+    }
+
+    #[test]
+    fn a_camera_that_sees_the_horizon_is_calibrated_below_it() {
+        // TUD-Stadtmitte's street, seen at a grazing angle: the ground is a band of the
+        // picture, and its top-left corner lies beyond the horizon. Its points and places,
+        // fitted from its ground truth.
+        let image = [[15.0, 291.0], [628.0, 235.0], [631.0, 297.0], [23.0, 325.0]];
+        let ground = [[6.68, 8.51], [16.4, 6.71], [7.49, 2.27], [3.7, 5.88]];
+        let g = Ground::fit((640, 480), &image, &ground).unwrap();
+        for (p, q) in image.iter().zip(&ground) {
+            let at = g.to_ground([p[0] as f32, p[1] as f32], (640, 480)).unwrap();
+            assert!((at[0] - q[0]).abs() < 1e-6 && (at[1] - q[1]).abs() < 1e-6, "{at:?}");
+        }
+        // Above the horizon there is no ground.
+        assert_eq!(g.to_ground([320.0, 0.0], (640, 480)), None);
     }
 
     #[test]
