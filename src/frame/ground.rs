@@ -384,7 +384,10 @@ mod tests {
         let g = Ground::fit((640, 480), &image, &ground).unwrap();
         for (p, q) in image.iter().zip(&ground) {
             let at = g.to_ground([p[0] as f32, p[1] as f32], (640, 480)).unwrap();
-            assert!((at[0] - q[0]).abs() < 1e-6 && (at[1] - q[1]).abs() < 1e-6, "{at:?}");
+            assert!(
+                (at[0] - q[0]).abs() < 1e-6 && (at[1] - q[1]).abs() < 1e-6,
+                "{at:?}"
+            );
         }
         // Above the horizon there is no ground.
         assert_eq!(g.to_ground([320.0, 0.0], (640, 480)), None);
