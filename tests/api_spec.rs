@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::{BALL_CROSSINGS, free_port, repo_root, spawn_run, write};
-use http_client::{get, open, wait_until};
+use http_client::{get, open, request, wait_until};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -102,6 +102,7 @@ fn value(param: &str) -> &'static str {
         "cursor" => "{cursor}",
         "stills" => "1",
         "format" => "png",
+        "_" => "1733212800000",
         other => panic!("no value for {other}: name one here"),
     }
 }
@@ -218,6 +219,11 @@ preset = "ultrafast"
             cases.push((missing(&template), 404));
         }
         cases.push((format!("{}?nope=1", ok(&template)), 400));
+        // The file's times take any whole number of ms: the ends of i64 included.
+        if params.contains("after") && params.contains("before") {
+            let ends = "after=9223372036854775806&before=-9223372036854775808";
+            cases.push((format!("{}?{ends}", ok(&template)), 200));
+        }
         for (target, want) in cases {
             assert!(
                 listed.contains(&want),
@@ -234,6 +240,16 @@ preset = "ultrafast"
             };
             assert_eq!(status, want, "{target}: {headers:?} {text}");
         }
+    }
+    // A method no route takes: 405, naming the one it does (RFC 9110, 15.5.6).
+    for method in ["POST", "DELETE", "TRACE"] {
+        let raw = format!("{method} /api/sources HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        let (status, headers, _) = request(port, &raw).unwrap();
+        assert_eq!(status, 405, "{method}: {headers:?}");
+        assert!(
+            headers.iter().any(|h| h == "Allow: GET"),
+            "{method}: {headers:?}"
+        );
     }
     run.signal("TERM");
     let finished = run.finish(DEADLINE);

@@ -149,7 +149,9 @@ pub fn zones(path: &Path, f: &ZoneFilter) -> Result<Vec<ZoneRow>, QueryError> {
            AND (?5 IS NULL OR place = ?5)",
     )?;
     let minute = |ms: i64| ms.div_euclid(60_000);
-    let first = f.after.map_or(i64::MIN, |a| minute(a + 59_999));
+    let first = f
+        .after
+        .map_or(i64::MIN, |a| minute(a.saturating_add(59_999)));
     let last = f.before.map_or(i64::MAX, minute);
     let mut rows = stmt.query(rusqlite::params![first, last, f.source, f.step, f.place])?;
     while let Some(r) = rows.next()? {
@@ -272,7 +274,9 @@ pub fn heatmap(path: &Path, f: &HeatFilter) -> Result<Heatmap, QueryError> {
         return Ok(out);
     };
     let minute = |ms: i64| ms.div_euclid(60_000);
-    let first = f.after.map_or(i64::MIN, |a| minute(a + 59_999));
+    let first = f
+        .after
+        .map_or(i64::MIN, |a| minute(a.saturating_add(59_999)));
     let last = f.before.map_or(i64::MAX, minute);
     let mut stmt = conn.prepare_cached(
         "SELECT width, height, cells FROM heatmap

@@ -3,7 +3,6 @@
 //! lock, which a pass may hold for its bounded budget, so it is never called by the HTTP
 //! loop or a sink. [`Storage::page`] copies only one page of them.
 
-use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -39,38 +38,85 @@ impl Storage {
     }
 
     /// One page of the kept files of `class` that `keep` takes (given a file's source, its
-    /// creation and its closing), newest first (the order they were indexed in): the `limit`
-    /// next below `below` (the key the page before ended at; `None`: from the newest), and the
-    /// key to go on from when more remain. Only the page is copied; the walk reads the index
-    /// in memory under the lock, from `below` down to the page's end (past files `keep`
-    /// refuses). Keys are this run's: files listed again by another run get others.
+    /// creation and its closing), newest first by the files' own start times, across sinks
+    /// and cameras (not the order they were indexed in: a restarted run indexes a folder when
+    /// its sink first writes there, so an old file may be indexed after a new one): the
+    /// `limit` next below `below` (the [`PageKey`] the page before ended at; `None`: from the
+    /// newest), and the key to go on from when more remain. Only the page is copied: under the
+    /// lock, the walk keeps the key of each file it takes (16 bytes) and picks the page's
+    /// `limit` newest in linear time. Keys are this run's: files listed again by another run
+    /// get others.
     pub fn page(
         &self,
         class: Class,
-        below: Option<u64>,
+        below: Option<PageKey>,
         limit: usize,
         keep: impl Fn(&str, SystemTime, Option<SystemTime>) -> bool,
-    ) -> (Vec<StoredFile>, Option<u64>) {
+    ) -> (Vec<StoredFile>, Option<PageKey>) {
         let state = lock(&self.shared.state);
-        let upper = below.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut matching = state
+        let mut keys: Vec<PageKey> = state
             .entries
-            .range((Bound::Unbounded, upper))
-            .rev()
-            .filter(|(_, e)| e.class == class && keep(&e.source, e.created, e.closed));
-        let mut page = Vec::new();
-        let mut last = None;
-        for (&id, e) in matching.by_ref().take(limit) {
-            page.push(stored(e));
-            last = Some(id);
+            .iter()
+            .filter(|(_, e)| e.class == class && keep(&e.source, e.created, e.closed))
+            .map(|(&id, e)| PageKey::of(id, e))
+            .filter(|k| below.is_none_or(|b| *k < b))
+            .collect();
+        let more = keys.len() > limit;
+        if more {
+            // The `limit` newest at the end, in no order; then only those sorted.
+            let cut = keys.len() - limit;
+            keys.select_nth_unstable(cut - 1);
+            keys.drain(..cut);
         }
-        let next = matching.next().and(last);
+        keys.sort_unstable_by(|a, b| b.cmp(a));
+        let page = keys
+            .iter()
+            .filter_map(|k| state.entries.get(&k.id).map(stored))
+            .collect();
+        let next = more.then(|| keys.last().copied()).flatten();
         (page, next)
+    }
+
+    /// The kept file of `sink` named `name` (in any of its folders) whose whole path `wanted`
+    /// takes, found under the lock without copying the list: only the file found is copied,
+    /// and only the files of that sink and name have their paths made.
+    pub fn find(
+        &self,
+        sink: &str,
+        name: &str,
+        wanted: impl Fn(&std::path::Path) -> bool,
+    ) -> Option<StoredFile> {
+        let state = lock(&self.shared.state);
+        state
+            .entries
+            .values()
+            .find(|e| *e.sink == *sink && e.name == name && wanted(&e.path()))
+            .map(stored)
     }
 
     /// Whether `path` is a kept file: the only files the HTTP API serves.
     pub fn lists(&self, path: &std::path::Path) -> bool {
         lock(&self.shared.state).by_path.contains_key(path)
+    }
+}
+
+/// Where a file sorts in [`Storage::page`]: its start time (ms since 1970), then its key in
+/// this run's index (files started in one millisecond).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct PageKey {
+    pub t: i64,
+    pub id: u64,
+}
+
+impl PageKey {
+    fn of(id: u64, e: &Entry) -> Self {
+        let t = e
+            .created
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self { t, id }
     }
 }
 

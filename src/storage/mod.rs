@@ -54,7 +54,7 @@ mod purge;
 mod sync;
 
 pub use disk::{Space, is_full, sync_with_folder};
-pub use listing::StoredFile;
+pub use listing::{PageKey, StoredFile};
 pub use sync::{SyncQueue, Syncer};
 
 /// The free space of the filesystem holding `path`.

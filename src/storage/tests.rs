@@ -449,3 +449,39 @@ fn a_full_disk_is_told_only_the_room_really_made() {
     assert!(f.exists("a.mp4") && !f.exists("b.mp4"));
     drop(writing);
 }
+
+#[test]
+fn pages_are_newest_first_by_start_time_when_a_restart_indexes_old_files_after_new_ones() {
+    let f = Fixture::new(StorageConfig::default());
+    let rec = f.storage.sink("rec", policy(Class::Continuous, None, None));
+    f.write(&rec, "b/old.mp4", 10);
+    f.storage.stop();
+    f.advance(10_000);
+    // The restarted run writes camera a's folder first: b's old file is indexed after a's new.
+    let again = Storage::start(StorageConfig::default(), f.clock.clone()).unwrap();
+    let rec = again.sink("rec", policy(Class::Continuous, None, None));
+    f.write(&rec, "a/new.mp4", 10);
+    f.write(&rec, "b/newer.mp4", 10);
+    let name = |s: &StoredFile| s.path.strip_prefix(f.dir.path()).unwrap().to_owned();
+    let (page, next) = again.page(Class::Continuous, None, 10, |_, _, _| true);
+    let names: Vec<_> = page.iter().map(name).collect();
+    assert_eq!(
+        names,
+        ["b/newer.mp4", "a/new.mp4", "b/old.mp4"].map(PathBuf::from)
+    );
+    assert_eq!(next, None);
+    // A page at a time, the same order.
+    let (mut below, mut paged) = (None, Vec::new());
+    loop {
+        let (page, next) = again.page(Class::Continuous, below, 1, |_, _, _| true);
+        paged.extend(page.iter().map(name));
+        match next {
+            Some(n) => below = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(paged, names);
+    let found = again.find("rec", "old.mp4", |_| true).map(|s| name(&s));
+    assert_eq!(found, Some(PathBuf::from("b/old.mp4")));
+    again.stop();
+}

@@ -108,7 +108,7 @@ fn serve(job: Job, shared: &Shared) -> std::io::Result<()> {
 }
 
 /// The answer of the route `routes::find` gives (404 for none, 400 for a query parameter it
-/// does not take).
+/// does not take; `_`, a cache-buster, is taken by every route and ignored).
 fn route(head: &Head, shared: &Shared) -> Answer {
     let path = super::path_of(head);
     let found = routes::find(&head.method, path);
@@ -120,13 +120,15 @@ fn route(head: &Head, shared: &Shared) -> Answer {
             ),
         );
     };
-    let pairs = match pairs(&head.target) {
+    let mut pairs = match pairs(&head.target) {
         Ok(p) => p,
         Err(BadParam(m)) => return text(400, &m),
     };
     if let Some(m) = route.unknown(&pairs) {
         return text(400, &m);
     }
+    // Taken and ignored by every route; the handlers refuse what they do not read.
+    pairs.retain(|(k, _)| k != routes::IGNORED);
     let parts = shared.live.parts();
     match route.handler {
         Handler::Api(answer) => answer(&Call {

@@ -152,15 +152,10 @@ pub(super) fn media(c: &Call<'_>) -> Answer {
     ) else {
         return text(400, "bad percent-encoding");
     };
-    let found = parts.storage.as_ref().and_then(|s| {
-        s.files(None).into_iter().find(|f| {
-            *f.sink == *sink
-                && f.path
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy() == name)
-                && media_id(&f.path) == *id
-        })
-    });
+    let found = parts
+        .storage
+        .as_ref()
+        .and_then(|s| s.find(&sink, &name, |path| media_id(path) == *id));
     match found {
         Some(f) => Answer::File(f.path),
         None => text(

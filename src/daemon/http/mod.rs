@@ -302,7 +302,13 @@ fn answer(head: Result<Head, head::BadHead>, shared: &Shared) -> Reply {
         }
     }
     if head.method != "GET" {
-        return Reply::Now(refusal(405, "only GET is served\n"));
+        // RFC 9110 (15.5.6): a 405 names the methods the target takes.
+        return Reply::Now(response(
+            405,
+            "text/plain",
+            b"only GET is served\n",
+            "Allow: GET\r\n",
+        ));
     }
     if path_of(&head) == "/healthz" {
         // Open without credentials: a liveness probe has none, and this says only "ok".

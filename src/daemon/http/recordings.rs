@@ -1,5 +1,5 @@
-//! `GET /api/recordings`: continuous footage from the storage's index, newest first, a page at
-//! a time (`Storage::page` copies only the page). Its cursor names the run whose storage
+//! `GET /api/recordings`: continuous footage from the storage's index, newest first by each
+//! file's start time (across cameras), a page at a time (`Storage::page` copies only the page). Its cursor names the run whose storage
 //! numbered the files: a restarted vidflow numbers them anew, and refuses an older cursor.
 
 use std::time::SystemTime;
@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::answer::{Answer, Call, page_answer, text};
 use crate::events::query::{self, BadParam};
-use crate::storage::{Class, StoredFile};
+use crate::storage::{Class, PageKey, StoredFile};
 
 /// The most recordings one page holds, and how many when `limit` is not given.
 pub(super) const MAX_RECORDINGS: u32 = 1000;
@@ -39,11 +39,12 @@ fn file_json(f: &StoredFile) -> serde_json::Value {
     })
 }
 
-/// Where a page of recordings ended: the run that numbered the files, and the last one's key.
+/// Where a page of recordings ended: the run that numbered the files, and the last one's
+/// start time and key.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct RecordingCursor {
     run: u64,
-    below: u64,
+    below: PageKey,
 }
 
 /// This run's number: storage keys are a run's own (`Storage::page`), so a cursor of another
@@ -64,7 +65,7 @@ struct RecordingFilter<'a> {
     after: Option<i64>,
     before: Option<i64>,
     limit: u32,
-    below: Option<u64>,
+    below: Option<PageKey>,
 }
 
 impl<'a> RecordingFilter<'a> {

@@ -5,7 +5,9 @@
 //! docs/reference/api.json to it both ways.
 //!
 //! A query parameter a route does not name is a 400, on every route (no route takes extras):
-//! a typo never silently returns everything.
+//! a typo never silently returns everything. The one exception is [`IGNORED`] (`_`), which
+//! every route takes and ignores: the cache-buster (`?_=1733212800000`) that jQuery and many
+//! dashboards add to each request.
 
 use super::answer::{Answer, Call};
 use super::handlers as api;
@@ -27,6 +29,9 @@ pub(super) struct Route {
     pub query: &'static [&'static str],
     pub handler: Handler,
 }
+
+/// The query parameter every route takes and ignores (a cache-buster).
+pub(super) const IGNORED: &str = "_";
 
 /// Every route of the API. A new one is one line here, its handler in `api.rs`, and its entry in
 /// docs/reference/api.json.
@@ -117,7 +122,7 @@ impl Route {
     pub(super) fn unknown(&self, pairs: &[(String, String)]) -> Option<String> {
         let (key, _) = pairs
             .iter()
-            .find(|(k, _)| !self.query.contains(&k.as_str()))?;
+            .find(|(k, _)| k != IGNORED && !self.query.contains(&k.as_str()))?;
         Some(if self.query.is_empty() {
             format!("unknown parameter \"{key}\": {} takes none", self.path)
         } else {
@@ -143,8 +148,8 @@ pub struct RouteDoc {
     pub method: &'static str,
     /// With `{name}` for each segment it takes.
     pub path: &'static str,
-    /// The query parameters it takes; any other is a 400.
-    pub query: &'static [&'static str],
+    /// The query parameters it takes, [`IGNORED`] last; any other is a 400.
+    pub query: Vec<&'static str>,
 }
 
 /// The API's routes, as [`ROUTES`] has them (for `tests/api_spec.rs`).
@@ -154,7 +159,7 @@ pub fn routes() -> Vec<RouteDoc> {
         .map(|r| RouteDoc {
             method: r.method,
             path: r.path,
-            query: r.query,
+            query: r.query.iter().copied().chain([IGNORED]).collect(),
         })
         .collect()
 }
@@ -189,6 +194,7 @@ mod tests {
         let q = |k: &str| vec![(k.to_owned(), String::new())];
         let counts = find("GET", "/api/counts").unwrap().0;
         assert_eq!(counts.unknown(&q("bucket")), None);
+        assert_eq!(counts.unknown(&q("_")), None);
         let e = counts.unknown(&q("buckets")).unwrap();
         assert!(
             e.starts_with("unknown parameter \"buckets\": expected source, step"),
