@@ -62,7 +62,10 @@ pub(super) fn sources(live: &Live) -> serde_json::Value {
     run(live)["sources"].take()
 }
 
-/// What `/stats.json` says, and each source's last error and record stream.
+/// What `/stats.json` says, and each source's last error, record stream and camera clock skew
+/// (`clock_skew_s`: the camera's clock minus this computer's at its latest RTCP sender report,
+/// null for a source that sends none; past 2 s its events are placed by their arrival,
+/// `events/time.rs`).
 fn run(live: &Live) -> serde_json::Value {
     let mut run: serde_json::Value =
         serde_json::from_slice(&super::metrics::json(live)).unwrap_or_default();
@@ -72,6 +75,7 @@ fn run(live: &Live) -> serde_json::Value {
             let found = parts.sources.iter().find(|s| shown["name"] == *s.name);
             if let (Some(source), Some(map)) = (found, shown.as_object_mut()) {
                 map.insert("last_error".into(), last_error(&source.counters));
+                map.insert("clock_skew_s".into(), json!(source.counters.clock_skew_s()));
                 map.insert("record".into(), record_stream(source));
             }
         }
