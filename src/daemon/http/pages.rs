@@ -136,3 +136,43 @@ pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn source(name: &str, skew_ns: Option<i64>) -> LiveSource {
+        let counters = SourceCounters::default();
+        if let Some(ns) = skew_ns {
+            counters.set_clock_skew(ns);
+        }
+        LiveSource {
+            name: name.into(),
+            live: true,
+            file: false,
+            counters: Arc::new(counters),
+            record: None,
+            stall_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn health_gives_each_cameras_clock_skew_and_null_without_sender_reports() {
+        let live = Live::new();
+        live.set_parts(Parts {
+            sources: vec![source("fast", Some(180_250_000_000)), source("file", None)],
+            ..Parts::default()
+        });
+        let health = health(&live, &live.parts());
+        let skew = |name: &str| {
+            let sources = health["run"]["sources"].as_array().expect("sources");
+            let found = sources.iter().find(|s| s["name"] == name);
+            found.expect("the source")["clock_skew_s"].clone()
+        };
+        assert_eq!(skew("fast"), json!(180.25), "{health}");
+        assert!(skew("file").is_null(), "{health}");
+    }
+}
