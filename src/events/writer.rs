@@ -51,6 +51,10 @@ struct Open {
     dirty: bool,
 }
 
+/// A test's hook, given the database's path.
+#[cfg(test)]
+pub(super) type Hook = Box<dyn FnMut(&Path) + Send>;
+
 /// Open tracks by source, step and track id.
 type Tracks = HashMap<(Arc<str>, Arc<str>, u64), Open>;
 /// Open stretches of motion by source and step.
@@ -83,7 +87,7 @@ pub(super) struct Writer {
     /// Runs just before a batch's commit: a test's way into the window between the check of
     /// the file and the commit.
     #[cfg(test)]
-    pub(super) before_commit: Option<Box<dyn FnMut(&Path) + Send>>,
+    pub(super) before_commit: Option<Hook>,
 }
 
 impl std::fmt::Debug for Writer {
