@@ -12,7 +12,10 @@
 //! file agrees; one of another file at the same path (an HTTP reader that opened a newer
 //! file) makes two candidates, and a descriptor number closed and taken again within the
 //! opening hides SQLite's: either way no identity is given, and the writer takes the opening
-//! as failed and tries again ([`super::writer::REOPEN_DELAY`]), never guessing.
+//! as failed and tries again ([`super::writer::REOPEN_DELAY`]), never guessing. Without
+//! `/proc/self/fd` (not mounted), the file is named by path, as before: the race comes back,
+//! but the store still opens. (The shipped unit's `ProtectProc=invisible` and `ProcSubset=pid`
+//! leave a process its own `/proc/self/fd`.)
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
@@ -45,6 +48,9 @@ pub(super) fn descriptors() -> Descriptors {
 /// The file that a connection to `path`, opened after `before` was taken, has open: the one
 /// file of the descriptors opened since that name `path` (see the module header).
 pub(super) fn opened(before: &Descriptors, path: &Path) -> Option<FileId> {
+    if !Path::new(FDS).is_dir() {
+        return at(path);
+    }
     let want = absolute(path)?;
     let deleted = format!("{} (deleted)", want.display());
     let mut found: Option<FileId> = None;
