@@ -3,7 +3,8 @@
 //! late (a slow main-stream encoder). Frame k of the decoded `/sub` and packet k of the
 //! recorded `/main` are the same capture: the camera's clock puts them together, where their
 //! arrival times are 10 frames apart; and again on the connections after the camera restarted,
-//! each on its own reports. Prints the spread docs/guides/recording.md quotes.
+//! each on its own reports; and the camera's skew is measured at them. Prints the spread
+//! docs/guides/recording.md quotes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -104,6 +105,17 @@ fn the_cameras_clock_places_the_same_frame_of_two_streams_together() {
     );
     assert_same_frames_together(first, 1);
     assert_same_frames_together((frames, packets), 2);
+    // The server stamps its reports with this computer's clock: the skew measured at them
+    // (camera minus this computer) is the report's way over loopback, well under the
+    // event store's trust bound (2 s).
+    for (connection, seen) in [(1, &first.0[FRAMES - 1]), (2, &frames[FRAMES - 1])] {
+        let skew = seen
+            .clock
+            .skew()
+            .expect("no skew measured at a sender report");
+        println!("connection {connection}: the camera's clock skew {skew} ns");
+        assert!(skew.abs() < 500_000_000, "skew {skew} ns");
+    }
 }
 
 /// Frames and packets seen, in order, each stream's split by connection (as the source says:

@@ -48,6 +48,7 @@ use crate::value::{Counts, Event, Track, Value};
 
 mod counts;
 pub mod heat;
+mod identity;
 mod link;
 mod params;
 pub mod query;
@@ -126,6 +127,53 @@ pub struct Facts {
 }
 
 impl Facts {
+    /// What `result` holds for the outputs in `taps`, if the writer is to be told (see the
+    /// module header).
+    fn of(result: &FrameResult, taps: &[Output]) -> Option<Self> {
+        let frame = result.frame();
+        let mut facts = Self {
+            source: frame.source.clone(),
+            seq: frame.seq,
+            time: FrameTime::of(frame),
+            tracks: Vec::new(),
+            events: Vec::new(),
+            motion: Vec::new(),
+            occupancy: Vec::new(),
+            size: (frame.width(), frame.height()),
+            stream_s: frame.stream_time_s(),
+            interval_s: frame
+                .fps
+                .filter(|&(n, d)| n > 0 && d > 0)
+                .map_or(0.0, |(n, d)| f64::from(d) / f64::from(n)),
+            sampled: false,
+        };
+        for out in taps {
+            match (out.tap, result.value(out.at)) {
+                (Tap::Tracks, Some(Value::Tracks(t))) => {
+                    facts.sampled = true;
+                    if !t.is_empty() {
+                        facts.tracks.push((out.step.clone(), t));
+                    }
+                }
+                (Tap::Occupancy, Some(Value::Counts(c))) => {
+                    facts.sampled = true;
+                    facts.occupancy.push((out.step.clone(), c));
+                }
+                (Tap::Events, Some(Value::Events(e))) if !e.is_empty() => {
+                    facts.events.push((out.step.clone(), e, out.sinks.clone()));
+                }
+                (Tap::Motion, Some(Value::Detections(d))) if !d.is_empty() => {
+                    facts.motion.push(out.step.clone());
+                }
+                _ => {}
+            }
+        }
+        // Rows end by the frame time of their source's next facts: an empty frame tells the
+        // writer nothing, unless a tracker or `zone_count` ran on it or it is the first after
+        // a reconnection.
+        (!facts.is_empty() || facts.time.reconnected || facts.sampled).then_some(facts)
+    }
+
     /// Only its frame's time (see the module header).
     fn is_empty(&self) -> bool {
         self.tracks.is_empty()
@@ -187,50 +235,10 @@ impl EventStore {
     /// Queues what `result` holds for the outputs in `taps` (nothing if it holds nothing);
     /// never blocks.
     pub fn record(&self, result: &FrameResult, taps: &[Output]) {
-        let frame = result.frame();
-        let mut facts = Facts {
-            source: frame.source.clone(),
-            seq: frame.seq,
-            time: FrameTime::of(frame),
-            tracks: Vec::new(),
-            events: Vec::new(),
-            motion: Vec::new(),
-            occupancy: Vec::new(),
-            size: (frame.width(), frame.height()),
-            stream_s: frame.stream_time_s(),
-            interval_s: frame
-                .fps
-                .filter(|&(n, d)| n > 0 && d > 0)
-                .map_or(0.0, |(n, d)| f64::from(d) / f64::from(n)),
-            sampled: false,
-        };
-        for out in taps {
-            match (out.tap, result.value(out.at)) {
-                (Tap::Tracks, Some(Value::Tracks(t))) => {
-                    facts.sampled = true;
-                    if !t.is_empty() {
-                        facts.tracks.push((out.step.clone(), t));
-                    }
-                }
-                (Tap::Occupancy, Some(Value::Counts(c))) => {
-                    facts.sampled = true;
-                    facts.occupancy.push((out.step.clone(), c));
-                }
-                (Tap::Events, Some(Value::Events(e))) if !e.is_empty() => {
-                    facts.events.push((out.step.clone(), e, out.sinks.clone()));
-                }
-                (Tap::Motion, Some(Value::Detections(d))) if !d.is_empty() => {
-                    facts.motion.push(out.step.clone());
-                }
-                _ => {}
-            }
-        }
-        let empty = facts.is_empty();
-        if empty && !facts.time.reconnected && !facts.sampled {
-            // Rows end by the frame time of their source's next facts: an empty frame tells
-            // the writer nothing.
+        let Some(facts) = Facts::of(result, taps) else {
             return;
-        }
+        };
+        let empty = facts.is_empty();
         match self.tx.try_send(Msg::Facts(facts)) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) if !empty => {

@@ -2,6 +2,7 @@
 //! it: frames made here with the timestamps a source gives (the point is their timing).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -60,14 +61,7 @@ fn start(dir: &std::path::Path) -> (EventStore, Storage) {
 
 /// The track rows: (track id, start, end).
 fn track_rows(store: &EventStore) -> Vec<(i64, i64, i64)> {
-    let conn = schema::open_reader(&store.path).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT track_id, start_ms, end_ms FROM events WHERE kind = 'track' ORDER BY id")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
+    track_rows_at(&store.path)
 }
 
 #[test]
@@ -87,27 +81,120 @@ fn a_track_on_frames_delivered_seconds_apart_but_close_in_frame_time_keeps_one_r
     storage.stop();
 }
 
+/// A writer of `dir/events.db` driven here batch by batch (not its thread), with its counters.
+fn writer(dir: &std::path::Path) -> (writer::Writer, Arc<Counters>, Storage) {
+    let storage = Storage::start(StorageConfig::default(), Arc::new(SystemClock)).unwrap();
+    let config = EventsConfig {
+        path: dir.join("events.db"),
+        retain: DEFAULT_RETAIN,
+    };
+    let counters = Arc::new(Counters::default());
+    let w = writer::Writer::new(config, storage.clone(), counters.clone());
+    (w, counters, storage)
+}
+
+/// What the store sends the writer for `result`, which must be sent.
+fn facts(result: &FrameResult) -> Facts {
+    Facts::of(result, &taps()).expect("a frame the tracker ran on is sent to the writer")
+}
+
+/// The track rows of the file at `path`: (track id, start, end).
+fn track_rows_at(path: &std::path::Path) -> Vec<(i64, i64, i64)> {
+    let conn = schema::open_reader(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT track_id, start_ms, end_ms FROM events WHERE kind = 'track' ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
 #[test]
 fn a_track_unseen_for_3_s_of_frame_time_ends_however_fast_its_frames_came() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, storage) = start(dir.path());
+    let (mut w, _, storage) = writer(dir.path());
+    w.connect();
     let before = millis(SystemTime::now());
-    store.record(&frame(0, Duration::ZERO, &[7]), &taps());
-    // 4 s of a file's frames without it, read in no time.
+    w.write(&[facts(&frame(0, Duration::ZERO, &[7]))], false);
+    assert_eq!(w.open_tracks(), 1);
+    // 4 s of a file's frames without it, read in no time, each a batch of its own.
     for seq in 1..=41 {
-        let r = frame(seq, Duration::from_millis(seq * 100), &[]);
-        store.record(&r, &taps());
+        w.write(
+            &[facts(&frame(seq, Duration::from_millis(seq * 100), &[]))],
+            false,
+        );
+        if seq == 30 {
+            assert_eq!(w.open_tracks(), 1, "unseen for 3.0 s: still open");
+        }
     }
-    store.record(&frame(42, Duration::from_millis(4200), &[7]), &taps());
-    store.stop();
-    let rows = track_rows(&store);
     assert_eq!(
-        rows.len(),
-        2,
-        "gone for 4 s of the scene: a new row: {rows:?}"
+        w.open_tracks(),
+        0,
+        "unseen for 3.1 s of the scene: ended, though no time passed"
     );
+    w.write(
+        &[facts(&frame(42, Duration::from_millis(4200), &[7]))],
+        true,
+    );
+    let rows = track_rows_at(&dir.path().join("events.db"));
+    assert_eq!(rows.len(), 2, "seen again: a new row: {rows:?}");
     assert!(rows[0].1 >= before, "{rows:?}");
+    assert_eq!(rows[0].2, rows[0].1, "ends at its last sighting: {rows:?}");
     assert_eq!(rows[1].1 - rows[0].1, 4200, "rows at frame times: {rows:?}");
+    storage.stop();
+}
+
+#[test]
+fn a_database_deleted_between_opening_and_knowing_its_file_is_not_written_into() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    let (mut w, counters, storage) = writer(dir.path());
+    let before = identity::descriptors();
+    let conn = schema::open_writer(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    w.adopt(conn, &before);
+    w.write(&[facts(&frame(0, Duration::ZERO, &[7]))], false);
+    // The writer saw that its file is gone and wrote into a new one at the path.
+    let rows = track_rows_at(&path);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(counters.events.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.reopened.load(Ordering::Relaxed), 1);
+    storage.stop();
+}
+
+#[test]
+fn a_batch_committed_into_a_file_replaced_meanwhile_is_counted_as_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    let other = dir.path().join("other.db");
+    drop(schema::open_writer(&other).unwrap());
+    let (mut w, counters, storage) = writer(dir.path());
+    w.connect();
+    w.write(&[facts(&frame(0, Duration::ZERO, &[7]))], false);
+    assert_eq!(counters.events.load(Ordering::Relaxed), 1);
+    // Between the writer's check of its file and its commit, the file is replaced.
+    let aside = dir.path().join("aside.db");
+    let mut once = Some((aside.clone(), other));
+    w.before_commit = Some(Box::new(move |path| {
+        if let Some((aside, other)) = once.take() {
+            std::fs::rename(path, aside).unwrap();
+            std::fs::rename(other, path).unwrap();
+        }
+    }));
+    w.write(&[facts(&frame(1, Duration::from_millis(100), &[8]))], false);
+    assert_eq!(counters.events.load(Ordering::Relaxed), 1, "not written");
+    assert_eq!(counters.dropped.load(Ordering::Relaxed), 1, "dropped");
+    assert_eq!(
+        track_rows_at(&path),
+        vec![],
+        "nothing of it in the new file"
+    );
+    // The next batch goes into the new file, its track's row started again.
+    w.write(&[facts(&frame(2, Duration::from_millis(200), &[8]))], true);
+    let rows = track_rows_at(&path);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].0, 8);
     storage.stop();
 }
 

@@ -14,6 +14,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rusqlite::{Connection, Transaction, params};
 
 use super::heat::{Areas, MAX_STEP};
+use super::identity::{self, FileId};
 use super::link::{self, Pending};
 use super::schema;
 use super::time::Clocks;
@@ -50,6 +51,10 @@ struct Open {
     dirty: bool,
 }
 
+/// A test's hook, given the database's path.
+#[cfg(test)]
+pub(super) type Hook = Box<dyn FnMut(&Path) + Send>;
+
 /// Open tracks by source, step and track id.
 type Tracks = HashMap<(Arc<str>, Arc<str>, u64), Open>;
 /// Open stretches of motion by source and step.
@@ -60,8 +65,9 @@ pub(super) struct Writer {
     storage: Storage,
     counters: Arc<Counters>,
     conn: Option<Connection>,
-    /// The file `conn` has open (device, inode): another file at the path is not it.
-    file: Option<(u64, u64)>,
+    /// The file `conn` has open (device, inode), read from its descriptor (`identity.rs`):
+    /// another file at the path, or none, is not it.
+    file: Option<FileId>,
     /// When the database last failed (it is reopened [`REOPEN_DELAY`] later).
     failed_at: Option<Instant>,
     /// A failure was logged (the next ones are counted only).
@@ -78,6 +84,10 @@ pub(super) struct Writer {
     areas: Areas,
     linked_at: Instant,
     retained_at: Option<Instant>,
+    /// Runs just before a batch's commit: a test's way into the window between the check of
+    /// the file and the commit.
+    #[cfg(test)]
+    pub(super) before_commit: Option<Hook>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -106,6 +116,8 @@ impl Writer {
             areas: Areas::default(),
             linked_at: Instant::now(),
             retained_at: None,
+            #[cfg(test)]
+            before_commit: None,
         }
     }
 
@@ -144,9 +156,10 @@ impl Writer {
     }
 
     /// Opens the database (setting a corrupt one aside first); a failure is counted.
-    fn connect(&mut self) {
+    pub(super) fn connect(&mut self) {
         let path = self.config.path.clone();
         let path = &path;
+        let mut before = identity::descriptors();
         let opened = match schema::open_writer(path) {
             Err(e) if e.is_corrupt() => {
                 let aside = set_aside(path);
@@ -154,22 +167,43 @@ impl Writer {
                     "is damaged ({e}); set aside as {} and recreated",
                     aside.display()
                 ));
+                before = identity::descriptors();
                 schema::open_writer(path)
             }
             other => other,
         };
         match opened {
-            Ok(conn) => {
-                if self.failed_at.take().is_some() {
-                    self.counters.reopened.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(path = %path.display(), "event store: database open again");
-                }
-                self.file = file_id(path);
-                self.keep_rows_of(&conn);
-                self.conn = Some(conn);
-            }
+            Ok(conn) => self.adopt(conn, &before),
             Err(e) => self.fail(&e.to_string()),
         }
+    }
+
+    /// Writes into `conn`, just opened (`before`: the descriptors open before it), once the
+    /// file it opened is known by its descriptor (`identity.rs`).
+    pub(super) fn adopt(&mut self, conn: Connection, before: &identity::Descriptors) {
+        let path = self.config.path.clone();
+        let Some(file) = identity::opened(before, &path) else {
+            self.fail("cannot tell which file the database connection opened");
+            return;
+        };
+        if self.failed_at.take().is_some() {
+            self.counters.reopened.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(path = %path.display(), "event store: database open again");
+        }
+        self.file = Some(file);
+        self.keep_rows_of(&conn);
+        self.conn = Some(conn);
+    }
+
+    /// Tracks open now (a test's view of what ended).
+    #[cfg(test)]
+    pub(super) fn open_tracks(&self) -> usize {
+        self.tracks.len()
+    }
+
+    /// Whether the file at the path is still the one the connection has open.
+    fn still_ours(&self) -> bool {
+        identity::at(&self.config.path) == self.file
     }
 
     /// Counts a failure, says the first one, and drops the connection until [`REOPEN_DELAY`].
@@ -189,10 +223,23 @@ impl Writer {
     /// reopened. (While the connection holds the old file open, no other file can have its
     /// device and inode.)
     fn check_file(&mut self) {
-        if self.conn.is_some() && file_id(&self.config.path) != self.file {
-            self.fail("the database file is gone (deleted, moved or replaced)");
-            self.failed_at = Some(Instant::now() - REOPEN_DELAY);
+        if self.conn.is_some() && !self.still_ours() {
+            self.let_go("the database file is gone (deleted, moved or replaced)");
         }
+    }
+
+    /// Lets go of a file no longer at the path, to open the one there at once. Its WAL is
+    /// emptied into it first: the WAL is named by the path, and SQLite does not checkpoint a
+    /// moved file on close, so the file opened next at the path would take its pages for its
+    /// own.
+    fn let_go(&mut self, why: &str) {
+        if let Some(conn) = self.conn.as_ref()
+            && let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
+            tracing::debug!(path = %self.config.path.display(), error = %e, "event store: cannot empty the WAL of the file let go");
+        }
+        self.fail(why);
+        self.failed_at = Some(Instant::now() - REOPEN_DELAY);
     }
 
     /// Keeps only the open rows that the file `conn` has open holds: after a reconnection it
@@ -212,7 +259,7 @@ impl Writer {
             .retain(|p| holds(conn, p.row, p.start, &p.source));
     }
 
-    fn write(&mut self, batch: &[Facts], last: bool) {
+    pub(super) fn write(&mut self, batch: &[Facts], last: bool) {
         // A `stat`: rows are not written into a file deleted since the last batch.
         self.check_file();
         if self.conn.is_none()
@@ -250,10 +297,24 @@ impl Writer {
             let now = |source: &str| clocks.now(source).unwrap_or(i64::MIN);
             close_open(&tx, &mut self.tracks, |k| now(&k.0), TRACK_GONE, last)?;
             close_open(&tx, &mut self.motion, |k| now(&k.0), MOTION_GAP, last)?;
+            #[cfg(test)]
+            if let Some(hook) = self.before_commit.as_mut() {
+                hook(&self.config.path);
+            }
             tx.commit()?;
             Ok(rows)
         })();
         match result {
+            // Committed into a file that was deleted or replaced since the check above: the
+            // batch is in no file anyone reads. Dropped, and the file at the path opened now
+            // (what the batch opened is not there: `keep_rows_of` forgets it).
+            Ok(_) if !self.still_ours() => {
+                self.counters
+                    .dropped
+                    .fetch_add(with_facts, Ordering::Relaxed);
+                self.let_go("the database file was replaced while a batch was written; the batch is dropped");
+                self.connect();
+            }
             Ok(rows) => {
                 self.counters.events.fetch_add(rows, Ordering::Relaxed);
                 self.pending.append(&mut pending);
@@ -542,12 +603,6 @@ fn holds(conn: &Connection, row: i64, start: i64, source: &str) -> bool {
         |_| Ok(()),
     )
     .is_ok()
-}
-
-/// The device and inode of the file at `path`, if there is one.
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn box_json(b: &BBox) -> String {

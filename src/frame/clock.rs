@@ -8,7 +8,11 @@
 //! before the first report, since the offset is read when a time is asked for, not when the
 //! buffer came. The source writes it (`source/rtcp.rs`), at each report.
 //!
-//! Shared state: [`CameraClock::offset`] is written by the GStreamer thread that receives the
+//! Each report also gives the camera's skew: its clock minus this computer's when the report
+//! arrived (`SystemTime::now()`), so less the report's way over the network (milliseconds on a
+//! LAN). What the event store trusts the camera's clock by (`events/time.rs`).
+//!
+//! Shared state: [`CameraClock::offset`] and [`CameraClock::skew`] are written by the GStreamer thread that receives the
 //! connection's RTCP (one report every few seconds) and read by whoever holds a frame or
 //! packet of that connection (relaxed: a lone value; a reader that misses the newest report
 //! gets the one before, a few microseconds apart).
@@ -25,6 +29,9 @@ pub struct CameraClock {
     /// Camera time (ns since the NTP epoch) minus the PTS (ns, before `pts_base`), from the
     /// latest sender report; [`NO_REPORT`] before the first.
     offset: AtomicI64,
+    /// Camera time minus this computer's (ns) at the latest sender report; [`NO_REPORT`]
+    /// before the first.
+    skew: AtomicI64,
     /// What the source added to this connection's PTS (frames stay in order across
     /// reconnections), taken out again before the offset applies.
     pts_base: Duration,
@@ -35,6 +42,7 @@ impl CameraClock {
     pub fn new(pts_base: Duration) -> Self {
         Self {
             offset: AtomicI64::new(NO_REPORT),
+            skew: AtomicI64::new(NO_REPORT),
             pts_base,
         }
     }
@@ -47,6 +55,22 @@ impl CameraClock {
             return false;
         }
         self.offset.swap(offset, Ordering::Relaxed) == NO_REPORT
+    }
+
+    /// Takes a sender report's skew: it says `camera_ns` (since the NTP epoch), and this
+    /// computer's clock said `now_ns` when it arrived.
+    pub fn measured(&self, camera_ns: i128, now_ns: i128) {
+        let skew = i64::try_from(camera_ns - now_ns).unwrap_or(if camera_ns < now_ns {
+            i64::MIN + 1
+        } else {
+            i64::MAX
+        });
+        self.skew.store(skew.max(NO_REPORT + 1), Ordering::Relaxed);
+    }
+
+    /// The camera's clock minus this computer's (ns), at the latest sender report.
+    pub fn skew(&self) -> Option<i64> {
+        Some(self.skew.load(Ordering::Relaxed)).filter(|&s| s != NO_REPORT)
     }
 
     /// Whether a sender report came on this connection.
@@ -77,9 +101,13 @@ mod tests {
         let before = Duration::from_secs(101);
         assert_eq!(clock.time(before), None);
         assert!(!clock.known());
-        // The camera's 5000 s is this connection's PTS 3 s (103 s with its base).
+        // The camera's 5000 s is this connection's PTS 3 s (103 s with its base), and it came
+        // when this computer's clock said 5002.5 s.
+        assert_eq!(clock.skew(), None);
         assert!(clock.report(5_000_000_000_000, 3_000_000_000));
+        clock.measured(5_000_000_000_000, 5_002_500_000_000);
         assert!(clock.known());
+        assert_eq!(clock.skew(), Some(-2_500_000_000));
         assert_eq!(clock.time(before), Some(Duration::from_secs(4998)));
         assert_eq!(
             clock.time(Duration::from_secs(104)),
@@ -87,6 +115,8 @@ mod tests {
         );
         // A later report moves every buffer with it, and is not the first.
         assert!(!clock.report(5_000_000_000_010, 3_000_000_000));
+        clock.measured(5_000_000_000_010, 5_000_000_000_000);
+        assert_eq!(clock.skew(), Some(10));
         assert_eq!(
             clock.time(before),
             Some(Duration::from_nanos(4_998_000_000_010))

@@ -22,7 +22,7 @@
 //! on `ended`, so that [`SourceHandle::join_until`] can give up on a supervisor blocked in
 //! GStreamer (a state change waiting on a TCP connect) at a deadline.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -163,6 +163,11 @@ pub struct SourceCounters {
     total: AtomicU64,
     /// Why the stream was last lost (`last_error.rs`).
     last_error: Mutex<Option<LastError>>,
+    /// The camera's clock minus this computer's, ns, at its latest RTCP sender report
+    /// (`rtcp.rs`); meaningful once `skew_known`. Written by the GStreamer thread that
+    /// receives the reports, read by observers (health, metrics).
+    clock_skew_ns: AtomicI64,
+    skew_known: AtomicBool,
 }
 
 /// Where a source is, for observers (metrics, health).
@@ -248,6 +253,21 @@ impl SourceCounters {
             0 => None,
             n => Some(n),
         }
+    }
+
+    /// Sets the camera's clock skew (ns, its clock minus this computer's) of its latest sender
+    /// report.
+    pub fn set_clock_skew(&self, ns: i64) {
+        self.clock_skew_ns.store(ns, Ordering::Relaxed);
+        self.skew_known.store(true, Ordering::Relaxed);
+    }
+
+    /// The camera's clock minus this computer's, seconds, at its latest RTCP sender report;
+    /// `None` before the first (or for a source that sends none).
+    pub fn clock_skew_s(&self) -> Option<f64> {
+        self.skew_known
+            .load(Ordering::Relaxed)
+            .then(|| self.clock_skew_ns.load(Ordering::Relaxed) as f64 / 1e9)
     }
 
     /// How long ago the last frame arrived; `None` before the first.

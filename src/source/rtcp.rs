@@ -25,6 +25,10 @@
 //! layout): gstreamer-rtp 0.25 binds GStreamer's RTCP buffer API only as unsafe FFI, and the
 //! buffer comes from rtpsession, which validated it.
 //!
+//! Each report also measures the camera's skew (its clock minus this computer's when the report
+//! arrived), kept in the clock (what the event store trusts it by, `events/time.rs`) and the
+//! source's counters (`/api/health`, `/metrics`).
+//!
 //! Only video streams are followed: a camera's audio has an RTP timeline and delays of its
 //! own, so its offset is not the video's.
 //!
@@ -32,43 +36,54 @@
 //! once per report (every few seconds); the frames' path pays only for reading the offset.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use gstreamer as gst;
 use gstreamer::prelude::*;
 
+use super::SourceCounters;
 use super::pipeline::SOURCE_ELEMENT;
 use crate::frame::CameraClock;
 use crate::gst_setup::from_c;
 
 const NS: i128 = 1_000_000_000;
+/// The NTP epoch (1900) is this long before the Unix epoch (1970).
+const NTP_TO_UNIX: Duration = Duration::from_secs(2_208_988_800);
 /// RTCP packet type of a sender report (RFC 3550 6.4.1).
 const SENDER_REPORT: u8 = 200;
 
-/// Keeps `clock` from the sender reports of the video stream of `pipeline`'s rtspsrc, logging
-/// the first as the stream of source `name`'s times coming from the camera's clock.
-pub(super) fn follow(pipeline: &gst::Pipeline, clock: &Arc<CameraClock>, name: &Arc<str>) {
+/// What a connection's reports go to: its clock, and its source's name and counters.
+#[derive(Clone)]
+pub(super) struct Follower {
+    pub clock: Arc<CameraClock>,
+    pub name: Arc<str>,
+    pub counters: Arc<SourceCounters>,
+}
+
+/// Keeps `to`'s clock and skew from the sender reports of the video stream of `pipeline`'s
+/// rtspsrc, logging the first with the camera's skew.
+pub(super) fn follow(pipeline: &gst::Pipeline, to: Follower) {
     let Some(src) = pipeline.by_name(SOURCE_ELEMENT) else {
         return;
     };
-    let (clock, name) = (clock.clone(), name.clone());
     src.connect("new-manager", false, move |args| {
         from_c("rtspsrc's new-manager", None, || {
             let manager = args.get(1).and_then(|v| v.get::<gst::Element>().ok());
             if let Some(manager) = manager {
-                follow_jitterbuffers(&manager, &clock, &name);
+                follow_jitterbuffers(&manager, &to);
             }
             None
         })
     });
 }
 
-fn follow_jitterbuffers(manager: &gst::Element, clock: &Arc<CameraClock>, name: &Arc<str>) {
-    let (clock, name) = (clock.clone(), name.clone());
+fn follow_jitterbuffers(manager: &gst::Element, to: &Follower) {
+    let to = to.clone();
     manager.connect("new-jitterbuffer", false, move |args| {
         from_c("rtpbin's new-jitterbuffer", None, || {
             let jitterbuffer = args.get(1).and_then(|v| v.get::<gst::Element>().ok())?;
             let ssrc = args.get(3).and_then(|v| v.get::<u32>().ok());
-            let (clock, name) = (clock.clone(), name.clone());
+            let to = to.clone();
             jitterbuffer.connect("handle-sync", false, move |args| {
                 from_c("rtpjitterbuffer's handle-sync", None, || {
                     let jitterbuffer = args.first().and_then(|v| v.get::<gst::Element>().ok());
@@ -76,10 +91,8 @@ fn follow_jitterbuffers(manager: &gst::Element, clock: &Arc<CameraClock>, name: 
                     let point = jitterbuffer
                         .zip(sync)
                         .and_then(|(j, s)| sync_point(&j, &s, ssrc));
-                    if let Some((camera, pts)) = point
-                        && clock.report(camera, pts)
-                    {
-                        tracing::info!(source = %name, "times from the camera's clock (its RTCP sender reports)");
+                    if let Some((camera, pts)) = point {
+                        taken(&to, camera, pts);
                     }
                     None
                 })
@@ -87,6 +100,24 @@ fn follow_jitterbuffers(manager: &gst::Element, clock: &Arc<CameraClock>, name: 
             None
         })
     });
+}
+
+/// Takes a report (`camera` ns since the NTP epoch, at `pts`) into `to`, with its skew.
+fn taken(to: &Follower, camera: i128, pts: i128) {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        + NTP_TO_UNIX;
+    let now = i128::try_from(now.as_nanos()).unwrap_or(i128::MAX);
+    to.clock.measured(camera, now);
+    let first = to.clock.report(camera, pts);
+    if let Some(skew) = to.clock.skew() {
+        to.counters.set_clock_skew(skew);
+        if first {
+            let skew_s = skew as f64 / 1e9;
+            tracing::info!(source = %to.name, skew_s, "camera clock known (its RTCP sender reports): the camera's clock minus this computer's");
+        }
+    }
 }
 
 /// The camera's time (ns since the NTP epoch) and the PTS (ns) of one instant, from a sender

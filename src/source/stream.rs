@@ -84,7 +84,12 @@ impl Connection {
             Arc::new(CameraClock::new(Duration::from_nanos(base)))
         });
         if let Some(clock) = &clock {
-            super::rtcp::follow(&pipeline, clock, &shared.name);
+            let to = super::rtcp::Follower {
+                clock: clock.clone(),
+                name: shared.name.clone(),
+                counters: shared.counters.clone(),
+            };
+            super::rtcp::follow(&pipeline, to);
         }
         let opened = match &shared.uri {
             SourceUri::Rtsp { address } => Server::of(address).map(|s| Arc::new(Opened::new(s))),

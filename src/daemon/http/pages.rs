@@ -62,7 +62,10 @@ pub(super) fn sources(live: &Live) -> serde_json::Value {
     run(live)["sources"].take()
 }
 
-/// What `/stats.json` says, and each source's last error and record stream.
+/// What `/stats.json` says, and each source's last error, record stream and camera clock skew
+/// (`clock_skew_s`: the camera's clock minus this computer's at its latest RTCP sender report,
+/// null for a source that sends none; past 2 s its events are placed by their arrival,
+/// `events/time.rs`).
 fn run(live: &Live) -> serde_json::Value {
     let mut run: serde_json::Value =
         serde_json::from_slice(&super::metrics::json(live)).unwrap_or_default();
@@ -72,6 +75,7 @@ fn run(live: &Live) -> serde_json::Value {
             let found = parts.sources.iter().find(|s| shown["name"] == *s.name);
             if let (Some(source), Some(map)) = (found, shown.as_object_mut()) {
                 map.insert("last_error".into(), last_error(&source.counters));
+                map.insert("clock_skew_s".into(), json!(source.counters.clock_skew_s()));
                 map.insert("record".into(), record_stream(source));
             }
         }
@@ -131,4 +135,44 @@ pub(super) fn health(live: &Live, parts: &Parts) -> serde_json::Value {
             "below_frames": live.feed.below_frames(),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn source(name: &str, skew_ns: Option<i64>) -> LiveSource {
+        let counters = SourceCounters::default();
+        if let Some(ns) = skew_ns {
+            counters.set_clock_skew(ns);
+        }
+        LiveSource {
+            name: name.into(),
+            live: true,
+            file: false,
+            counters: Arc::new(counters),
+            record: None,
+            stall_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn health_gives_each_cameras_clock_skew_and_null_without_sender_reports() {
+        let live = Live::new();
+        live.set_parts(Parts {
+            sources: vec![source("fast", Some(180_250_000_000)), source("file", None)],
+            ..Parts::default()
+        });
+        let health = health(&live, &live.parts());
+        let skew = |name: &str| {
+            let sources = health["run"]["sources"].as_array().expect("sources");
+            let found = sources.iter().find(|s| s["name"] == name);
+            found.expect("the source")["clock_skew_s"].clone()
+        };
+        assert_eq!(skew("fast"), json!(180.25), "{health}");
+        assert!(skew("file").is_null(), "{health}");
+    }
 }

@@ -84,6 +84,7 @@ impl Metric {
             Read::Source(_)
             | Read::SourceState
             | Read::SourceAge
+            | Read::SourceClockSkew
             | Read::Preview(_)
             | Read::RecordState
             | Read::RecordStream(_)
@@ -115,6 +116,13 @@ impl Metric {
                 for s in sources {
                     if let Some(age) = s.counters.since_last_frame() {
                         out.sample_f64(name, &[("source", &s.name)], age.as_secs_f64());
+                    }
+                }
+            }
+            Read::SourceClockSkew => {
+                for s in sources {
+                    if let Some(skew) = s.counters.clock_skew_s() {
+                        out.sample_f64(name, &[("source", &s.name)], skew);
                     }
                 }
             }

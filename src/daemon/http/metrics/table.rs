@@ -29,6 +29,8 @@ pub(super) enum Read {
     SourceState,
     /// Per source, seconds since its last frame (no sample before the first).
     SourceAge,
+    /// Per source, its camera's clock skew in seconds (no sample before a sender report).
+    SourceClockSkew,
     /// Per source, from the preview's hub.
     Preview(fn(&str) -> u64),
     /// Per recorded source and state of its record stream: 1 for the state it is in.
@@ -111,6 +113,13 @@ pub(super) static METRICS: &[Metric] = &[
         kind: "gauge",
         help: "Seconds since the source's last frame (absent before the first).",
         read: Read::SourceAge,
+    },
+    Metric {
+        name: "vidflow_source_clock_skew_seconds",
+        kind: "gauge",
+        help: "The camera's clock minus this computer's at its latest RTCP sender report \
+               (absent before one); past 2 s its events are placed by their arrival.",
+        read: Read::SourceClockSkew,
     },
     Metric {
         name: "vidflow_preview_jpegs_total",
