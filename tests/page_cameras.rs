@@ -293,6 +293,8 @@ fn health(port: u16, key: &str) -> Option<u64> {
 /// Reads `reader`'s events until each camera had `n` stills.
 fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    // A still's parts so far, per camera (every part but the last has "more").
+    let mut parts: BTreeMap<String, String> = BTreeMap::new();
     let mut event = String::new();
     let mut line = String::new();
     while seen.len() < CAMERAS || seen.values().any(|&k| k < n) {
@@ -302,13 +304,15 @@ fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
             event = name.trim().to_owned();
         } else if let Some(data) = line.strip_prefix("data: ").filter(|_| event == "still") {
             let still: serde_json::Value = serde_json::from_str(data).unwrap();
-            assert!(
-                still["jpeg"].as_str().unwrap().starts_with("/9j/"),
-                "not a JPEG"
-            );
-            *seen
-                .entry(still["source"].as_str().unwrap().to_owned())
-                .or_default() += 1;
+            let source = still["source"].as_str().unwrap().to_owned();
+            let joined = parts.entry(source.clone()).or_default();
+            joined.push_str(still["jpeg"].as_str().unwrap());
+            if still["more"] == true {
+                continue;
+            }
+            assert!(joined.starts_with("/9j/"), "not a JPEG");
+            joined.clear();
+            *seen.entry(source).or_default() += 1;
         }
     }
 }
