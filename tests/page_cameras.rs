@@ -11,6 +11,10 @@
 //!
 //! Beside it, on the same kind of run: a live client that asked for stills and reads nothing
 //! does not hold up another that reads, has its stills dropped and counted, and is closed.
+//!
+//! And a run whose descriptor limit leaves room for one live client: a page refused (503) while
+//! another client holds it says it is reconnecting, and its pictures come once the place is
+//! free; `/simple` likewise after the page's tab closes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "common/browser.rs"]
@@ -26,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::{BALL_CROSSINGS, Running, free_port, spawn_run, write};
+use common::{BALL_CROSSINGS, Running, free_port, spawn_command, spawn_run, vidflow, write};
 use headless_chrome::Tab;
 use http_client::{get, wait_until};
 
@@ -339,6 +343,89 @@ fn a_live_client_that_reads_nothing_loses_stills_and_is_closed_without_holding_u
     });
     stills_of_every_camera(&mut reader, 2);
     drop(stuck);
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// What [`pipeline`] opens, as the endpoint counts it.
+const PIPELINE: vidflow::daemon::fds::Pipeline = vidflow::daemon::fds::Pipeline {
+    sources: CAMERAS,
+    record_streams: 0,
+    sinks: 1,
+    event_store: true,
+};
+
+/// A run of [`pipeline`] whose descriptor limit (soft and hard, set before `exec`) leaves
+/// room for one live client.
+fn start_with_one_live_client(dir: &Path) -> (Running, u16) {
+    let port = free_port();
+    let nofile = (0..100_000)
+        .find(|&n| vidflow::daemon::http::max_live_clients(n, PIPELINE.descriptors()) == 1)
+        .unwrap();
+    let mut command = vidflow();
+    command.arg("run").arg(pipeline(dir, port));
+    // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            let limit = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let run = spawn_command(dir, command);
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+    assert_eq!(health(port, "max_clients"), Some(1), "{}", run.stderr());
+    (run, port)
+}
+
+#[test]
+fn a_page_refused_a_live_stream_reconnects_and_its_pictures_come() {
+    let dir = tempfile::tempdir().unwrap();
+    let browser = browser(1280, 1000);
+    let (run, port) = start_with_one_live_client(dir.path());
+    assert!(
+        run.stderr().contains("only 1 live clients"),
+        "no warning of the small cap: {}",
+        run.stderr()
+    );
+    // This client holds the only place: the page's stream is refused.
+    let mut holder = BufReader::new(live_with_stills(port));
+    let mut status = String::new();
+    holder.read_line(&mut status).unwrap();
+    assert!(status.contains(" 200 "), "{status}");
+    let tab = open_page(&browser, port);
+    wait_js(
+        &tab,
+        "the page refused, saying it reconnects",
+        "window.vidflow && window.vidflow.reconnects > 0 && \
+         document.getElementById('live-state').textContent.includes('reconnecting')",
+    );
+    assert!(health(port, "refused").unwrap() > 0);
+    drop(holder);
+    every_picture_changes(&tab, &PAGE);
+    wait_js(
+        &tab,
+        "the page live again",
+        "document.getElementById('live-state').textContent === 'live'",
+    );
+    screenshot(&tab, "reconnected.png");
+
+    // /simple is refused while the page holds the place, and comes once its tab closed.
+    let simple = open(&browser, port, "/simple");
+    wait_js(
+        &simple,
+        "/simple refused, saying it reconnects",
+        "document.getElementById('live').textContent.includes('reconnecting')",
+    );
+    tab.close(true).unwrap();
+    every_picture_changes(&simple, &SIMPLE);
 
     run.signal("TERM");
     let finished = run.finish(DEADLINE);

@@ -184,7 +184,8 @@ function live() {
   stream.addEventListener("frame", frame);
   stream.onopen = () => {
     liveFailures = 0;
-    $("run-state").textContent = "live";
+    $("live-state").textContent = "live";
+    $("live-state").className = "";
   };
   stream.onerror = () => {
     stream.close();
@@ -192,7 +193,8 @@ function live() {
     const cap = Math.min(LIVE_RETRY_MAX_MS, LIVE_RETRY_FIRST_MS * 2 ** liveFailures);
     const wait = cap * (0.5 + Math.random() / 2);
     liveFailures++;
-    $("run-state").textContent = `not connected: reconnecting in ${Math.ceil(wait / 1000)} s (showing what the store kept)`;
+    $("live-state").textContent = `live stream lost: reconnecting in ${Math.ceil(wait / 1000)} s`;
+    $("live-state").className = "bad";
     setTimeout(() => {
       vidflow.reconnects++;
       live();
