@@ -184,6 +184,15 @@ fn events_counts_and_health_load(tab: &Tab) {
         "the events timeline",
         "document.querySelectorAll('#timeline li[data-id]').length > 0",
     );
+    // An event without a picture (these have no snapshot sink) is a compact row, never an
+    // empty card.
+    let cards = js(
+        tab,
+        "[...document.querySelectorAll('#timeline li[data-id]')] \
+           .filter(li => !li.querySelector('img.thumb') && !li.classList.contains('compact')) \
+           .map(li => li.dataset.kind)",
+    );
+    assert_eq!(cards, serde_json::json!([]), "events shown as empty cards");
     wait_js(
         tab,
         "the counts table",

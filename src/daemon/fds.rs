@@ -116,10 +116,7 @@ mod tests {
         };
         // 64 + 10 * 16 + 10 * 16 + 3 * (4 + 10 * 8) + 12
         assert_eq!(ten.descriptors(), 648);
-        let more = Pipeline {
-            sources: 11,
-            ..ten
-        };
+        let more = Pipeline { sources: 11, ..ten };
         assert!(more.descriptors() > ten.descriptors());
         let stored = Pipeline {
             event_store: false,

@@ -169,8 +169,7 @@ pub(super) fn add(shared: &Shared, arrival: Arrival) {
         return;
     };
     if let Err(TrySendError::Full(a) | TrySendError::Disconnected(a)) = arrivals.try_send(arrival) {
-        let mut stream
-= a.stream;
+        let mut stream = a.stream;
         let _ = stream.write(&super::refusal(
             503,
             "too many live clients arriving; try again\n",
@@ -439,7 +438,11 @@ mod tests {
         assert_eq!(max_clients(65_536, one), MAX_LIVE);
         assert_eq!(max_clients(100, one), 0);
         // A hard limit of 512 still leaves a small pipeline's page room.
-        assert!(max_clients(512, one) >= FEW_CLIENTS, "{}", max_clients(512, one));
+        assert!(
+            max_clients(512, one) >= FEW_CLIENTS,
+            "{}",
+            max_clients(512, one)
+        );
         // Ten cameras recorded with an event store keep more.
         let ten = Pipeline {
             sources: 10,
@@ -459,7 +462,8 @@ mod tests {
         let (stream, _) = listener.accept().unwrap();
         stream.set_nonblocking(true).unwrap();
         // Guards against a hang only.
-        peer.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
         for (fd, option) in [
             (stream.as_raw_fd(), libc::SO_SNDBUF),
             (peer.as_raw_fd(), libc::SO_RCVBUF),
@@ -551,7 +555,10 @@ mod tests {
         let mut buf = [0; 4096];
         for n in 0..100_000 {
             let frame = format!("event: frame\ndata: {n}\n\n");
-            assert!(client.queue(frame.as_bytes()), "closed as slow at frame {n}");
+            assert!(
+                client.queue(frame.as_bytes()),
+                "closed as slow at frame {n}"
+            );
             assert!(client.flush());
             if client.sending.is_none() && client.sent == client.pending.len() {
                 break;
@@ -568,6 +575,9 @@ mod tests {
         let between = text[first..last].matches("event: frame").count();
         assert!(between > 0, "every frame waited for the whole still");
         let parts = text.matches("event: still").count();
-        assert_eq!(parts, 400_000_usize.div_ceil(super::super::stills::STILL_PART));
+        assert_eq!(
+            parts,
+            400_000_usize.div_ceil(super::super::stills::STILL_PART)
+        );
     }
 }

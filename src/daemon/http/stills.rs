@@ -148,7 +148,9 @@ fn message(source: &str, jpeg: &[u8]) -> Still {
             } else {
                 serde_json::json!({ "source": source, "jpeg": part })
             };
-            format!("event: still\ndata: {data}\n\n").into_bytes().into()
+            format!("event: still\ndata: {data}\n\n")
+                .into_bytes()
+                .into()
         })
         .collect()
 }
@@ -234,7 +236,11 @@ pub(super) mod tests {
     fn a_big_still_goes_in_parts_that_join_into_its_base64() {
         let jpeg: Vec<u8> = (0..100_000u32).map(|n| (n % 251) as u8).collect();
         let m = message("cam", &jpeg);
-        assert_eq!(m.len(), 5, "133,336 bytes of base64 in parts of {STILL_PART}");
+        assert_eq!(
+            m.len(),
+            5,
+            "133,336 bytes of base64 in parts of {STILL_PART}"
+        );
         let mut joined = String::new();
         for (i, part) in m.iter().enumerate() {
             let text = std::str::from_utf8(part).unwrap();
@@ -246,7 +252,9 @@ pub(super) mod tests {
             assert!(jpeg.len() <= STILL_PART);
             joined.push_str(jpeg);
         }
-        let decoded = base64::engine::general_purpose::STANDARD.decode(joined).unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(joined)
+            .unwrap();
         assert_eq!(decoded, jpeg);
     }
 }

@@ -242,6 +242,18 @@ function eventQuery(beforeId) {
   return "api/events?" + q;
 }
 
+// The event of the same source and track with a snapshot nearest in time to `e`, among those
+// loaded (none for an event of no track).
+function nearestSnapshot(e) {
+  if (e.track_id === null || e.track_id === undefined) return null;
+  let best = null;
+  for (const o of vidflow.events) {
+    if (!o.snapshot_url || o.source !== e.source || o.track_id !== e.track_id) continue;
+    if (!best || Math.abs(o.start - e.start) < Math.abs(best.start - e.start)) best = o;
+  }
+  return best;
+}
+
 function eventItem(e) {
   const what = e.kind === "crossing" ? `crossed ${e.place} (${e.direction})`
     : e.kind === "enter" ? `entered ${e.place}`
@@ -250,13 +262,19 @@ function eventItem(e) {
     : e.kind === "speeding" ? `speeding in ${e.place}` + (e.speed != null ? ` at ${e.speed.toFixed(1)} ${e.speed_unit}` : "")
     : e.kind === "track" ? "seen" : "motion";
   const who = e.track_id !== null ? `${e.label} #${e.track_id}` : e.label;
-  const thumb = e.snapshot_url
-    ? el("img", { class: "thumb", src: e.snapshot_url, loading: "lazy", alt: "snapshot" })
-    : el("div", { class: "nothumb" });
-  const li = el("li", { tabIndex: 0, "data-id": e.id, "data-kind": e.kind, "data-label": e.label, "data-clip": e.clip_url ? "1" : "0" }, thumb,
+  // An event without a snapshot of its own (a track seen, motion) shows the one nearest in time
+  // of the same track among the events loaded, said so; without one it is a compact row, not an
+  // empty card.
+  const borrowed = e.snapshot_url ? null : nearestSnapshot(e);
+  const src = e.snapshot_url || (borrowed && borrowed.snapshot_url);
+  const thumb = src ? el("img", { class: "thumb", src, loading: "lazy", alt: "snapshot" }) : null;
+  const apart = borrowed ? (borrowed.start - e.start) / 1000 : 0;
+  const at = Math.abs(apart) < 0.05 ? "at the same moment" : `${secs(Math.abs(apart))} ${apart < 0 ? "before" : "after"}`;
+  const note = borrowed ? el("div", { class: "muted borrowed" }, `picture: its ${borrowed.kind}, ${at}`) : null;
+  const li = el("li", { tabIndex: 0, class: src ? "" : "compact", "data-id": e.id, "data-kind": e.kind, "data-label": e.label, "data-clip": e.clip_url ? "1" : "0", "data-picture": e.snapshot_url ? "own" : borrowed ? "borrowed" : "none" }, thumb,
     el("div", { class: "text" },
       el("span", { class: "kind kind-" + e.kind }, e.kind), " ", el("b", {}, who), " ", what,
-      el("div", { class: "muted" }, `${e.source}, ${when(e.start)}`, e.clip_url ? ", clip" : "")));
+      el("div", { class: "muted" }, `${e.source}, ${when(e.start)}`, e.clip_url ? ", clip" : ""), note));
   li.addEventListener("click", () => play(e));
   li.addEventListener("keydown", (k) => k.key === "Enter" && play(e));
   return li;
