@@ -10,11 +10,14 @@
 //! come) is closed and counted (`Feed::slow_clients`): it is never waited for, and it costs
 //! the others nothing. At most [`max_clients`] clients (past that, 503): [`MAX_LIVE`], or
 //! fewer when the file-descriptor limit (raised to its hard limit at start, `daemon::fds`)
-//! leaves less room after [`RESERVED_FDS`], so that live clients never take the descriptors
-//! the sources, sinks, the event store and `/healthz` need. A comment line every
-//! [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames while
-//! a client is connected (`Feed::set_listeners`). A client's stills wait apart from its buffer,
-//! one per source, and enter it only once the socket took the rest (`stills.rs`).
+//! leaves less room after what the pipeline holds (estimated from its parts as they are now,
+//! `daemon::fds::Pipeline`: so a reload that adds cameras lowers the cap) and the endpoint's
+//! own ([`HTTP_FDS`]), so that live clients never take the descriptors the sources, sinks, the
+//! event store and `/healthz` need; a cap under [`FEW_CLIENTS`] is a warning. A comment line
+//! every [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames
+//! while a client is connected (`Feed::set_listeners`), and a client that asked `frames=0` gets
+//! none. A client's stills wait apart from its buffer, one per source, and enter it a part at a
+//! time, each once the socket took the rest (`stills.rs`).
 //!
 //! Nothing of the frame path waits on this thread (the feed is a `try_send`), but its writes
 //! share the cores with it: a write per client per frame, and on loopback the reader's side of
