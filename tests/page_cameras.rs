@@ -287,13 +287,32 @@ fn the_simple_page_shows_six_cameras_and_its_counters_on_one_long_lived_connecti
 
 /// Opens `/api/live?stills=1`; the connection, past the response head.
 fn live_with_stills(port: u16) -> TcpStream {
+    live_at(port, "/api/live?stills=1")
+}
+
+fn live_at(port: u16, target: &str) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET /api/live?stills=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    )
-    .unwrap();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     s
+}
+
+#[test]
+fn a_live_client_that_asks_frames_0_gets_the_stills_and_no_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    let both = live_with_stills(port);
+    both.set_read_timeout(Some(DEADLINE)).unwrap();
+    let stills_only = live_at(port, "/api/live?stills=1&frames=0");
+    stills_only.set_read_timeout(Some(DEADLINE)).unwrap();
+    let (mut both, mut stills_only) = (BufReader::new(both), BufReader::new(stills_only));
+    assert!(
+        stills_of_every_camera(&mut both, 3) > 0,
+        "no frame with stills=1"
+    );
+    assert_eq!(stills_of_every_camera(&mut stills_only, 3), 0);
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
 }
 
 /// `/api/health`'s counter `key`.
@@ -303,8 +322,9 @@ fn health(port: u16, key: &str) -> Option<u64> {
     serde_json::from_str::<serde_json::Value>(&body).unwrap()["live"][key].as_u64()
 }
 
-/// Reads `reader`'s events until each camera had `n` stills.
-fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
+/// Reads `reader`'s events until each camera had `n` stills; how many frames came meanwhile.
+fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) -> usize {
+    let mut frames = 0;
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     // A still's parts so far, per camera (every part but the last has "more").
     let mut parts: BTreeMap<String, String> = BTreeMap::new();
@@ -315,6 +335,7 @@ fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
         assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
         if let Some(name) = line.strip_prefix("event: ") {
             event = name.trim().to_owned();
+            frames += usize::from(event == "frame");
         } else if let Some(data) = line.strip_prefix("data: ").filter(|_| event == "still") {
             let still: serde_json::Value = serde_json::from_str(data).unwrap();
             let source = still["source"].as_str().unwrap().to_owned();
@@ -328,6 +349,7 @@ fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
             *seen.entry(source).or_default() += 1;
         }
     }
+    frames
 }
 
 #[test]
