@@ -101,6 +101,7 @@ fn value(param: &str) -> &'static str {
         "limit" => "1",
         "cursor" => "{cursor}",
         "stills" => "1",
+        "frames" => "0",
         "format" => "png",
         "_" => "1733212800000",
         other => panic!("no value for {other}: name one here"),

@@ -22,6 +22,13 @@ use http_client::{get, wait_until};
 const DEADLINE: Duration = Duration::from_secs(120);
 /// vidflow's descriptor limit: the usual soft limit, here the hard one too.
 const NOFILE: u64 = 1024;
+/// What the pipeline below opens: a test source and a `video_file` sink.
+const PIPELINE: vidflow::daemon::fds::Pipeline = vidflow::daemon::fds::Pipeline {
+    sources: 1,
+    record_streams: 0,
+    sinks: 1,
+    event_store: false,
+};
 /// Live clients tried: more than the limit.
 const TRIED: usize = 1100;
 
@@ -103,7 +110,7 @@ fn live_clients_past_the_descriptor_budget_get_503_and_the_rest_of_the_run_goes_
     let cap = usize::try_from(health["live"]["max_clients"].as_u64().unwrap()).unwrap();
     assert_eq!(
         cap,
-        vidflow::daemon::http::max_live_clients(NOFILE),
+        vidflow::daemon::http::max_live_clients(NOFILE, PIPELINE.descriptors()),
         "{health}"
     );
     assert!(cap < 1024, "{health}");

@@ -11,6 +11,10 @@
 //!
 //! Beside it, on the same kind of run: a live client that asked for stills and reads nothing
 //! does not hold up another that reads, has its stills dropped and counted, and is closed.
+//!
+//! And a run whose descriptor limit leaves room for one live client: a page refused (503) while
+//! another client holds it says it is reconnecting, and its pictures come once the place is
+//! free; `/simple` likewise after the page's tab closes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "common/browser.rs"]
@@ -26,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use browser::{DEADLINE, browser, js, screenshot, wait_js};
-use common::{BALL_CROSSINGS, Running, free_port, spawn_run, write};
+use common::{BALL_CROSSINGS, Running, free_port, spawn_command, spawn_run, vidflow, write};
 use headless_chrome::Tab;
 use http_client::{get, wait_until};
 
@@ -180,6 +184,15 @@ fn events_counts_and_health_load(tab: &Tab) {
         "the events timeline",
         "document.querySelectorAll('#timeline li[data-id]').length > 0",
     );
+    // An event without a picture (these have no snapshot sink) is a compact row, never an
+    // empty card.
+    let cards = js(
+        tab,
+        "[...document.querySelectorAll('#timeline li[data-id]')] \
+           .filter(li => !li.querySelector('img.thumb') && !li.classList.contains('compact')) \
+           .map(li => li.dataset.kind)",
+    );
+    assert_eq!(cards, serde_json::json!([]), "events shown as empty cards");
     wait_js(
         tab,
         "the counts table",
@@ -274,13 +287,32 @@ fn the_simple_page_shows_six_cameras_and_its_counters_on_one_long_lived_connecti
 
 /// Opens `/api/live?stills=1`; the connection, past the response head.
 fn live_with_stills(port: u16) -> TcpStream {
+    live_at(port, "/api/live?stills=1")
+}
+
+fn live_at(port: u16, target: &str) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "GET /api/live?stills=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    )
-    .unwrap();
+    write!(s, "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     s
+}
+
+#[test]
+fn a_live_client_that_asks_frames_0_gets_the_stills_and_no_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    let both = live_with_stills(port);
+    both.set_read_timeout(Some(DEADLINE)).unwrap();
+    let stills_only = live_at(port, "/api/live?stills=1&frames=0");
+    stills_only.set_read_timeout(Some(DEADLINE)).unwrap();
+    let (mut both, mut stills_only) = (BufReader::new(both), BufReader::new(stills_only));
+    assert!(
+        stills_of_every_camera(&mut both, 3) > 0,
+        "no frame with stills=1"
+    );
+    assert_eq!(stills_of_every_camera(&mut stills_only, 3), 0);
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
 }
 
 /// `/api/health`'s counter `key`.
@@ -290,9 +322,12 @@ fn health(port: u16, key: &str) -> Option<u64> {
     serde_json::from_str::<serde_json::Value>(&body).unwrap()["live"][key].as_u64()
 }
 
-/// Reads `reader`'s events until each camera had `n` stills.
-fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
+/// Reads `reader`'s events until each camera had `n` stills; how many frames came meanwhile.
+fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) -> usize {
+    let mut frames = 0;
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    // A still's parts so far, per camera (every part but the last has "more").
+    let mut parts: BTreeMap<String, String> = BTreeMap::new();
     let mut event = String::new();
     let mut line = String::new();
     while seen.len() < CAMERAS || seen.values().any(|&k| k < n) {
@@ -300,17 +335,21 @@ fn stills_of_every_camera(reader: &mut impl BufRead, n: usize) {
         assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
         if let Some(name) = line.strip_prefix("event: ") {
             event = name.trim().to_owned();
+            frames += usize::from(event == "frame");
         } else if let Some(data) = line.strip_prefix("data: ").filter(|_| event == "still") {
             let still: serde_json::Value = serde_json::from_str(data).unwrap();
-            assert!(
-                still["jpeg"].as_str().unwrap().starts_with("/9j/"),
-                "not a JPEG"
-            );
-            *seen
-                .entry(still["source"].as_str().unwrap().to_owned())
-                .or_default() += 1;
+            let source = still["source"].as_str().unwrap().to_owned();
+            let joined = parts.entry(source.clone()).or_default();
+            joined.push_str(still["jpeg"].as_str().unwrap());
+            if still["more"] == true {
+                continue;
+            }
+            assert!(joined.starts_with("/9j/"), "not a JPEG");
+            joined.clear();
+            *seen.entry(source).or_default() += 1;
         }
     }
+    frames
 }
 
 #[test]
@@ -335,6 +374,89 @@ fn a_live_client_that_reads_nothing_loses_stills_and_is_closed_without_holding_u
     });
     stills_of_every_camera(&mut reader, 2);
     drop(stuck);
+
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// What [`pipeline`] opens, as the endpoint counts it.
+const PIPELINE: vidflow::daemon::fds::Pipeline = vidflow::daemon::fds::Pipeline {
+    sources: CAMERAS,
+    record_streams: 0,
+    sinks: 1,
+    event_store: true,
+};
+
+/// A run of [`pipeline`] whose descriptor limit (soft and hard, set before `exec`) leaves
+/// room for one live client.
+fn start_with_one_live_client(dir: &Path) -> (Running, u16) {
+    let port = free_port();
+    let nofile = (0..100_000)
+        .find(|&n| vidflow::daemon::http::max_live_clients(n, PIPELINE.descriptors()) == 1)
+        .unwrap();
+    let mut command = vidflow();
+    command.arg("run").arg(pipeline(dir, port));
+    // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            let limit = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let run = spawn_command(dir, command);
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+    assert_eq!(health(port, "max_clients"), Some(1), "{}", run.stderr());
+    (run, port)
+}
+
+#[test]
+fn a_page_refused_a_live_stream_reconnects_and_its_pictures_come() {
+    let dir = tempfile::tempdir().unwrap();
+    let browser = browser(1280, 1000);
+    let (run, port) = start_with_one_live_client(dir.path());
+    assert!(
+        run.stderr().contains("only 1 live clients"),
+        "no warning of the small cap: {}",
+        run.stderr()
+    );
+    // This client holds the only place: the page's stream is refused.
+    let mut holder = BufReader::new(live_with_stills(port));
+    let mut status = String::new();
+    holder.read_line(&mut status).unwrap();
+    assert!(status.contains(" 200 "), "{status}");
+    let tab = open_page(&browser, port);
+    wait_js(
+        &tab,
+        "the page refused, saying it reconnects",
+        "window.vidflow && window.vidflow.reconnects > 0 && \
+         document.getElementById('live-state').textContent.includes('reconnecting')",
+    );
+    assert!(health(port, "refused").unwrap() > 0);
+    drop(holder);
+    every_picture_changes(&tab, &PAGE);
+    wait_js(
+        &tab,
+        "the page live again",
+        "document.getElementById('live-state').textContent === 'live'",
+    );
+    screenshot(&tab, "reconnected.png");
+
+    // /simple is refused while the page holds the place, and comes once its tab closed.
+    let simple = open(&browser, port, "/simple");
+    wait_js(
+        &simple,
+        "/simple refused, saying it reconnects",
+        "document.getElementById('live').textContent.includes('reconnecting')",
+    );
+    tab.close(true).unwrap();
+    every_picture_changes(&simple, &SIMPLE);
 
     run.signal("TERM");
     let finished = run.finish(DEADLINE);

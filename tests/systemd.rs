@@ -102,9 +102,17 @@ fn the_unit_keeps_restarts_for_failures_restarting_can_fix() {
         .find(|(k, _)| *k == "LimitNOFILE")
         .and_then(|(_, v)| v.parse().ok())
         .expect("LimitNOFILE, a number");
+    // Forty cameras, each recorded, with five sinks and the event store.
+    let pipeline = vidflow::daemon::fds::Pipeline {
+        sources: 40,
+        record_streams: 40,
+        sinks: 5,
+        event_store: true,
+    }
+    .descriptors();
     assert_eq!(
-        vidflow::daemon::http::max_live_clients(nofile),
-        vidflow::daemon::http::max_live_clients(u64::MAX),
+        vidflow::daemon::http::max_live_clients(nofile, pipeline),
+        vidflow::daemon::http::max_live_clients(u64::MAX, pipeline),
         "{nofile}"
     );
     // systemd's SIGKILL must come after the daemon's own stop deadline (default 20 s).

@@ -10,11 +10,14 @@
 //! come) is closed and counted (`Feed::slow_clients`): it is never waited for, and it costs
 //! the others nothing. At most [`max_clients`] clients (past that, 503): [`MAX_LIVE`], or
 //! fewer when the file-descriptor limit (raised to its hard limit at start, `daemon::fds`)
-//! leaves less room after [`RESERVED_FDS`], so that live clients never take the descriptors
-//! the sources, sinks, the event store and `/healthz` need. A comment line every
-//! [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames while
-//! a client is connected (`Feed::set_listeners`). A client's stills wait apart from its buffer,
-//! one per source, and enter it only once the socket took the rest (`stills.rs`).
+//! leaves less room after what the pipeline holds (estimated from its parts as they are now,
+//! `daemon::fds::Pipeline`: so a reload that adds cameras lowers the cap) and the endpoint's
+//! own ([`HTTP_FDS`]), so that live clients never take the descriptors the sources, sinks, the
+//! event store and `/healthz` need; a cap under [`FEW_CLIENTS`] is a warning. A comment line
+//! every [`KEEPALIVE`] without frames finds the clients that went. The feed only carries frames
+//! while a client is connected (`Feed::set_listeners`), and a client that asked `frames=0` gets
+//! none. A client's stills wait apart from its buffer, one per source, and enter it a part at a
+//! time, each once the socket took the rest (`stills.rs`).
 //!
 //! Nothing of the frame path waits on this thread (the feed is a `try_send`), but its writes
 //! share the cores with it: a write per client per frame, and on loopback the reader's side of
@@ -39,91 +42,137 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
 
 use super::Shared;
-use super::stills::{Slots, Watches};
+use super::stills::{Slots, Still, Watches};
 use super::workers::Workers;
 use crate::daemon::feed::{FEED_QUEUE, Feed, LiveFrame};
 
 /// Live clients at once, at most: a thousand pages, each a socket and a buffer (up to
-/// [`CLIENT_BUFFER`]: 256 MiB for all of them at worst).
+/// [`CLIENT_BUFFER`]: 256 MiB for all of them at worst; the stills they are sent are shared
+/// between them, never copied per client but a part at a time, `stills.rs`).
 pub(super) const MAX_LIVE: usize = 1024;
-/// File descriptors the run keeps for the pipeline: its sources' sockets and pipes, its
-/// sinks' files and folder indexes, the event store (38 for two test sources and three
-/// sinks, measured; an RTSP camera with a record stream adds about a dozen), with room for a
-/// few dozen cameras.
-const PIPELINE_FDS: usize = 512;
-/// File descriptors kept from live clients: the pipeline's, and what the endpoint's other
-/// caps may hold (connections being read or answered, previews, the API's and the
-/// credentials check's queues and threads, live clients still waiting in [`ARRIVALS`]), and
-/// the listener and the odd descriptor the process opens meanwhile.
-pub(super) const RESERVED_FDS: usize = PIPELINE_FDS
-    + super::poll::MAX_CLIENTS
+/// File descriptors the endpoint itself may hold beside its live clients: the connections
+/// being read or answered, previews, the API's and the credentials check's queues and
+/// threads, live clients still waiting in [`ARRIVALS`], and the listener and the odd
+/// descriptor it opens meanwhile. The pipeline's own are estimated apart, from its parts
+/// (`daemon::fds::Pipeline`).
+pub(super) const HTTP_FDS: usize = super::poll::MAX_CLIENTS
     + super::MAX_PREVIEWS
     + super::api::QUEUE
     + super::api::THREADS
     + super::verify::QUEUE
     + ARRIVALS
     + 16;
+/// Below this many live clients, the start says so (a warning): a few pages open at once, or
+/// one reloaded a few times, would be refused (and retry).
+const FEW_CLIENTS: usize = 16;
 /// Unsent bytes a client may have before it is dropped: some seconds of frames with a few
 /// dozen boxes.
 pub(super) const CLIENT_BUFFER: usize = 256 * 1024;
 /// A comment line after this long without frames: finds clients that went.
 const KEEPALIVE: Duration = Duration::from_secs(15);
-/// Clients waiting to be taken in by the thread.
-const ARRIVALS: usize = 256;
+/// Clients waiting to be taken in by the thread: it takes them in as fast as they come, so a
+/// few dozen; past that they get a 503, and a page tries again after a while.
+const ARRIVALS: usize = 32;
 /// How far below the daemon's the thread's priority is (nice steps): weighed against a thread
 /// of the frame path, it gets about a tenth of a core both want (the kernel's weights for
 /// nice 0 and 10: 1024 and 110).
 const NICENESS: i32 = 10;
 
-/// A new client, the source it follows (`None`: all) and whether it asked for stills.
+/// A new client, the source it follows (`None`: all), whether it asked for stills and for
+/// the frames' boxes (`frames=0`: the stills only).
 #[derive(Debug)]
 pub(super) struct Arrival {
     pub stream: TcpStream,
     pub source: Option<String>,
     pub stills: bool,
+    pub frames: bool,
 }
 
 pub(super) fn queue() -> (Sender<Arrival>, Receiver<Arrival>) {
     bounded(ARRIVALS)
 }
 
-/// Live clients at once with `nofile` file descriptors: [`MAX_LIVE`], or what is left of
-/// them past [`RESERVED_FDS`].
-pub(super) fn max_clients(nofile: u64) -> usize {
+/// Live clients at once with `nofile` file descriptors and a pipeline that holds about
+/// `pipeline` of them ([`crate::daemon::fds::Pipeline::descriptors`]): [`MAX_LIVE`], or what is
+/// left past the pipeline's and the endpoint's own ([`HTTP_FDS`]).
+pub(super) fn max_clients(nofile: u64, pipeline: usize) -> usize {
     usize::try_from(nofile)
         .unwrap_or(usize::MAX)
-        .saturating_sub(RESERVED_FDS)
+        .saturating_sub(pipeline + HTTP_FDS)
         .min(MAX_LIVE)
+}
+
+/// What the run's parts open, as [`crate::daemon::fds::Pipeline`] counts them.
+fn pipeline(parts: &crate::daemon::live::Parts) -> crate::daemon::fds::Pipeline {
+    crate::daemon::fds::Pipeline {
+        sources: parts.sources.len(),
+        record_streams: parts.sources.iter().filter(|s| s.record.is_some()).count(),
+        sinks: parts.sinks.len(),
+        event_store: parts.events.is_some(),
+    }
+}
+
+/// The live clients' cap, from the descriptor limit and the run's parts as they are now (a
+/// reload may change them); said when it changes, with a warning when it is small.
+#[derive(Debug, Default, Clone)]
+struct Cap {
+    /// The parts it was last sized for.
+    parts: Option<Arc<crate::daemon::live::Parts>>,
+    clients: usize,
+}
+
+impl Cap {
+    fn now(&mut self, shared: &Shared) -> usize {
+        let parts = shared.live.parts();
+        if self.parts.as_ref().is_some_and(|p| Arc::ptr_eq(p, &parts)) {
+            return self.clients;
+        }
+        let nofile = crate::daemon::fds::limit();
+        let reserve = pipeline(&parts).descriptors();
+        let cap = max_clients(nofile, reserve);
+        if cap != self.clients || self.parts.is_none() {
+            let reserve = reserve + HTTP_FDS;
+            if cap < FEW_CLIENTS {
+                tracing::warn!(
+                    cap,
+                    nofile,
+                    reserve,
+                    "http: only {cap} live clients (pages) at once: the file-descriptor limit \
+                     leaves little past what the pipeline and the endpoint keep; raise it \
+                     (LimitNOFILE=, ulimit -n)"
+                );
+            } else if cap < MAX_LIVE {
+                tracing::info!(
+                    cap,
+                    nofile,
+                    reserve,
+                    "http: live clients capped by the file-descriptor limit"
+                );
+            }
+        }
+        shared.live.feed.max_clients.store(cap, Ordering::Relaxed);
+        self.parts = Some(parts);
+        self.clients = cap;
+        cap
+    }
 }
 
 /// Starts the live thread on `arrivals`; dropping the result stops and joins it.
 pub(super) fn start(arrivals: Receiver<Arrival>, shared: Arc<Shared>) -> std::io::Result<Workers> {
-    let nofile = crate::daemon::fds::limit();
-    let cap = max_clients(nofile);
-    if cap < MAX_LIVE {
-        tracing::info!(
-            cap,
-            nofile,
-            "http: live clients capped by the file-descriptor limit"
-        );
-    }
-    shared.live.feed.max_clients.store(cap, Ordering::Relaxed);
+    let mut cap = Cap::default();
+    cap.now(&shared);
     Workers::start("vidflow-http-live", 1, move |stopped| {
-        run(&arrivals, stopped, &shared, cap);
+        run(&arrivals, stopped, &shared, cap.clone());
     })
 }
 
 /// Hands a client to the live thread, or answers 503.
-pub(super) fn add(shared: &Shared, mut stream: TcpStream, source: Option<String>, stills: bool) {
+pub(super) fn add(shared: &Shared, arrival: Arrival) {
     let Some(arrivals) = &shared.arrivals else {
         return;
     };
-    if let Err(TrySendError::Full(a) | TrySendError::Disconnected(a)) = arrivals.try_send(Arrival {
-        stream,
-        source,
-        stills,
-    }) {
-        stream = a.stream;
+    if let Err(TrySendError::Full(a) | TrySendError::Disconnected(a)) = arrivals.try_send(arrival) {
+        let mut stream = a.stream;
         let _ = stream.write(&super::refusal(
             503,
             "too many live clients arriving; try again\n",
@@ -134,19 +183,36 @@ pub(super) fn add(shared: &Shared, mut stream: TcpStream, source: Option<String>
 struct Client {
     stream: TcpStream,
     source: Option<String>,
+    /// Whether it takes the frames' messages (`frames=0`: only stills).
+    frames: bool,
+    /// Whole messages to send, from `sent` on: frames' and at most one part of a still, all
+    /// within [`CLIENT_BUFFER`].
     pending: Vec<u8>,
     sent: usize,
-    /// Bytes at the front of `pending` that are a still: they do not count against
-    /// [`CLIENT_BUFFER`], which bounds the frames' messages.
-    still: usize,
-    /// With `stills=1`: the stills not in `pending` yet, one per source.
+    /// With `stills=1`: the stills not begun yet, one per source.
     stills: Option<Slots>,
+    /// The still being sent, and its next part not yet in `pending`: its parts go one at a
+    /// time, each once the socket took all before it, so frames wait behind one part at most.
+    sending: Option<(Still, usize)>,
 }
 
 impl Client {
-    /// Queues `bytes`; `false` when the client is too far behind (it is to be dropped).
+    fn new(stream: TcpStream, source: Option<String>, stills: bool, frames: bool) -> Self {
+        Self {
+            stream,
+            source,
+            frames,
+            pending: HEAD.to_vec(),
+            sent: 0,
+            stills: stills.then(Slots::default),
+            sending: None,
+        }
+    }
+
+    /// Queues `bytes`; `false` when the client is too far behind (it is to be dropped): what
+    /// it has not been sent, a still's part included, would pass [`CLIENT_BUFFER`].
     fn queue(&mut self, bytes: &[u8]) -> bool {
-        if self.pending.len() - self.sent.max(self.still) + bytes.len() > CLIENT_BUFFER {
+        if self.pending.len() - self.sent + bytes.len() > CLIENT_BUFFER {
             return false;
         }
         if self.sent > 0 && self.sent == self.pending.len() {
@@ -156,7 +222,7 @@ impl Client {
         true
     }
 
-    /// Writes what the socket takes now, then the stills that wait while it takes them all;
+    /// Writes what the socket takes now, then the stills' parts while it takes them all;
     /// `false` when the client went.
     fn flush(&mut self) -> bool {
         loop {
@@ -172,25 +238,37 @@ impl Client {
             if self.sent < self.pending.len() {
                 if self.sent > CLIENT_BUFFER / 2 {
                     self.pending.drain(..self.sent);
-                    self.still = self.still.saturating_sub(self.sent);
                     self.sent = 0;
                 }
                 return true;
             }
             self.emptied();
-            let Some(still) = self.stills.as_mut().and_then(Slots::next) else {
+            let Some(part) = self.next_part() else {
                 return true;
             };
-            self.pending.extend_from_slice(&still);
-            self.still = still.len();
+            self.pending.extend_from_slice(&part);
         }
+    }
+
+    /// The next part of the still being sent, or the first of the next still waiting.
+    fn next_part(&mut self) -> Option<Arc<[u8]>> {
+        if self.sending.is_none() {
+            let still = self.stills.as_mut()?.next()?;
+            self.sending = Some((still, 0));
+        }
+        let (still, next) = self.sending.as_mut()?;
+        let part = still.get(*next).cloned();
+        *next += 1;
+        if *next >= still.len() {
+            self.sending = None;
+        }
+        part
     }
 
     /// Forgets the bytes sent, all of `pending`.
     fn emptied(&mut self) {
         self.pending.clear();
         self.sent = 0;
-        self.still = 0;
     }
 }
 
@@ -241,7 +319,7 @@ fn lower_priority(feed: &crate::daemon::feed::Feed) {
     feed.priority.store(outcome, Ordering::Relaxed);
 }
 
-fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared, cap: usize) {
+fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared, mut cap: Cap) {
     let feed = &shared.live.feed;
     lower_priority(feed);
     let frames = feed.receiver();
@@ -252,7 +330,7 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared, ca
     loop {
         select! {
             recv(arrivals) -> a => match a {
-                Ok(a) => welcome(a, &mut clients, cap, shared),
+                Ok(a) => welcome(a, &mut clients, cap.now(shared), shared),
                 Err(_) => break,
             },
             recv(frames) -> f => match f {
@@ -294,6 +372,7 @@ fn welcome(a: Arrival, clients: &mut Vec<Client>, cap: usize, shared: &Shared) {
         mut stream,
         source,
         stills,
+        frames,
     } = a;
     if clients.len() >= cap {
         shared.live.feed.refused.fetch_add(1, Ordering::Relaxed);
@@ -306,18 +385,11 @@ fn welcome(a: Arrival, clients: &mut Vec<Client>, cap: usize, shared: &Shared) {
     if stream.set_nonblocking(true).is_err() {
         return;
     }
-    clients.push(Client {
-        stream,
-        source,
-        pending: HEAD.to_vec(),
-        sent: 0,
-        still: 0,
-        stills: stills.then(Slots::default),
-    });
+    clients.push(Client::new(stream, source, stills, frames));
 }
 
 /// Offers each new still to the clients that asked for stills of its source.
-fn offer(stills: &[(Arc<str>, Arc<[u8]>)], clients: &mut [Client], feed: &Feed) {
+fn offer(stills: &[(Arc<str>, Still)], clients: &mut [Client], feed: &Feed) {
     let mut dropped = 0;
     for (source, message) in stills {
         let follow = |c: &&mut Client| c.source.as_deref().is_none_or(|s| s == &**source);
@@ -334,7 +406,9 @@ fn broadcast(frame: &LiveFrame, clients: &mut Vec<Client>, shared: &Shared) {
     let message = format!("event: frame\ndata: {}\n\n", frame.to_json());
     let before = clients.len();
     clients.retain_mut(|c| {
-        c.source.as_deref().is_some_and(|s| s != &*frame.source) || c.queue(message.as_bytes())
+        !c.frames
+            || c.source.as_deref().is_some_and(|s| s != &*frame.source)
+            || c.queue(message.as_bytes())
     });
     let slow = before - clients.len();
     if slow > 0 {
@@ -350,32 +424,74 @@ fn broadcast(frame: &LiveFrame, clients: &mut Vec<Client>, shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::fds::Pipeline;
+    use std::io::Read;
     use std::net::TcpListener;
+    use std::os::fd::AsRawFd;
 
     #[test]
-    fn the_cap_leaves_the_reserve_to_the_rest_of_the_run() {
-        assert_eq!(max_clients(1024), 1024 - RESERVED_FDS);
-        assert_eq!(max_clients(65_536), MAX_LIVE);
-        assert_eq!(max_clients(100), 0);
-        // The usual soft limit still leaves some.
-        assert!(max_clients(1024) > 0);
+    fn the_cap_leaves_the_pipelines_descriptors_and_the_endpoints_to_the_rest_of_the_run() {
+        let one = Pipeline {
+            sources: 1,
+            sinks: 1,
+            ..Pipeline::default()
+        }
+        .descriptors();
+        assert_eq!(max_clients(1024, one), 1024 - one - HTTP_FDS);
+        assert_eq!(max_clients(65_536, one), MAX_LIVE);
+        assert_eq!(max_clients(100, one), 0);
+        // A hard limit of 512 still leaves a small pipeline's page room.
+        assert!(
+            max_clients(512, one) >= FEW_CLIENTS,
+            "{}",
+            max_clients(512, one)
+        );
+        // Ten cameras recorded with an event store keep more.
+        let ten = Pipeline {
+            sources: 10,
+            record_streams: 10,
+            sinks: 3,
+            event_store: true,
+        }
+        .descriptors();
+        assert!(max_clients(1024, ten) < max_clients(1024, one));
+        assert!(max_clients(1024, ten) >= FEW_CLIENTS);
     }
 
-    /// A client whose peer reads nothing.
+    /// A client whose peer reads nothing unless the test reads it, both sockets' buffers small.
     fn unread(stills: Option<Slots>) -> (Client, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().unwrap();
         stream.set_nonblocking(true).unwrap();
-        let client = Client {
-            stream,
-            source: None,
-            pending: Vec::new(),
-            sent: 0,
-            still: 0,
-            stills,
-        };
+        // Guards against a hang only.
+        peer.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        for (fd, option) in [
+            (stream.as_raw_fd(), libc::SO_SNDBUF),
+            (peer.as_raw_fd(), libc::SO_RCVBUF),
+        ] {
+            let size: libc::c_int = 8 * 1024;
+            // SAFETY: setsockopt reads the int we pass by pointer, with its size.
+            let set = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    option,
+                    (&raw const size).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(set, 0);
+        }
+        let mut client = Client::new(stream, None, stills.is_some(), true);
+        client.stills = stills;
         (client, peer)
+    }
+
+    /// A still of `bytes` bytes of JPEG, as the live thread would offer it.
+    fn still(source: &str, bytes: usize) -> Still {
+        super::super::stills::tests::message_of(source, &vec![0x5a; bytes])
     }
 
     #[test]
@@ -394,10 +510,11 @@ mod tests {
     }
 
     #[test]
-    fn a_client_that_does_not_read_holds_one_still_per_source_beside_its_frames() {
+    fn a_client_that_does_not_read_holds_its_stills_within_its_budget_and_one_per_source() {
         let (mut client, _peer) = unread(Some(Slots::default()));
         let sources: Vec<Arc<str>> = (1..=6).map(|n| format!("cam{n}").into()).collect();
-        let still: Arc<[u8]> = vec![b's'; 48 * 1024].into();
+        // A 4K camera's JPEG: about 1.3 MB in base64, far past the budget.
+        let still = still("cam", 1_000_000);
         let frame = vec![b'f'; 1024];
         let mut dropped = 0;
         let mut rounds = 0;
@@ -411,11 +528,14 @@ mod tests {
                 break;
             }
             assert!(client.flush(), "the peer is still there");
+            let unsent = &client.pending[client.sent..];
             assert!(
-                client.pending.len() <= CLIENT_BUFFER + still.len(),
-                "{} bytes held after {rounds} rounds",
-                client.pending.len()
+                unsent.len() <= CLIENT_BUFFER,
+                "{} bytes unsent after {rounds} rounds",
+                unsent.len()
             );
+            let parts = unsent.windows(12).filter(|w| w == b"event: still").count();
+            assert!(parts <= 1, "{parts} parts of stills queued");
             rounds += 1;
             assert!(rounds < 100_000, "never let go");
         }
@@ -423,5 +543,44 @@ mod tests {
         let slots = client.stills.as_mut().unwrap();
         let waiting = std::iter::from_fn(|| slots.next()).count();
         assert!(waiting <= sources.len(), "{waiting} stills wait");
+    }
+
+    #[test]
+    fn frames_go_out_between_the_parts_of_a_big_still() {
+        let (mut client, mut peer) = unread(Some(Slots::default()));
+        let mut got = Vec::new();
+        client
+            .stills
+            .as_mut()
+            .unwrap()
+            .offer(&"cam".into(), &still("cam", 300_000));
+        // A frame each round while the peer reads a little, as a slow page would.
+        let mut buf = [0; 4096];
+        for n in 0..100_000 {
+            let frame = format!("event: frame\ndata: {n}\n\n");
+            assert!(
+                client.queue(frame.as_bytes()),
+                "closed as slow at frame {n}"
+            );
+            assert!(client.flush());
+            if client.sending.is_none() && client.sent == client.pending.len() {
+                break;
+            }
+            // Something waits in the socket: the frame just written, or what keeps it full.
+            let read = peer.read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..read]);
+        }
+        drop(client);
+        peer.read_to_end(&mut got).unwrap();
+        let text = String::from_utf8(got).unwrap();
+        let first = text.find("event: still").unwrap();
+        let last = text.rfind("event: still").unwrap();
+        let between = text[first..last].matches("event: frame").count();
+        assert!(between > 0, "every frame waited for the whole still");
+        let parts = text.matches("event: still").count();
+        assert_eq!(
+            parts,
+            400_000_usize.div_ceil(super::super::stills::STILL_PART)
+        );
     }
 }

@@ -89,10 +89,11 @@ pub use routes::{RouteDoc, routes};
 /// Preview streams served at once: a few browsers' pages, each showing every source.
 pub const MAX_PREVIEWS: usize = 16;
 
-/// Live clients (`/api/live`) served at once by a process allowed `nofile` file descriptors
-/// (`live.rs`).
-pub fn max_live_clients(nofile: u64) -> usize {
-    live::max_clients(nofile)
+/// Live clients (`/api/live`) served at once by a process allowed `nofile` file descriptors,
+/// whose pipeline holds about `pipeline` ([`crate::daemon::fds::Pipeline::descriptors`],
+/// `live.rs`).
+pub fn max_live_clients(nofile: u64, pipeline: usize) -> usize {
+    live::max_clients(nofile, pipeline)
 }
 /// How long the stop's self-connection may take (it only wakes the loop).
 const WAKE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -199,8 +200,8 @@ enum Reply {
     /// For an API thread (`api.rs`).
     Api(Box<Head>),
     /// For the live thread: the source followed (`None`: every source), and whether the
-    /// cameras' stills go too.
-    Live(Option<String>, bool),
+    /// cameras' stills go too, and the frames' boxes.
+    Live(Option<String>, stills::Asked),
 }
 
 impl Bound {
@@ -475,7 +476,15 @@ fn hand_off(reply: Reply, stream: TcpStream, shared: &Arc<Shared>) {
     match reply {
         Reply::Preview(source) => preview::start(stream, shared, source),
         Reply::Api(head) => api::submit(shared, stream, *head),
-        Reply::Live(source, stills) => live::add(shared, stream, source, stills),
+        Reply::Live(source, asked) => live::add(
+            shared,
+            live::Arrival {
+                stream,
+                source,
+                stills: asked.stills,
+                frames: asked.frames,
+            },
+        ),
         Reply::Now(_) | Reply::Verify(_) => {}
     }
 }

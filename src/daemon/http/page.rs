@@ -1,6 +1,6 @@
 //! `/simple`: a one-file status page, no script library (the full page is `/`, `pages.rs`): every source's live preview (when it has a preview sink)
 //! and its counters, refreshed every second from `/stats.json`. The pictures come as stills over
-//! one live stream (`/api/live?stills=1`), never one MJPEG stream per camera: a browser gives a
+//! one live stream (`/api/live?stills=1&frames=0`: no boxes, which this page does not draw), never one MJPEG stream per camera: a browser gives a
 //! host six connections, and five cameras would leave the counters none.
 
 pub(super) const HTML: &str = r#"<!doctype html>
@@ -24,6 +24,7 @@ pub(super) const HTML: &str = r#"<!doctype html>
 <body>
 <div id="sources"></div>
 <div id="run">loading...</div>
+<div id="live"></div>
 <script>
 "use strict";
 const cards = new Map();
@@ -57,19 +58,45 @@ function card(source) {
   return c;
 }
 
-// Every source's picture over one connection: the live stream's stills (a JPEG in base64),
-// each shown through a blob URL, the previous one released.
+// Every source's picture over one connection: the live stream's stills only (`frames=0`: this
+// page draws no boxes), each in parts of base64 joined, decoded by the browser off the main
+// thread (a data: URL's fetch) and shown through a blob URL, the previous one released. After
+// an error or a refusal (503: as many live clients as the endpoint takes) it opens a new stream
+// after 1 s, doubling up to 30 s, each wait drawn between half and all of it.
 let live = null;
+let failures = 0;
+const parts = new Map();
 function watch() {
   if (live) return;
-  live = new EventSource("/api/live?stills=1");
-  live.addEventListener("still", (m) => {
+  live = new EventSource("/api/live?stills=1&frames=0");
+  live.onopen = () => {
+    failures = 0;
+    document.getElementById("live").textContent = "";
+  };
+  live.onerror = () => {
+    live.close();
+    live = null;
+    parts.clear();
+    const wait = Math.min(30000, 1000 * 2 ** failures) * (0.5 + Math.random() / 2);
+    failures++;
+    document.getElementById("live").textContent = `pictures: reconnecting in ${Math.ceil(wait / 1000)} s`;
+    setTimeout(watch, wait);
+  };
+  live.addEventListener("still", async (m) => {
     const s = JSON.parse(m.data);
+    const joined = (parts.get(s.source) || "") + s.jpeg;
+    if (s.more) {
+      parts.set(s.source, joined);
+      return;
+    }
+    parts.delete(s.source);
     const c = cards.get(s.source);
     if (!c || !c.view) return;
-    const bytes = Uint8Array.from(atob(s.jpeg), (ch) => ch.charCodeAt(0));
+    const n = (c.seq = (c.seq || 0) + 1);
+    const blob = await (await fetch("data:image/jpeg;base64," + joined)).blob();
+    if (n !== c.seq) return;
     const old = c.url;
-    c.url = URL.createObjectURL(new Blob([bytes], { type: "image/jpeg" }));
+    c.url = URL.createObjectURL(blob);
     c.view.src = c.url;
     if (old) URL.revokeObjectURL(old);
   });

@@ -88,8 +88,8 @@ pub(super) const ROUTES: &[Route] = &[
         &["source", "label", "after", "before", "format"],
         Handler::Api(heatmap::heatmap),
     ),
-    Route::get("/api/live", &["stills"], Handler::Live),
-    Route::get("/api/live/{source}", &["stills"], Handler::Live),
+    Route::get("/api/live", &["stills", "frames"], Handler::Live),
+    Route::get("/api/live/{source}", &["stills", "frames"], Handler::Live),
 ];
 
 impl Route {

@@ -1,6 +1,7 @@
 //! The cameras' pictures on the live stream: with `?stills=1`, `/api/live` also carries each
-//! source's newest preview JPEG as an `event: still` (data: `{"source", "jpeg"}`, the JPEG in
-//! base64), so that a page shows every camera over its one live connection, not over an MJPEG
+//! source's newest preview JPEG as `event: still` messages (data: `{"source", "jpeg"}`, the
+//! JPEG in base64, in parts of at most [`STILL_PART`] bytes: every part but the last also has
+//! `"more": true`, and the page joins a source's parts' `jpeg` in order), so that a page shows every camera over its one live connection, not over an MJPEG
 //! connection per camera: a browser opens at most six connections per host (HTTP/1.1), and a
 //! page of six cameras would take them all, leaving none for its API requests.
 //!
@@ -9,12 +10,14 @@
 //! the preview channel of each source such a client follows and a `preview` sink takes (so the
 //! sink encodes only then, at its own `max_fps`, as for `/preview/SOURCE`), and at most once
 //! per [`STILL_TICK`] takes each source's JPEG newer than the last it took and makes its
-//! message once. A client keeps at most one still per source that it has not been sent
-//! ([`Slots`]): a newer one takes its place, and the one replaced is counted
-//! (`Feed::stills_dropped`). A still goes into a client's buffer only once its socket took
-//! everything before it (`live::Client::flush`), so a client that reads slowly gets fewer
-//! stills, never a longer queue: it holds its frames' messages (`live::CLIENT_BUFFER`), the still
-//! being sent and one waiting per source.
+//! message once, shared by every client (never copied whole into a client's buffer). A client
+//! keeps at most one still per source that it has not begun ([`Slots`]): a newer one takes its
+//! place, and the one replaced is counted (`Feed::stills_dropped`). A still's part goes into a
+//! client's buffer only once its socket took everything before it (`live::Client::flush`), and
+//! counts in its budget (`live::CLIENT_BUFFER`) like its frames' messages: a client that reads
+//! slowly gets fewer stills, never a longer queue, and its frames wait behind one part of a
+//! still at most, never behind a whole 4K picture (about 1.3 MB in base64). A 1024-pixel-wide
+//! JPEG is about 100 KB, so a few parts.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -28,17 +31,35 @@ use crate::sinks::preview::{Watch, hub};
 /// Least time between two stills of a source on the live stream (at most 10 a second; the
 /// preview sink's `max_fps`, 5 by default, is usually lower).
 pub(super) const STILL_TICK: Duration = Duration::from_millis(100);
+/// Bytes of base64 in one part of a still: frames wait behind one part at most (a few
+/// milliseconds on a link of some Mbit/s), and a still of a few parts costs a few messages.
+pub(super) const STILL_PART: usize = 32 * 1024;
 
-/// `stills=1` in `target`'s query: whether the client asks for stills; `Err` with the 400's
-/// message for another value.
-pub(super) fn asked(target: &str) -> Result<bool, String> {
+/// A still's messages, in order: each a whole Server-Sent Event, shared between the clients.
+pub(super) type Still = Arc<[Arc<[u8]>]>;
+
+/// What a live client asked for: the stills (`stills=1`), the frames' boxes (unless
+/// `frames=0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Asked {
+    pub stills: bool,
+    pub frames: bool,
+}
+
+/// `stills=1` and `frames=0` in `target`'s query: what the client asks for; `Err` with the
+/// 400's message for another value.
+pub(super) fn asked(target: &str) -> Result<Asked, String> {
     let pairs = super::answer::pairs(target).map_err(|e| e.0)?;
-    match pairs.iter().rev().find(|(k, _)| k == "stills") {
-        None => Ok(false),
+    let flag = |key: &str, default: bool| match pairs.iter().rev().find(|(k, _)| k == key) {
+        None => Ok(default),
         Some((_, v)) if v == "1" => Ok(true),
         Some((_, v)) if v == "0" => Ok(false),
-        Some((_, v)) => Err(format!("stills must be 0 or 1, not \"{v}\"\n")),
-    }
+        Some((_, v)) => Err(format!("{key} must be 0 or 1, not \"{v}\"\n")),
+    };
+    Ok(Asked {
+        stills: flag("stills", false)?,
+        frames: flag("frames", true)?,
+    })
 }
 
 /// The preview channels the live thread watches while a client asks for stills.
@@ -64,7 +85,7 @@ impl Watches {
         &mut self,
         live: &Live,
         followed: impl Iterator<Item = Option<&'a str>>,
-    ) -> Vec<(Arc<str>, Arc<[u8]>)> {
+    ) -> Vec<(Arc<str>, Still)> {
         let mut named = BTreeSet::new();
         let (mut asked, mut all) = (false, false);
         for source in followed {
@@ -104,25 +125,44 @@ impl Watches {
     }
 }
 
-/// A still's Server-Sent Event.
-fn message(source: &str, jpeg: &[u8]) -> Arc<[u8]> {
-    let data = serde_json::json!({
-        "source": source,
-        "jpeg": base64::engine::general_purpose::STANDARD.encode(jpeg),
-    });
-    format!("event: still\ndata: {data}\n\n")
-        .into_bytes()
-        .into()
+/// A still's Server-Sent Events: its base64 in parts of [`STILL_PART`] bytes.
+fn message(source: &str, jpeg: &[u8]) -> Still {
+    let base64 = base64::engine::general_purpose::STANDARD.encode(jpeg);
+    let parts: Vec<&str> = if base64.is_empty() {
+        vec![""]
+    } else {
+        // Base64 is ASCII: every byte is a character boundary.
+        base64
+            .as_bytes()
+            .chunks(STILL_PART)
+            .filter_map(|c| std::str::from_utf8(c).ok())
+            .collect()
+    };
+    let last = parts.len() - 1;
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let data = if i < last {
+                serde_json::json!({ "source": source, "jpeg": part, "more": true })
+            } else {
+                serde_json::json!({ "source": source, "jpeg": part })
+            };
+            format!("event: still\ndata: {data}\n\n")
+                .into_bytes()
+                .into()
+        })
+        .collect()
 }
 
 /// A client's stills not sent yet: at most one per source, oldest first.
 #[derive(Debug, Default)]
-pub(super) struct Slots(VecDeque<(Arc<str>, Arc<[u8]>)>);
+pub(super) struct Slots(VecDeque<(Arc<str>, Still)>);
 
 impl Slots {
     /// Keeps `message` as the still of `source` to send next; `true` when it replaced one that
     /// was never sent (which is dropped).
-    pub(super) fn offer(&mut self, source: &Arc<str>, message: &Arc<[u8]>) -> bool {
+    pub(super) fn offer(&mut self, source: &Arc<str>, message: &Still) -> bool {
         if let Some((_, waiting)) = self.0.iter_mut().find(|(s, _)| s == source) {
             *waiting = message.clone();
             return true;
@@ -132,20 +172,25 @@ impl Slots {
     }
 
     /// The still that has waited longest (its source's newest).
-    pub(super) fn next(&mut self) -> Option<Arc<[u8]>> {
+    pub(super) fn next(&mut self) -> Option<Still> {
         self.0.pop_front().map(|(_, message)| message)
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// A still's messages, for the live thread's tests.
+    pub(in crate::daemon::http) fn message_of(source: &str, jpeg: &[u8]) -> Still {
+        message(source, jpeg)
+    }
 
     #[test]
     fn a_newer_still_takes_the_place_of_one_not_sent_and_the_sources_take_turns() {
         let mut slots = Slots::default();
         let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
-        let still = |text: &str| -> Arc<[u8]> { text.as_bytes().into() };
+        let still = |text: &str| -> Still { vec![Arc::from(text.as_bytes())].into() };
         assert!(!slots.offer(&a, &still("a1")));
         assert!(!slots.offer(&b, &still("b1")));
         for n in 2..100 {
@@ -155,28 +200,61 @@ mod tests {
             );
         }
         assert_eq!(slots.0.len(), 2, "one still waits per source");
-        assert_eq!(slots.next().as_deref(), Some(&b"a99"[..]));
-        assert_eq!(slots.next().as_deref(), Some(&b"b1"[..]));
+        assert_eq!(slots.next(), Some(still("a99")));
+        assert_eq!(slots.next(), Some(still("b1")));
         assert_eq!(slots.next(), None);
     }
 
     #[test]
-    fn stills_are_asked_for_with_1_and_another_value_is_refused() {
-        assert_eq!(asked("/api/live"), Ok(false));
-        assert_eq!(asked("/api/live?stills=1"), Ok(true));
-        assert_eq!(asked("/api/live/cam?stills=0"), Ok(false));
+    fn stills_are_asked_for_with_1_frames_left_out_with_0_and_another_value_is_refused() {
+        let asked_for = |stills, frames| Ok(Asked { stills, frames });
+        assert_eq!(asked("/api/live"), asked_for(false, true));
+        assert_eq!(asked("/api/live?stills=1"), asked_for(true, true));
+        assert_eq!(asked("/api/live/cam?stills=0"), asked_for(false, true));
+        assert_eq!(asked("/api/live?stills=1&frames=0"), asked_for(true, false));
         assert_eq!(
             asked("/api/live?stills=yes"),
             Err("stills must be 0 or 1, not \"yes\"\n".to_owned())
+        );
+        assert_eq!(
+            asked("/api/live?frames=no"),
+            Err("frames must be 0 or 1, not \"no\"\n".to_owned())
         );
     }
 
     #[test]
     fn a_still_is_a_server_sent_event_with_the_jpeg_in_base64() {
         let m = message("cam \"1\"", &[0xff, 0xd8, 0xff]);
+        assert_eq!(m.len(), 1);
         assert_eq!(
-            std::str::from_utf8(&m).unwrap(),
+            std::str::from_utf8(&m[0]).unwrap(),
             "event: still\ndata: {\"source\":\"cam \\\"1\\\"\",\"jpeg\":\"/9j/\"}\n\n"
         );
+    }
+
+    #[test]
+    fn a_big_still_goes_in_parts_that_join_into_its_base64() {
+        let jpeg: Vec<u8> = (0..100_000u32).map(|n| (n % 251) as u8).collect();
+        let m = message("cam", &jpeg);
+        assert_eq!(
+            m.len(),
+            5,
+            "133,336 bytes of base64 in parts of {STILL_PART}"
+        );
+        let mut joined = String::new();
+        for (i, part) in m.iter().enumerate() {
+            let text = std::str::from_utf8(part).unwrap();
+            let data = text.strip_prefix("event: still\ndata: ").unwrap();
+            let data: serde_json::Value = serde_json::from_str(data.trim_end()).unwrap();
+            assert_eq!(data["source"], "cam");
+            assert_eq!(data["more"].as_bool(), (i + 1 < m.len()).then_some(true));
+            let jpeg = data["jpeg"].as_str().unwrap();
+            assert!(jpeg.len() <= STILL_PART);
+            joined.push_str(jpeg);
+        }
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(joined)
+            .unwrap();
+        assert_eq!(decoded, jpeg);
     }
 }

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const vidflow = (window.vidflow = { frames: 0, stills: {}, drawn: {}, shapes: {}, live: {}, counts: null, events: [] });
+const vidflow = (window.vidflow = { frames: 0, stills: {}, drawn: {}, shapes: {}, live: {}, counts: null, events: [], reconnects: 0 });
 
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -129,40 +129,77 @@ function drawShapes(c, g, scale, ox, oy) {
   c.canvas.dataset.shapes = JSON.stringify(drawn);
 }
 
-// A camera's still: its JPEG (base64) shown through a blob URL, the previous one released.
-function still(m) {
+// A camera's still comes in parts (`more`: another follows), its JPEG in base64: the parts are
+// joined, the browser decodes the base64 off the main thread (a data: URL's fetch), and the
+// picture is shown through a blob URL, the previous one released.
+const stillParts = new Map();
+async function still(m) {
   const s = JSON.parse(m.data);
+  const joined = (stillParts.get(s.source) || "") + s.jpeg;
+  if (s.more) {
+    stillParts.set(s.source, joined);
+    return;
+  }
+  stillParts.delete(s.source);
   const c = cams.get(s.source);
   if (!c || !c.img) return;
-  const bytes = Uint8Array.from(atob(s.jpeg), (ch) => ch.charCodeAt(0));
+  const n = (c.stillSeq = (c.stillSeq || 0) + 1);
+  const blob = await (await fetch("data:image/jpeg;base64," + joined)).blob();
+  if (n !== c.stillSeq) return; // a newer still was decoded first
   const old = c.url;
-  c.url = URL.createObjectURL(new Blob([bytes], { type: "image/jpeg" }));
+  c.url = URL.createObjectURL(blob);
   c.img.src = c.url;
   if (old) URL.revokeObjectURL(old);
   vidflow.stills[s.source] = (vidflow.stills[s.source] || 0) + 1;
+}
+
+// The live stream's back-off after an error or a refusal (a 503 when the endpoint has as many
+// live clients as it takes): 1 s, doubling up to 30 s, each wait drawn between half and all of
+// it, so that pages refused together do not come back together. An EventSource gives up for
+// good on an answer other than 200, so the page opens a new one itself.
+const LIVE_RETRY_FIRST_MS = 1000;
+const LIVE_RETRY_MAX_MS = 30000;
+let liveFailures = 0;
+
+function frame(m) {
+  const f = JSON.parse(m.data);
+  vidflow.frames++;
+  vidflow.live[f.source] = f.counts;
+  const c = cams.get(f.source);
+  if (!c) return;
+  c.frame = f;
+  for (const step of new Set((f.shapes || []).map((s) => s.step))) c.shapes[step] = f.shapes.filter((s) => s.step === step);
+  // Drawn at the next paint; a hidden page (no paints) keeps its boxes current anyway.
+  if (document.hidden) draw(c);
+  else if (!c.pending) {
+    c.pending = true;
+    requestAnimationFrame(() => draw(c));
+  }
 }
 
 function live() {
   // One long-lived connection per page: the boxes of every frame and the cameras' stills.
   const stream = new EventSource("api/live?stills=1");
   stream.addEventListener("still", still);
-  stream.addEventListener("frame", (m) => {
-    const f = JSON.parse(m.data);
-    vidflow.frames++;
-    vidflow.live[f.source] = f.counts;
-    const c = cams.get(f.source);
-    if (!c) return;
-    c.frame = f;
-    for (const step of new Set((f.shapes || []).map((s) => s.step))) c.shapes[step] = f.shapes.filter((s) => s.step === step);
-    // Drawn at the next paint; a hidden page (no paints) keeps its boxes current anyway.
-    if (document.hidden) draw(c);
-    else if (!c.pending) {
-      c.pending = true;
-      requestAnimationFrame(() => draw(c));
-    }
-  });
-  stream.onopen = () => ($("run-state").textContent = "live");
-  stream.onerror = () => ($("run-state").textContent = "not connected: showing what the store kept");
+  stream.addEventListener("frame", frame);
+  stream.onopen = () => {
+    liveFailures = 0;
+    $("live-state").textContent = "live";
+    $("live-state").className = "";
+  };
+  stream.onerror = () => {
+    stream.close();
+    stillParts.clear();
+    const cap = Math.min(LIVE_RETRY_MAX_MS, LIVE_RETRY_FIRST_MS * 2 ** liveFailures);
+    const wait = cap * (0.5 + Math.random() / 2);
+    liveFailures++;
+    $("live-state").textContent = `live stream lost: reconnecting in ${Math.ceil(wait / 1000)} s`;
+    $("live-state").className = "bad";
+    setTimeout(() => {
+      vidflow.reconnects++;
+      live();
+    }, wait);
+  };
 }
 
 async function sources() {
@@ -205,6 +242,18 @@ function eventQuery(beforeId) {
   return "api/events?" + q;
 }
 
+// The event of the same source and track with a snapshot nearest in time to `e`, among those
+// loaded (none for an event of no track).
+function nearestSnapshot(e) {
+  if (e.track_id === null || e.track_id === undefined) return null;
+  let best = null;
+  for (const o of vidflow.events) {
+    if (!o.snapshot_url || o.source !== e.source || o.track_id !== e.track_id) continue;
+    if (!best || Math.abs(o.start - e.start) < Math.abs(best.start - e.start)) best = o;
+  }
+  return best;
+}
+
 function eventItem(e) {
   const what = e.kind === "crossing" ? `crossed ${e.place} (${e.direction})`
     : e.kind === "enter" ? `entered ${e.place}`
@@ -213,13 +262,19 @@ function eventItem(e) {
     : e.kind === "speeding" ? `speeding in ${e.place}` + (e.speed != null ? ` at ${e.speed.toFixed(1)} ${e.speed_unit}` : "")
     : e.kind === "track" ? "seen" : "motion";
   const who = e.track_id !== null ? `${e.label} #${e.track_id}` : e.label;
-  const thumb = e.snapshot_url
-    ? el("img", { class: "thumb", src: e.snapshot_url, loading: "lazy", alt: "snapshot" })
-    : el("div", { class: "nothumb" });
-  const li = el("li", { tabIndex: 0, "data-id": e.id, "data-kind": e.kind, "data-label": e.label, "data-clip": e.clip_url ? "1" : "0" }, thumb,
+  // An event without a snapshot of its own (a track seen, motion) shows the one nearest in time
+  // of the same track among the events loaded, said so; without one it is a compact row, not an
+  // empty card.
+  const borrowed = e.snapshot_url ? null : nearestSnapshot(e);
+  const src = e.snapshot_url || (borrowed && borrowed.snapshot_url);
+  const thumb = src ? el("img", { class: "thumb", src, loading: "lazy", alt: "snapshot" }) : null;
+  const apart = borrowed ? (borrowed.start - e.start) / 1000 : 0;
+  const at = Math.abs(apart) < 0.05 ? "at the same moment" : `${secs(Math.abs(apart))} ${apart < 0 ? "before" : "after"}`;
+  const note = borrowed ? el("div", { class: "muted borrowed" }, `picture: its ${borrowed.kind}, ${at}`) : null;
+  const li = el("li", { tabIndex: 0, class: src ? "" : "compact", "data-id": e.id, "data-kind": e.kind, "data-label": e.label, "data-clip": e.clip_url ? "1" : "0", "data-picture": e.snapshot_url ? "own" : borrowed ? "borrowed" : "none" }, thumb,
     el("div", { class: "text" },
       el("span", { class: "kind kind-" + e.kind }, e.kind), " ", el("b", {}, who), " ", what,
-      el("div", { class: "muted" }, `${e.source}, ${when(e.start)}`, e.clip_url ? ", clip" : "")));
+      el("div", { class: "muted" }, `${e.source}, ${when(e.start)}`, e.clip_url ? ", clip" : ""), note));
   li.addEventListener("click", () => play(e));
   li.addEventListener("keydown", (k) => k.key === "Enter" && play(e));
   return li;
