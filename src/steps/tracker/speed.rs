@@ -476,7 +476,10 @@ mod tests {
         let noisy = &got[..30];
         let worst = noisy.iter().flatten().fold(0.0f64, |m, v| m.max(*v));
         assert!(worst < 2.0, "{worst} m/s out of the scatter: {noisy:?}");
-        assert!(noisy.iter().filter(|s| s.is_some()).count() < 5, "{noisy:?}");
+        assert!(
+            noisy.iter().filter(|s| s.is_some()).count() < 5,
+            "{noisy:?}"
+        );
         let last = got[59].unwrap();
         assert!((last - 1.0).abs() < 1e-9, "{last}");
     }

@@ -194,14 +194,7 @@ impl Tracks {
                 if let Some(b) = bounds {
                     detection.bbox = clip(&detection.bbox, b);
                 }
-                Some(Track {
-                    track_id,
-                    detection,
-                    predicted,
-                    ground: None,
-                    speed: None,
-                    dwell: None,
-                })
+                Some(Track::new(track_id, detection, predicted))
             })
             .collect();
         out.sort_by_key(|t| t.track_id);
@@ -220,16 +213,7 @@ impl Tracks {
         let mut ended: Vec<Track> = self
             .tracks
             .drain(..)
-            .filter_map(|t| {
-                Some(Track {
-                    track_id: t.id?,
-                    detection: t.last,
-                    predicted: false,
-                    ground: None,
-                    speed: None,
-                    dwell: None,
-                })
-            })
+            .filter_map(|t| Some(Track::new(t.id?, t.last, false)))
             .collect();
         ended.sort_by_key(|t| t.track_id);
         self.last_frame = None;
