@@ -115,7 +115,7 @@ fn taken(to: &Follower, camera: i128, pts: i128) {
         to.counters.set_clock_skew(skew);
         if first {
             let skew_s = skew as f64 / 1e9;
-            tracing::info!(source = %to.name, skew_s, "camera clock known (its RTCP sender reports): the camera's clock minus this computer's");
+            tracing::info!(source = %to.name, skew_s, "times from the camera's clock (its RTCP sender reports); skew_s: its clock minus this computer's");
         }
     }
 }

@@ -574,7 +574,8 @@ fn not_offered(backend: Backend, precision: Precision, files: &ModelFiles) -> Op
     match precision {
         Precision::F32 => None,
         Precision::Int8 if files.onnx_int8.is_none() => Some(format!(
-            "{} has no int8 copy (set-up keeps one only where it agrees with the model)",
+            "{} has no int8 copy (precision \"int8\" runs a quantized ONNX file: make one with \
+             scripts/quantize-onnx; set-up keeps one only where it agrees with the model)",
             files.label
         )),
         Precision::Bf16 | Precision::Int8 if backend == Backend::OpenVino => {
