@@ -73,13 +73,12 @@ impl Feet {
     /// no longer the same object's (see [`SWITCH_SHARE`]): then its history starts again.
     fn of(&mut self, b: &crate::value::BBox, t: f64) -> (f32, bool) {
         let (top, bottom) = (b.y, b.y + b.height);
-        let grew = !self.hidden
-            && median(self.heights.iter().map(|(_, h)| *h))
-                .is_some_and(|u| b.height > SWITCH_SHARE * u);
+        let mut usual = median(self.heights.iter().map(|(_, h)| *h));
+        let grew = !self.hidden && usual.is_some_and(|u| b.height > SWITCH_SHARE * u);
         if grew {
             *self = Self::default();
+            usual = None;
         }
-        let usual = median(self.heights.iter().map(|(_, h)| *h));
         let short = usual.is_some_and(|u| b.height < HIDDEN_SHARE * u);
         if !short {
             self.hidden = false;
