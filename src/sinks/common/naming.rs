@@ -41,17 +41,9 @@ pub(in crate::sinks) fn numbered(base: &Path, n: u32, style: Counter) -> PathBuf
 /// the JSONL file) then opens the empty file it owns. Where no file can be made there (a folder
 /// missing, no permission), the name is given untaken and the writer that opens it says why.
 pub(in crate::sinks) fn first_free(base: &Path, from: u32, style: Counter) -> (PathBuf, u32) {
-    let mut n = from;
-    loop {
-        let candidate = numbered(base, n, style);
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&candidate)
-        {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < u32::MAX => n += 1,
-            _ => return (candidate, n),
-        }
+    match take(base, from, style) {
+        Ok((_, path, n)) => (path, n),
+        Err((path, n, _)) => (path, n),
     }
 }
 
@@ -61,27 +53,41 @@ pub(in crate::sinks) fn create_new(
     base: &Path,
     style: Counter,
 ) -> Result<(File, PathBuf), SinkError> {
-    for n in 0.. {
+    match take(base, 0, style) {
+        Ok((file, path, _)) => Ok((file, path)),
+        Err((path, _, Some(source))) => Err(SinkError::Io { path, source }),
+        Err((_, _, None)) => Err(SinkError::Other(format!(
+            "no free name for \"{}\": every counter is taken",
+            base.display()
+        ))),
+    }
+}
+
+/// A name taken: the new empty file, its name and its counter.
+type Taken = (File, PathBuf, u32);
+/// A name not taken: where it stopped, its counter, and why (`None`: every counter is taken).
+type NotTaken = (PathBuf, u32, Option<std::io::Error>);
+
+/// Creates the first numbered name of `base` from `from` on that names nothing (`O_EXCL`).
+fn take(base: &Path, from: u32, style: Counter) -> Result<Taken, NotTaken> {
+    let mut n = from;
+    loop {
         let candidate = numbered(base, n, style);
         match OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&candidate)
         {
-            Ok(file) => return Ok((file, candidate)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(SinkError::Io {
-                    path: candidate,
-                    source,
-                });
+            Ok(file) => return Ok((file, candidate, n)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if n == u32::MAX {
+                    return Err((candidate, n, None));
+                }
+                n += 1;
             }
+            Err(e) => return Err((candidate, n, Some(e))),
         }
     }
-    Err(SinkError::Other(format!(
-        "no free name for \"{}\": every counter is taken",
-        base.display()
-    )))
 }
 
 #[cfg(test)]
