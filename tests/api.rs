@@ -9,9 +9,8 @@
 //! deleted under the run is made again while frames go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -4,9 +4,8 @@
 //! answered as private to the one who asked (no shared cache keeps it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::collections::BTreeMap;
 use std::io::Read;

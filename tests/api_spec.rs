@@ -6,9 +6,8 @@
 //! does not take, each of them a status the file lists for that route.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

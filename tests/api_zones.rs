@@ -7,9 +7,8 @@
 //! run (and its API) up once the clip has ended.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::time::Duration;
 

@@ -788,3 +788,35 @@ fn the_files_of_a_room_import_each_other_without_a_circle() {
         circles.join("\n")
     );
 }
+
+/// The integration tests are one binary (`tests/suite.rs`, with `autotests = false`): a file in
+/// `tests/` that it does not name as a module would never be compiled, its tests never run.
+#[test]
+fn every_test_file_is_a_module_of_the_suite() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let suite = std::fs::read_to_string(tests.join("suite.rs")).unwrap();
+    let named: BTreeSet<String> = syn::parse_file(&suite)
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) if m.content.is_none() => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    let mut files = BTreeSet::new();
+    for entry in std::fs::read_dir(&tests).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("suite.rs") {
+            files.insert(path.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+        if path.join("mod.rs").is_file() {
+            files.insert(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    let missing: Vec<_> = files.difference(&named).collect();
+    assert!(
+        missing.is_empty(),
+        "tests/suite.rs does not name {missing:?}: add `mod NAME;`"
+    );
+}

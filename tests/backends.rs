@@ -6,7 +6,7 @@
 //! libraries `scripts/fetch-runtimes` unpacks (install-deps runs it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

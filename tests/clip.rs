@@ -8,11 +8,8 @@
 //! arrival time).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/rtsp.rs"]
-mod rtsp;
-#[path = "common/rtsp_files.rs"]
-mod rtsp_files;
+use crate::common;
+use crate::common::rtsp_files;
 
 use std::path::Path;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //! read from the tracker's own output, and `zone_count` has it leave `reid_frames` after.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

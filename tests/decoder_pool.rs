@@ -12,7 +12,7 @@
 //! every frame.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! (the demo run with `backend = "auto"`), each then forced in turn.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

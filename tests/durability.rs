@@ -5,7 +5,7 @@
 //! (up to about 30 s), and nothing else here can tell a synced file from one that is not.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Real encoded video through the real `vidflow` binary: frames in, lines and frames out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

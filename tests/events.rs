@@ -6,7 +6,7 @@
 //! Clips of both modes: encoded from the images, and the source's own packets (of a file).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

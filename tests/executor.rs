@@ -5,7 +5,7 @@
 //! pool, executor and graph are the real ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

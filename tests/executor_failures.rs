@@ -8,7 +8,7 @@
 //! on command).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

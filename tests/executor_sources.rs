@@ -5,7 +5,7 @@
 //! stand-ins: these behaviours need steps that sleep or wait on command).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

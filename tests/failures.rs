@@ -3,7 +3,7 @@
 //! rectangle does not fit the real decoded frames.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

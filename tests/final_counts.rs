@@ -5,7 +5,7 @@
 //! lines carry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -4,11 +4,9 @@
 //! CRLF or a bare LF.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::http as http_client;
+use crate::common::rtsp;
 
 use std::time::Duration;
 

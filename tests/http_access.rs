@@ -6,11 +6,8 @@
 //! leave no thread or file descriptor behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::io::Write;
 use std::path::Path;

@@ -6,9 +6,8 @@
 //! descriptor (EMFILE).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

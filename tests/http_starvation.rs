@@ -4,11 +4,8 @@
 //! over the daemon's threads and file descriptors are back to where they were.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

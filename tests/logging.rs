@@ -3,7 +3,7 @@
 //! level; anywhere else (no variable, or one naming another file) no line does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};

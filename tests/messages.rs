@@ -5,7 +5,7 @@
 //! that never answers is in `rtsp_hostile.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

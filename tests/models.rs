@@ -8,7 +8,7 @@
 //! `scripts/fetch-runtimes`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -4,9 +4,8 @@
 //! Needs the Debian package `mosquitto` (scripts/install-deps).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/mqtt.rs"]
-mod broker;
-mod common;
+use crate::common;
+use crate::common::mqtt as broker;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

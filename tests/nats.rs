@@ -6,9 +6,8 @@
 //! Needs the Debian package `nats-server` (scripts/install-deps).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/nats.rs"]
-mod nats;
+use crate::common;
+use crate::common::nats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -16,7 +16,7 @@
 //! Windows are counted in the run's own `STATUS=` messages, not in seconds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::os::unix::net::UnixDatagram;

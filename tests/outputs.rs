@@ -10,7 +10,7 @@
 //! replays it). Frames are counted by decoding each segment with GStreamer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,11 +11,9 @@
 //! `target/tmp/page/` (CARGO_TARGET_TMPDIR).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::browser;
+use crate::common::http as http_client;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -17,11 +17,9 @@
 //! free; `/simple` likewise after the page's tab closes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::browser;
+use crate::common::http as http_client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};

@@ -6,13 +6,10 @@
 //! last error stays, with its time. The page runs in a real browser (`tests/common/browser.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::browser;
+use crate::common::http as http_client;
+use crate::common::rtsp;
 
 use browser::{DEADLINE, browser, screenshot, wait_js};
 use common::{free_port, spawn_run, write};

@@ -9,11 +9,9 @@
 //! A screenshot is kept as `phone.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::browser;
+use crate::common::http as http_client;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

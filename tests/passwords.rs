@@ -11,11 +11,9 @@
 //! The tests take turns: each runs an encoder and a decoder in real time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::http;
+use crate::common::rtsp;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};

@@ -7,13 +7,10 @@
 //! of `test://ball`), never at a fixed place, so a change of margins or fonts moves nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/browser.rs"]
-mod browser;
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::browser;
+use crate::common::http as http_client;
+use crate::common::rtsp;
 
 use std::io::Read;
 use std::path::Path;

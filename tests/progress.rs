@@ -4,7 +4,7 @@
 //! while its bar is drawn stay whole lines; with stderr to a file there is no progress at all.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -8,13 +8,10 @@
 //! file and over RTSP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
-#[path = "common/rtsp_files.rs"]
-mod rtsp_files;
+use crate::common;
+use crate::common::http as http_client;
+use crate::common::rtsp;
+use crate::common::rtsp_files;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -5,9 +5,8 @@
 //! Needs the Debian package `redis-server` (scripts/install-deps).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/redis.rs"]
-mod redis_server;
+use crate::common;
+use crate::common::redis as redis_server;
 
 use std::collections::BTreeSet;
 use std::path::Path;

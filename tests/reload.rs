@@ -5,7 +5,7 @@
 //! middle of a reload still drains everything. The daemon never exits on SIGHUP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

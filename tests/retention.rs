@@ -4,11 +4,8 @@
 //! the purge goes on from the index after SIGKILL, and a full disk never stops recording.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

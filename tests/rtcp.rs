@@ -7,11 +7,8 @@
 //! docs/guides/recording.md quotes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/rtsp.rs"]
-mod rtsp;
-#[path = "common/rtsp_files.rs"]
-mod rtsp_files;
+use crate::common;
+use crate::common::rtsp_files;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

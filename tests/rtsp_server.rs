@@ -3,8 +3,7 @@
 //! port, and stop/restart cycles leak neither threads nor file descriptors.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common::rtsp;
 
 use std::io::ErrorKind;
 use std::net::TcpStream;

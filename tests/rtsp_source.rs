@@ -10,9 +10,8 @@
 //! check (reconnections, retries) would suffer from a machine kept busy by the others.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::rtsp;
 
 use std::path::Path;
 use std::process::Command;

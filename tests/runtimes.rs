@@ -5,7 +5,7 @@
 //! planted here is not ELF: loading it fails loudly, so a test sees whether it was tried.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

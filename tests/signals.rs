@@ -1,7 +1,7 @@
 //! Real signals to a real `vidflow run` on a live source: drain, finalize, report, exit 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

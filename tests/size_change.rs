@@ -10,11 +10,9 @@
 //! vidflow in real time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::http as http_client;
+use crate::common::rtsp;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! a second run that keeps the first run's files.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! its tracks come out of a `jsonl` sink.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::shapes::{Form, Mover, Scene};
 use common::*;

@@ -11,9 +11,8 @@
 //! turns with each other (one real-time server and encoder at a time).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-#[path = "common/rtsp.rs"]
-mod rtsp;
+use crate::common;
+use crate::common::rtsp;
 
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};

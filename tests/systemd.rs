@@ -7,9 +7,8 @@
 //! as a seccomp program of the test's own, answering EPERM as the unit does).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "common/http.rs"]
-mod http_client;
+use crate::common;
+use crate::common::http as http_client;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;

@@ -11,7 +11,7 @@
 //! shape that stops is learnt into the background after a few frames and found no more.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

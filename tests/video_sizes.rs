@@ -5,7 +5,7 @@
 //! `validate` says which sizes will be padded, and refuses one x264 cannot take.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

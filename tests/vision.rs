@@ -4,7 +4,7 @@
 //! from `scripts/fetch-assets` (models/), media from assets/.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

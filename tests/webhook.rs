@@ -3,7 +3,7 @@
 //! with a status it chooses, closing the connection) and the real `vidflow` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -553,8 +553,15 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
+pub mod browser;
+pub mod http;
 mod kinds;
+pub mod mqtt;
+pub mod nats;
 mod probes;
+pub mod redis;
+pub mod rtsp;
+pub mod rtsp_files;
 pub mod shapes;
 pub mod vision;
 pub mod wait;
