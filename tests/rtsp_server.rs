@@ -3,6 +3,7 @@
 //! port, and stop/restart cycles leak neither threads nor file descriptors.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::common;
 use crate::common::rtsp;
 
 use std::io::ErrorKind;
@@ -148,11 +149,7 @@ fn count_entries(dir: &str) -> usize {
 
 /// Names of this process's threads.
 fn thread_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_owned())
-        .collect();
+    let mut names = common::other_threads();
     names.sort();
     names
 }

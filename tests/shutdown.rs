@@ -26,12 +26,9 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// Turns a hang into a failure.
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// This process's threads but the test's own.
 fn task_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|s| s.trim().to_owned())
-        .collect()
+    common::other_threads()
 }
 
 /// Threads of this process whose name starts with `prefix` (names are cut to 15 bytes).
@@ -351,7 +348,8 @@ fn harness(name: &str) -> bool {
         .split("#[test]\nfn ")
         .skip(1)
         .filter_map(|rest| rest.split('(').next())
-        .any(|test| comm(test) == name.as_bytes() && comm(test) != me)
+        .map(|test| format!("shutdown::{test}"))
+        .any(|test| comm(&test) == name.as_bytes() && comm(&test) != me)
 }
 
 /// Threads of this process, less GStreamer's streaming threads (named `element:pad`), GLib's

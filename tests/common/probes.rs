@@ -277,6 +277,25 @@ pub fn os_thread() -> String {
     format!("/proc/{}", link.display())
 }
 
+/// The names of this process's threads but the calling one (a test's own thread is named
+/// after the test, `module::name`, whose `::` would read as a GStreamer streaming thread's
+/// `element:pad`).
+pub fn other_threads() -> Vec<String> {
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    let me = link.file_name().map(std::ffi::OsStr::to_owned);
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let path = t.ok()?.path();
+            if path.file_name().map(std::ffi::OsStr::to_owned) == me {
+                return None;
+            }
+            std::fs::read_to_string(path.join("comm")).ok()
+        })
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
 /// The OS threads of a pool's workers: one job per worker, each held until all have started,
 /// so each runs on a different worker.
 pub fn worker_os_threads(pool: &Pool) -> Vec<String> {
