@@ -269,9 +269,17 @@ pub struct RecordStats {
     /// failed. Each starts a new segment at the next keyframe. Written also by the publishing
     /// thread (a loss, as it happens).
     pub gaps: AtomicU64,
-    /// Packets a packets clip's ring dropped past its bounds (the record stream far ahead of
-    /// the decoded stream): video no clip can hold any more.
-    pub ring_dropped: AtomicU64,
+    /// Packets a packets clip's ring dropped past its byte bound: video no clip can hold any
+    /// more.
+    pub ring_dropped_bytes: AtomicU64,
+    /// Packets a packets clip's ring dropped past its duration bound (the record stream far
+    /// ahead of the decoded stream).
+    pub ring_dropped_duration: AtomicU64,
+    /// A packets clip's ring's byte bound now (sized from its pre-roll and the stream's
+    /// measured bitrate; 0 for a `record` sink).
+    pub ring_limit_bytes: AtomicU64,
+    /// A packets clip's ring's duration bound, in ms (0 for a `record` sink).
+    pub ring_limit_ms: AtomicU64,
     /// When the sink last wrote a packet (a packets clip: took one into its ring) or its
     /// thread started, in ms of [`now_ms`]: what `/healthz` judges a recording by.
     active_ms: AtomicU64,
@@ -301,7 +309,10 @@ pub struct RecordCounts {
     pub segments: u64,
     pub gaps: u64,
     pub keyframes: u64,
+    /// Packets a packets clip's ring dropped past either bound.
     pub ring_dropped: u64,
+    pub ring_dropped_bytes: u64,
+    pub ring_dropped_duration: u64,
 }
 
 /// Milliseconds on the process's monotonic clock (from its first use).
@@ -381,7 +392,9 @@ impl RecordStats {
             segments: get(&self.segments),
             gaps: get(&self.gaps),
             keyframes: get(&self.keyframes),
-            ring_dropped: get(&self.ring_dropped),
+            ring_dropped: get(&self.ring_dropped_bytes) + get(&self.ring_dropped_duration),
+            ring_dropped_bytes: get(&self.ring_dropped_bytes),
+            ring_dropped_duration: get(&self.ring_dropped_duration),
         }
     }
 }

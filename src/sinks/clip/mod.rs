@@ -58,7 +58,9 @@ pub(super) static KIND: SinkKind = SinkKind {
             name: "pre_roll_s",
             ty: "float",
             default: "5.0",
-            doc: "video kept from before the first trigger (at least this, from a keyframe)",
+            doc: "video kept from before the first trigger (at least this, from a keyframe; \
+                  in packets mode as far as its ring's 256 MiB holds at the camera's bitrate, \
+                  600 s up to 2.1 Mbit/s)",
         },
         ParamDoc {
             name: "post_roll_s",

@@ -92,6 +92,25 @@ impl Moment {
         }
     }
 
+    /// A frame of a live camera at `pts` on the connection of `clock`, that left its decoder
+    /// at `captured`, for a test.
+    #[cfg(test)]
+    pub(super) fn on_camera(
+        captured: SystemTime,
+        pts: Duration,
+        clock: Arc<CameraClock>,
+        triggered: bool,
+        seq: u64,
+    ) -> Self {
+        Self {
+            captured,
+            pts: Some(pts),
+            clock: Some(clock),
+            triggered,
+            seq,
+        }
+    }
+
     /// Its time by `timing`; `None` on the camera's clock before its connection had a sender
     /// report.
     pub(super) fn time(&self, timing: Timing) -> Option<Duration> {

@@ -88,7 +88,8 @@ impl Metric {
             | Read::Preview(_)
             | Read::RecordState
             | Read::RecordStream(_)
-            | Read::RecordSink(_) => self.per_source(state, out),
+            | Read::RecordSink(_)
+            | Read::RecordRingDropped => self.per_source(state, out),
             _ => self.per_part(state, out),
         }
     }
@@ -145,6 +146,23 @@ impl Metric {
                 for row in &state.rows {
                     let labels = [("sink", &*row.sink), ("source", &*row.source)];
                     out.sample(name, &labels, get(counter(&row.stats)));
+                }
+            }
+            Read::RecordRingDropped => {
+                for row in &state.rows {
+                    let s = &row.stats;
+                    let by = [
+                        ("bytes", &s.ring_dropped_bytes),
+                        ("duration", &s.ring_dropped_duration),
+                    ];
+                    for (bound, counter) in by {
+                        let labels = [
+                            ("sink", &*row.sink),
+                            ("source", &*row.source),
+                            ("bound", bound),
+                        ];
+                        out.sample(name, &labels, get(counter));
+                    }
                 }
             }
             _ => {}

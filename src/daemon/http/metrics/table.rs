@@ -39,6 +39,8 @@ pub(super) enum Read {
     RecordStream(fn(&SourceCounters) -> &AtomicU64),
     /// Per `record` sink and source (`crate::packets`).
     RecordSink(fn(&RecordStats) -> &AtomicU64),
+    /// Per `record` sink, source and bound of a packets clip's ring: the packets it dropped.
+    RecordRingDropped,
     /// Per step.
     Step(fn(&StepMetrics) -> &AtomicU64),
     /// Per step, the histogram of its run times.
@@ -175,9 +177,24 @@ pub(super) static METRICS: &[Metric] = &[
     Metric {
         name: "vidflow_record_ring_dropped_packets_total",
         kind: "counter",
-        help: "Packets a packets clip's ring dropped past its bounds (64 MiB, or 60 s past \
-               the pre-roll): the record stream far ahead of the decoded stream.",
-        read: Read::RecordSink(|s| &s.ring_dropped),
+        help: "Packets a packets clip's ring dropped past a bound: bytes (sized from the \
+               pre-roll and the stream's bitrate, vidflow_record_ring_limit_bytes) or duration \
+               (the pre-roll + 60 s, vidflow_record_ring_limit_ms: the record stream far ahead \
+               of the decoded stream).",
+        read: Read::RecordRingDropped,
+    },
+    Metric {
+        name: "vidflow_record_ring_limit_bytes",
+        kind: "gauge",
+        help: "A packets clip's ring's byte bound now: the stream's measured bitrate x \
+               (pre-roll + 60 s) x 1.5, within 64 MiB and 256 MiB.",
+        read: Read::RecordSink(|s| &s.ring_limit_bytes),
+    },
+    Metric {
+        name: "vidflow_record_ring_limit_ms",
+        kind: "gauge",
+        help: "A packets clip's ring's duration bound: the pre-roll + 60 s.",
+        read: Read::RecordSink(|s| &s.ring_limit_ms),
     },
     Metric {
         name: "vidflow_record_keyframes_total",

@@ -28,12 +28,21 @@
 //! Memory: per source, the ring holds from the latest keyframe before the decoded stream's
 //! time minus the pre-roll to the newest packet, whether a clip is being written or not. The
 //! record stream may run ahead of the decoded stream (a file's is read ahead of its decoding;
-//! a camera's sub-stream may stall while its main stream goes on), so the ring is bounded:
-//! at most [`RING_BYTES`], and at most the pre-roll plus [`RING_AHEAD`] from its oldest packet
-//! to its newest. Beyond either, a clip being written (its post-roll is in it by then: what
-//! waits is after it) is finished, and the oldest keyframe intervals are dropped, each packet
-//! counted (`RecordStats::ring_dropped`, `vidflow_record_ring_dropped_packets_total`, the run's
-//! report); the first time is logged.
+//! a camera's sub-stream may stall while its main stream goes on), so the ring is bounded
+//! (`bounds.rs`): in bytes, sized from the pre-roll and the stream's measured bitrate within a
+//! floor and a ceiling, and in duration, the pre-roll plus a minute from its oldest packet to
+//! its newest. Beyond either, a clip being written (its post-roll is in it by then: what waits
+//! is after it) is finished, and the oldest keyframe intervals are dropped, each packet counted
+//! under the bound it went past (`RecordStats::ring_dropped_bytes` and `_duration`,
+//! `vidflow_record_ring_dropped_packets_total{bound}`, the run's report); the first time past
+//! each bound is logged, naming it and its value, and so are a pre-roll longer than the
+//! ceiling holds at the stream's bitrate and the first clip that starts late for a bound.
+//!
+//! Links: a clip is made for (`storage::Writing::made_for`, what links it to its events) the
+//! triggers that opened or extended it whose video the ring still held: a trigger's post-roll
+//! reaches the ring's first packet. Triggers whose video is gone (dropped past a bound) are
+//! not, and a trigger given up (its clip finished by a bound, or no keyframe left for it) is
+//! never carried to the next clip.
 //!
 //! Stop protocol: [`Sink::close`] drops the stop channels and the moments' senders; each thread
 //! takes what is still queued (the sources have stopped: their last packets are in), writes
@@ -55,23 +64,13 @@ use crate::sinks::common::packet_thread::{Common, PacketThread, PacketWork};
 use crate::sinks::common::when::When;
 use crate::sinks::{Sink, SinkError};
 use crate::storage::SinkFiles;
+use bounds::{Bound, Bounds};
+
+mod bounds;
 
 /// Moments queued for a source's thread: seconds of frames, far more than finishing a clip
 /// takes.
 const MOMENTS: usize = 1024;
-/// Most bytes a source's ring holds: minutes of a 4 Mbit/s camera.
-const RING_BYTES: usize = 64 << 20;
-/// How much more than the pre-roll a source's ring reaches back from its newest packet: the
-/// most the record stream may run ahead of the decoded stream, far more than a camera's two
-/// streams drift apart, before its oldest packets are dropped.
-const RING_AHEAD: Duration = Duration::from_secs(60);
-
-/// What a source's ring holds at most (see the module header).
-#[derive(Debug, Clone, Copy)]
-struct Bounds {
-    bytes: usize,
-    ahead: Duration,
-}
 
 /// An open `clip` sink in packets mode.
 pub(super) struct PacketClips {
@@ -187,11 +186,10 @@ struct Work {
     progress: Option<Moment>,
     /// The last trigger, while it still calls for video.
     trigger: Option<Moment>,
-    /// The frame numbers of triggers not yet in a clip: the next clip written is made for them.
-    made_for: Vec<u64>,
+    /// The triggers not yet in a clip, but for those whose video the ring no longer holds:
+    /// the next clip written is made for them (see the module header).
+    made_for: Vec<Moment>,
     clip: Option<Clip>,
-    /// The ring outgrew its bounds once already (said once).
-    said_far_ahead: bool,
     bounds: Bounds,
 }
 
@@ -204,7 +202,7 @@ impl PacketWork for Work {
     fn moment(&mut self, on: &mut Common, m: Moment) {
         if m.triggered {
             self.trigger = Some(m.clone());
-            self.made_for.push(m.seq);
+            self.made_for.push(m.clone());
         }
         self.progress = Some(m);
         self.advance(on, false);
@@ -225,6 +223,8 @@ impl PacketWork for Work {
     fn packet(&mut self, on: &mut Common, packet: Packet) {
         on.took();
         self.live = packet.live;
+        self.bounds.took(&packet);
+        self.show_bounds(on);
         self.ring_bytes += packet.buffer.size();
         self.ring.push_back(Held { packet });
         self.advance(on, false);
@@ -239,9 +239,10 @@ impl PacketWork for Work {
 }
 
 impl Work {
-    /// Nothing held yet, within [`RING_BYTES`] and [`RING_AHEAD`].
+    /// Nothing held yet, within the bounds of its pre-roll (`bounds.rs`).
     fn new(settings: Settings, files: SinkFiles) -> Self {
         Self {
+            bounds: Bounds::new(settings.pre_roll),
             settings,
             files,
             ring: VecDeque::new(),
@@ -251,11 +252,35 @@ impl Work {
             trigger: None,
             made_for: Vec::new(),
             clip: None,
-            said_far_ahead: false,
-            bounds: Bounds {
-                bytes: RING_BYTES,
-                ahead: RING_AHEAD,
-            },
+        }
+    }
+
+    /// Shows the ring's bounds (`vidflow_record_ring_limit_*`), and says once when the
+    /// pre-roll needs more than the ceiling at the stream's bitrate.
+    fn show_bounds(&mut self, on: &Common) {
+        let b = &self.bounds;
+        let ms = u64::try_from(b.duration().as_millis()).unwrap_or(u64::MAX);
+        let bytes = u64::try_from(b.bytes()).unwrap_or(u64::MAX);
+        on.stats.ring_limit_ms.store(ms, Ordering::Relaxed);
+        on.stats.ring_limit_bytes.store(bytes, Ordering::Relaxed);
+        if let Some(said) = self.bounds.past_ceiling() {
+            tracing::warn!(source = %on.source, "{said}");
+        }
+    }
+
+    /// Gives up the trigger: the triggers not in a clip are made for none.
+    fn forget_trigger(&mut self) {
+        self.trigger = None;
+        self.made_for.clear();
+    }
+
+    /// Says the open clip is made for the triggers not yet in a clip (those whose video is
+    /// gone were dropped with it: [`Work::prune`]).
+    fn link(&mut self) {
+        if let Some(clip) = &self.clip {
+            for m in self.made_for.drain(..) {
+                clip.file.made_for(m.seq);
+            }
         }
     }
 
@@ -273,17 +298,12 @@ impl Work {
                     let beyond = self.ring.back().is_some_and(|h| h.at(timing) > end);
                     if ended || self.past(end, timing) && beyond {
                         // No keyframe to start from before the post-roll ran out.
-                        self.trigger = None;
-                        self.made_for.clear();
+                        self.forget_trigger();
                     }
                     break;
                 }
             }
-            if let Some(clip) = &self.clip {
-                for seq in self.made_for.drain(..) {
-                    clip.file.made_for(seq);
-                }
-            }
+            self.link();
             if !self.write_up_to(on, end) {
                 // Cut at max_clip_s: the next clip opens at this keyframe.
                 self.finish_clip(on);
@@ -292,16 +312,16 @@ impl Work {
             let written = ended || self.ring.front().is_some_and(|h| h.at(timing) > end);
             if written && (ended || self.past(end, timing)) {
                 self.finish_clip(on);
-                self.trigger = None;
+                self.forget_trigger();
             }
             break;
         }
-        if self.clip.is_some() && self.over_bounds(timing) {
+        if self.clip.is_some() && self.past_bound(timing).is_some() {
             // What waits in the ring comes after the clip's post-roll (written as the packets
             // came): the clip is finished rather than the stream held without bound. A later
-            // trigger opens a new one.
+            // trigger opens a new one, made for none of the triggers before.
             self.finish_clip(on);
-            self.trigger = None;
+            self.forget_trigger();
         }
         if self.clip.is_none() {
             self.prune(on);
@@ -341,14 +361,20 @@ impl Work {
     /// keyframe if it does not reach back that far (dropping what is before it), if it is not
     /// after `end`. False: no clip (no keyframe, a full disk, a failure).
     fn open(&mut self, on: &mut Common, from: Duration, end: Duration, timing: Timing) -> bool {
-        let start = self
+        let at_pre_roll = self
             .ring
             .iter()
-            .rposition(|h| h.packet.keyframe() && h.shown(timing) <= from)
-            .or_else(|| self.ring.iter().position(|h| h.packet.keyframe()));
+            .rposition(|h| h.packet.keyframe() && h.shown(timing) <= from);
+        let start = at_pre_roll.or_else(|| self.ring.iter().position(|h| h.packet.keyframe()));
         let Some(start) = start.filter(|&i| self.ring[i].at(timing) <= end) else {
             return false;
         };
+        let late = self.ring[start].shown(timing).saturating_sub(from);
+        if at_pre_roll.is_none()
+            && let Some(said) = self.bounds.opened_late(late)
+        {
+            tracing::warn!(source = %on.source, "{said}");
+        }
         self.drop_front(start);
         let Some(first) = self.ring.front() else {
             return false;
@@ -442,18 +468,10 @@ impl Work {
                 .unwrap_or(0);
             self.drop_front(keep);
         }
-        if self.over_bounds(timing) && !self.said_far_ahead {
-            self.said_far_ahead = true;
-            tracing::warn!(
-                source = %on.source,
-                "clip: the record stream is more than {} MiB or {} s past the pre-roll ahead of \
-                 the decoded stream (or the decoded stream gives no frame); its oldest packets \
-                 are dropped and counted, and a clip may start later than its pre-roll",
-                self.bounds.bytes >> 20,
-                self.bounds.ahead.as_secs()
-            );
-        }
-        while self.over_bounds(timing) {
+        while let Some(bound) = self.past_bound(timing) {
+            if let Some(said) = self.bounds.dropping(bound) {
+                tracing::warn!(source = %on.source, "{said}");
+            }
             let next = self
                 .ring
                 .iter()
@@ -461,7 +479,11 @@ impl Work {
                 .position(|h| h.packet.keyframe())
                 .map_or(self.ring.len(), |i| i + 1);
             let dropped = u64::try_from(next).unwrap_or(u64::MAX);
-            on.stats.ring_dropped.fetch_add(dropped, Ordering::Relaxed);
+            let counter = match bound {
+                Bound::Bytes => &on.stats.ring_dropped_bytes,
+                Bound::Duration => &on.stats.ring_dropped_duration,
+            };
+            counter.fetch_add(dropped, Ordering::Relaxed);
             self.drop_front(next);
         }
         // Nothing before a keyframe can start a clip.
@@ -471,15 +493,22 @@ impl Work {
             .position(|h| h.packet.keyframe())
             .unwrap_or(self.ring.len());
         self.drop_front(first_key);
+        // Nor can a clip hold the video of a trigger whose post-roll ends before it: no clip
+        // is made for that trigger (one that cannot be placed yet is kept).
+        if let Some(first) = self.ring.front().map(|h| h.at(timing)) {
+            let post_roll = self.settings.post_roll;
+            self.made_for
+                .retain(|m| m.time(timing).is_none_or(|t| t + post_roll >= first));
+        }
     }
 
-    /// Whether the ring holds more than its bounds allow (by `timing`).
-    fn over_bounds(&self, timing: Timing) -> bool {
+    /// Which bound the ring holds more than (by `timing`), if any.
+    fn past_bound(&self, timing: Timing) -> Option<Bound> {
         let span = match (self.ring.front(), self.ring.back()) {
             (Some(first), Some(last)) => last.at(timing).saturating_sub(first.at(timing)),
             _ => Duration::ZERO,
         };
-        self.ring_bytes > self.bounds.bytes || span > self.settings.pre_roll + self.bounds.ahead
+        self.bounds.past(self.ring_bytes, span)
     }
 
     fn drop_front(&mut self, n: usize) {
@@ -491,6 +520,7 @@ impl Work {
     fn clear_ring(&mut self) {
         self.ring.clear();
         self.ring_bytes = 0;
+        self.bounds.cleared();
     }
 
     /// Finishes the clip being written, if any: indexed and counted once its file is whole.
