@@ -4,6 +4,7 @@
 //! another sink on the same source (a snapshot of every frame, clips of every motion) that were
 //! written as close to it in time; and rows are at the frames' times, not the writing times.
 //! Clips of both modes: encoded from the images, and the source's own packets (of a file).
+//! Of two balls crossing on the same frames, each crossing gets the crop of its own ball.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -164,6 +165,117 @@ post_roll_s = 1.0
             (start - first_start - expected).abs() <= 1,
             "crossing at frame {frame}: {} ms after the first, not {expected}",
             start - first_start
+        );
+    }
+}
+
+/// A red ball on the left half and a green one on the right, moving alike: they cross a line
+/// across the picture on the same frames. The snapshot sink makes a crop of each ball on those
+/// frames; each crossing gets the crop of its own ball, never the other one's (files were
+/// once linked by frame alone, so both crossings of a frame got the same crop).
+#[test]
+fn two_crossings_on_one_frame_each_get_the_crop_of_their_own_ball() {
+    let dir = tempfile::tempdir().unwrap();
+    let video = dir.path().join("balls.mp4");
+    let ball = |colour: &str, pad: u32| {
+        format!(
+            "videotestsrc pattern=ball foreground-color={colour} num-buffers={FRAMES} ! \
+             video/x-raw,width=160,height=240,framerate=15/1 ! m.sink_{pad} "
+        )
+    };
+    run_to_eos(&format!(
+        "compositor name=m sink_1::xpos=160 ! video/x-raw,width=320,height=240 ! videoconvert ! \
+         video/x-raw,format=I420 ! x264enc speed-preset=ultrafast key-int-max=15 bframes=0 ! \
+         h264parse ! mp4mux ! filesink location={} {} {}",
+        video.display(),
+        ball("0xffff0000", 0),
+        ball("0xff00ff00", 1),
+    ));
+    let p = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            r#"
+[sources.cam]
+uri = "file://{}"
+
+[steps.moving]
+kind = "motion"
+image = "$frame"
+class = "ball"
+min_area = 50.0
+
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.moving.detections"
+
+[steps.crossing]
+kind = "line_counter"
+tracks = "$steps.tracks.tracks"
+line = [[0, 120], [320, 120]]
+name = "across"
+
+[events]
+path = "events.db"
+
+[sinks.log]
+kind = "jsonl"
+path = "frames.jsonl"
+include = ["$steps.crossing.events"]
+
+[sinks.balls]
+kind = "snapshot"
+image = "$frame"
+when = ["$steps.crossing.events"]
+crops = "$steps.moving.detections"
+padding = 0.0
+dir = "balls"
+cooldown_s = 0.0
+"#,
+            video.display()
+        ),
+    );
+    let out = spawn_run(&p, &[], dir.path()).finish(DEADLINE);
+    assert!(out.status.success(), "{}", out.stderr);
+
+    let together = jsonl(&dir.path().join("frames.jsonl"))
+        .iter()
+        .filter(|l| {
+            l["steps.crossing.events"]
+                .as_array()
+                .is_some_and(|e| e.len() == 2)
+        })
+        .count();
+    assert!(together > 0, "the balls cross on the same frames");
+
+    let conn = rusqlite::Connection::open(dir.path().join("events.db")).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT track_id, box, snapshot FROM events WHERE kind = 'crossing'")
+        .unwrap();
+    let rows: Vec<(i64, String, Option<String>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(rows.len() >= 2 * together, "{rows:?}");
+    for (track, bbox, snapshot) in &rows {
+        let bbox: Vec<f64> = serde_json::from_str(bbox).unwrap();
+        let left = bbox[0] + bbox[2] / 2.0 < 160.0;
+        let snapshot = snapshot
+            .as_deref()
+            .unwrap_or_else(|| panic!("track {track} got no crop: {rows:?}"));
+        let crop =
+            opencv::imgcodecs::imread(dir.path().join(snapshot), opencv::imgcodecs::IMREAD_COLOR)
+                .unwrap();
+        // BGR: the red ball's crop is mostly red, the green one's mostly green.
+        let mean = opencv::core::mean_def(&crop).unwrap();
+        let red = mean[2] > mean[1];
+        assert_eq!(
+            red,
+            left,
+            "track {track} at {bbox:?} (the {} ball) got {snapshot}, of the {} ball",
+            if left { "red" } else { "green" },
+            if red { "red" } else { "green" },
         );
     }
 }

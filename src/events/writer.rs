@@ -493,6 +493,7 @@ fn apply_events(
                     start: at,
                     source: source.clone(),
                     frame: facts.seq,
+                    track: e.track_id,
                     sinks: sinks.clone(),
                     since: Instant::now(),
                     snapshot: false,

@@ -6,6 +6,11 @@
 //! `cooldown_s` older, measured in the source's own time (its timestamps when it has them, so a
 //! file processed faster than real time is paced like the scene). Files are named by source,
 //! frame number and capture time, and never replace an existing file.
+//!
+//! What a file shows is told to the storage, which links it to events by it (`events::link`):
+//! a whole image, each event of its frame; a crop, the track of the frame's `when` events (or
+//! tracks) whose box holds most of the crop's ([`object_of`]), or none, so that of two people
+//! crossing on one frame each gets the crop of its own.
 
 use std::collections::HashMap;
 use std::io::{Seek, Write};
@@ -23,8 +28,8 @@ use super::common::when::{WHEN_EVENTS_DOC, When};
 use super::{Sink, SinkError, SinkFactory, SinkKind, SinkPort};
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, Params, Ref, SinkInput};
-use crate::storage::{Class, FilePolicy, Retention, SinkFiles};
-use crate::value::{Detection, Image, Value, ValueType};
+use crate::storage::{Class, FilePolicy, Retention, Shows, SinkFiles};
+use crate::value::{BBox, Detection, Image, Value, ValueType};
 
 pub(super) static KIND: SinkKind = SinkKind {
     name: "snapshot",
@@ -74,6 +79,10 @@ pub(super) static KIND: SinkKind = SinkKind {
 const DEFAULT_COOLDOWN_S: f64 = 10.0;
 const DEFAULT_QUALITY: i32 = 90;
 const DEFAULT_PADDING: f32 = 0.1;
+/// The least share of a crop's box inside a track's box for the crop to show that track: a
+/// detection and its track's box are one box (or nearly, smoothed); a face within a person's
+/// box is inside it whole; a passer-by's box overlapping another's is mostly outside it.
+const MIN_SHARE_INSIDE: f32 = 0.5;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,13 +203,13 @@ struct Snapshot {
 /// Writes `bytes` to a new file at `path`, or at `path` with `-1`, `-2`... before its extension
 /// when that name is taken: an existing file is never replaced. The file is indexed in `files`
 /// once made (so a name taken by someone else is never claimed), as made for frame `seq` of
-/// `source`; on a full disk the storage purges by its policies and the write is tried once
-/// more, else the empty file is removed.
+/// `source`, showing `shows` of it; on a full disk the storage purges by its policies and the
+/// write is tried once more, else the empty file is removed.
 fn write_new(
     path: &Path,
     bytes: &[u8],
     files: &SinkFiles,
-    (source, seq): (&str, u64),
+    (source, seq, shows): (&str, u64, Shows),
 ) -> Result<PathBuf, SinkError> {
     let (mut file, candidate) = naming::create_new(path, Counter::Dash)?;
     let io = |source| SinkError::Io {
@@ -208,7 +217,7 @@ fn write_new(
         source,
     };
     let writing = files.create(&candidate, source).map_err(io)?;
-    writing.made_for(seq);
+    writing.made_for(seq, shows);
     let mut written = file.write_all(bytes);
     if let Err(e) = &written
         && crate::storage::is_full(e)
@@ -231,6 +240,27 @@ fn write_new(
         }
         Err(e) => Err(io(e)),
     }
+}
+
+/// The track among `objects` (track ids and their boxes) that a crop of `crop` shows: the one
+/// whose box holds the largest share of it, at least [`MIN_SHARE_INSIDE`], the closest in
+/// size (IoU) among those holding it alike; `None` when no box holds enough of it.
+fn object_of(crop: &BBox, objects: &[(u64, BBox)]) -> Option<u64> {
+    let area = crop.width * crop.height;
+    if area <= 0.0 {
+        return None;
+    }
+    let inside = |b: &BBox| {
+        let w = (crop.x + crop.width).min(b.x + b.width) - crop.x.max(b.x);
+        let h = (crop.y + crop.height).min(b.y + b.height) - crop.y.max(b.y);
+        w.max(0.0) * h.max(0.0) / area
+    };
+    objects
+        .iter()
+        .map(|(track, b)| (inside(b), crop.iou(b), *track))
+        .filter(|(share, ..)| *share >= MIN_SHARE_INSIDE)
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
+        .map(|(.., track)| track)
 }
 
 /// `bbox` grown by `padding` of its size on each side, clipped to a `width` x `height` image.
@@ -281,10 +311,11 @@ impl Sink for Snapshot {
                 &self.dir.join(format!("{name}.jpg")),
                 self.encode(mat)?.as_slice(),
                 &self.files,
-                (&frame.source, frame.seq),
+                (&frame.source, frame.seq, Shows::Frame),
             )?;
             written += 1;
         } else {
+            let objects = self.when.objects(result);
             let detections: Vec<Detection> = self
                 .crops
                 .iter()
@@ -306,7 +337,11 @@ impl Sink for Snapshot {
                     &self.dir.join(format!("{name}-{i}-{class}.jpg")),
                     self.encode(&crop)?.as_slice(),
                     &self.files,
-                    (&frame.source, frame.seq),
+                    (
+                        &frame.source,
+                        frame.seq,
+                        Shows::Object(object_of(&d.bbox, &objects)),
+                    ),
                 )?;
                 written += 1;
             }
@@ -344,8 +379,8 @@ mod tests {
         let files = storage.sink("snap", policy);
         let path = dir.path().join("cam-000001-x.jpg");
         std::fs::write(&path, b"a user's").unwrap();
-        let first = write_new(&path, b"first", &files, ("cam", 1)).unwrap();
-        let second = write_new(&path, b"second", &files, ("cam", 1)).unwrap();
+        let first = write_new(&path, b"first", &files, ("cam", 1, Shows::Frame)).unwrap();
+        let second = write_new(&path, b"second", &files, ("cam", 1, Shows::Frame)).unwrap();
         assert_eq!(first, dir.path().join("cam-000001-x-1.jpg"));
         assert_eq!(second, dir.path().join("cam-000001-x-2.jpg"));
         assert_eq!(std::fs::read(&path).unwrap(), b"a user's");
@@ -371,6 +406,38 @@ mod tests {
         assert_eq!(padded(&d, 0.5, 100, 100), Some(Rect::new(0, 5, 35, 20)));
         assert_eq!(padded(&d, 0.0, 100, 12), Some(Rect::new(5, 10, 20, 2)));
         assert_eq!(padded(&d, 0.0, 3, 100), None);
+    }
+
+    fn bbox(x: f32, y: f32, width: f32, height: f32) -> BBox {
+        BBox {
+            x,
+            y,
+            width,
+            height,
+        }
+    }
+
+    #[test]
+    fn a_crop_shows_the_track_whose_box_holds_it_and_no_track_it_only_touches() {
+        let person = |x| bbox(x, 0.0, 40.0, 100.0);
+        let objects = [(1, person(0.0)), (2, person(30.0))];
+        // A detection of track 2, overlapping track 1's box a quarter: track 2.
+        assert_eq!(object_of(&bbox(30.0, 0.0, 40.0, 100.0), &objects), Some(2));
+        // Its track's box smoothed a little off it: still track 2.
+        assert_eq!(object_of(&bbox(33.0, 2.0, 40.0, 100.0), &objects), Some(2));
+        // A face inside track 1's box only: track 1.
+        assert_eq!(object_of(&bbox(5.0, 5.0, 15.0, 15.0), &objects), Some(1));
+        // A passer-by a quarter inside track 2's box, or beside both: none.
+        assert_eq!(object_of(&bbox(100.0, 0.0, 40.0, 100.0), &objects), None);
+        assert_eq!(object_of(&bbox(60.0, 0.0, 40.0, 100.0), &objects), None);
+        assert_eq!(object_of(&bbox(0.0, 0.0, 40.0, 100.0), &[]), None);
+        // Of two boxes holding it whole, the one of its size: a child before a grown-up.
+        let nested = [
+            (1, bbox(0.0, 0.0, 100.0, 200.0)),
+            (2, bbox(10.0, 10.0, 20.0, 40.0)),
+        ];
+        assert_eq!(object_of(&bbox(10.0, 12.0, 20.0, 38.0), &nested), Some(2));
+        assert_eq!(object_of(&bbox(0.0, 0.0, 0.0, 0.0), &nested), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::purge::Entry;
-use super::{Class, Storage, lock};
+use super::{Class, Shows, Storage, lock};
 
 /// A file vidflow wrote and has not deleted.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +23,8 @@ pub struct StoredFile {
     pub bytes: u64,
     /// The frames of its source (first and last number) its sink made it for.
     pub made_for: Option<(u64, u64)>,
+    /// What it shows of them: the whole picture, or one object.
+    pub shows: Shows,
 }
 
 impl Storage {
@@ -130,5 +132,6 @@ fn stored(e: &Entry) -> StoredFile {
         closed: e.closed,
         bytes: e.bytes,
         made_for: e.made_for,
+        shows: e.shows,
     }
 }

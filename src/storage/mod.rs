@@ -88,6 +88,19 @@ pub enum Class {
     Log,
 }
 
+/// What a file shows of the frames it was made for: which of their events it is linked to
+/// (`events::link`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Shows {
+    /// The whole picture (a snapshot of the frame, a clip), or nothing was said of it: every
+    /// event of its frames.
+    #[default]
+    Frame,
+    /// One object (a crop around it): the events of the track with this id only; `None`, a
+    /// crop of no event's track, no event's.
+    Object(Option<u64>),
+}
+
 /// How long and how much of a sink's (or a source's) files are kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retention {
@@ -591,9 +604,10 @@ impl Writing {
     }
 
     /// Says the file was made for frame `seq` of its source (a snapshot of it, a clip it
-    /// triggered): what links it to the frame's events.
-    pub fn made_for(&self, seq: u64) {
-        lock(&self.files.storage.shared.state).made_for(&self.path, seq);
+    /// triggered) and what it `shows` of it: what links it to the frame's events, each of them
+    /// (the whole picture) or one track's (a crop around it).
+    pub fn made_for(&self, seq: u64, shows: Shows) {
+        lock(&self.files.storage.shared.state).made_for(&self.path, seq, shows);
     }
 
     /// Finishes the file, removing it if nothing was written to it (a disk that was full

@@ -24,7 +24,7 @@ use std::time::SystemTime;
 
 use super::disk::{self, Space};
 use super::index::{self, Index, Line};
-use super::{Class, FilePolicy, Floor, Retention};
+use super::{Class, FilePolicy, Floor, Retention, Shows};
 
 /// Files deleted at most per pass: bounds the time the storage's lock is held.
 pub const PASS_BUDGET: usize = 256;
@@ -49,6 +49,8 @@ pub(super) struct Entry {
     /// The frames of its source (first and last number) it was made for, as its sink said
     /// (`Writing::made_for`); not kept in the index: a file of an earlier run has none.
     pub made_for: Option<(u64, u64)>,
+    /// What it shows of those frames (the last said: a crop is one frame's).
+    pub shows: Shows,
 }
 
 impl Entry {
@@ -205,6 +207,7 @@ impl State {
                         open: false,
                         undeletable: None,
                         made_for: None,
+                        shows: Shows::Frame,
                     },
                 );
             }
@@ -264,13 +267,14 @@ impl State {
                 open: true,
                 undeletable: None,
                 made_for: None,
+                shows: Shows::Frame,
             },
         );
         Ok(())
     }
 
-    /// Adds frame `seq` to those `path` was made for.
-    pub(super) fn made_for(&mut self, path: &Path, seq: u64) {
+    /// Adds frame `seq` to those `path` was made for, showing `shows` of it.
+    pub(super) fn made_for(&mut self, path: &Path, seq: u64, shows: Shows) {
         let Some(entry) = self
             .by_path
             .get(path)
@@ -283,6 +287,7 @@ impl State {
                 .made_for
                 .map_or((seq, seq), |(first, last)| (first.min(seq), last.max(seq))),
         );
+        entry.shows = shows;
     }
 
     /// Marks `path` finished: its size is taken, and written in the index.

@@ -91,10 +91,11 @@ impl ClipFile {
         }))
     }
 
-    /// Says the clip was made for frame `seq` of its source (a trigger written into it).
+    /// Says the clip was made for frame `seq` of its source (a trigger written into it): it
+    /// shows the whole picture, each event of the frame.
     pub(super) fn made_for(&self, seq: u64) {
         if let Some(writing) = &self._writing {
-            writing.made_for(seq);
+            writing.made_for(seq, crate::storage::Shows::Frame);
         }
     }
 

@@ -7,7 +7,7 @@ use toml::Spanned;
 
 use crate::outcome::FrameResult;
 use crate::spec::{Diagnostic, ParamDoc, SinkInput};
-use crate::value::{EventKind, Value};
+use crate::value::{BBox, EventKind, Value};
 
 /// The `events` parameter of the sinks a `when` triggers.
 pub(in crate::sinks) const WHEN_EVENTS_DOC: ParamDoc = ParamDoc {
@@ -52,6 +52,27 @@ impl When {
                 (Some(v), _) => !v.is_empty(),
                 (None, _) => false,
             })
+    }
+
+    /// The tracks this frame's `when` values name (in their events, or tracks themselves),
+    /// each with its box on the frame: the objects a crop of the frame may show. A track that
+    /// ended is none (its box is where it was last seen).
+    pub(in crate::sinks) fn objects(&self, result: &FrameResult) -> Vec<(u64, BBox)> {
+        let mut objects = Vec::new();
+        for r in &self.refs {
+            match result.value(*r) {
+                Some(Value::Events(list)) => objects.extend(
+                    list.iter()
+                        .filter(|e| e.event != EventKind::Ended)
+                        .map(|e| (e.track_id, e.bbox)),
+                ),
+                Some(Value::Tracks(list)) => {
+                    objects.extend(list.iter().map(|t| (t.track_id, t.detection.bbox)));
+                }
+                _ => {}
+            }
+        }
+        objects
     }
 
     /// Checks `events` as written: each the name of an event kind.

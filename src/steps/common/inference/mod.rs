@@ -34,6 +34,7 @@ mod agree;
 mod auto;
 mod check;
 pub(in crate::steps) mod here;
+mod kept;
 mod onnxruntime;
 mod opencv_dnn;
 mod openvino;

@@ -4,13 +4,24 @@
 //! (the pool's workers share the cores).
 //!
 //! OpenVINO runs fastest on a static shape, so each instance compiles the model for the shape
-//! of the input it is given, and keeps what it compiled for the [`SHAPES_KEPT`] shapes it used
-//! last: a step that sees several shapes (`keep_aspect` with a 4:3 and a 16:9 camera, YuNet at
-//! each camera's own size) compiles each once, not at every change of shape.
+//! of the input it is given, and keeps what it compiled for the shapes it used last, within
+//! [`KEPT_BYTES`] for all the compiled models of the process ([`kept`](super::kept)): a step
+//! that sees several shapes (`keep_aspect` with a 4:3 and a 16:9 camera, YuNet at each
+//! camera's own size) compiles each once, not at every change of shape, and many shapes, steps
+//! and workers together never keep more than that.
+//!
+//! What a shape costs is measured as it is compiled: the bytes the allocator has in use after
+//! the compile and a first inference (where OpenVINO allocates the activations) less those
+//! before. The allocator's count, not the resident set: memory freed before (a shape dropped)
+//! and used again would not show in the resident set. Compiles take turns in the process
+//! ([`COMPILING`]), so that each counts its own allocations; other threads' meanwhile (frames,
+//! sinks) come and go and count little against tens of megabytes.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
+
+use super::kept::{Budget, Got, Kept};
 
 use opencv::core::Mat;
 use openvino::{CompiledModel, Core, DeviceType, InferRequest, PartialShape, RwPropertyKey};
@@ -21,18 +32,50 @@ use crate::steps::common::instances::Instances;
 
 /// One worker's compiled model, for one input shape.
 struct Compiled {
-    shape: Vec<i64>,
     request: InferRequest,
     /// Kept alive as long as its request.
     _model: CompiledModel,
 }
 
-/// Shapes an instance keeps compiled, the least recently used dropped first: cameras of up to 8
-/// sizes through one step cost one compile each (yolov12n at 640x480: 0.3 s), more than that
-/// compile again as they come back, and the log says so once. Each kept shape costs memory in
-/// every instance: yolov12n bf16 at 640 about 58 MB (two workers, two shapes: a peak RSS of
-/// 442 MB against 325 MB with one, scripts/bench-shapes' pipeline).
-pub(super) const SHAPES_KEPT: usize = 8;
+/// The bytes the compiled models of every OpenVINO step and worker may keep together, the
+/// least recently used shape of the instance compiling a new one dropped first (each instance
+/// keeps the one it runs on whatever its cost): a quarter of the systemd unit's `MemoryMax`
+/// (4 GiB), the rest for frames, `motion`'s models and encoders. A compiled shape costs tens of
+/// megabytes in every instance (measured by the allocator as below, yolov12n at 640x480 and
+/// 640x352: 41 to 56 MiB bf16, 46 to 61 f32, 74 to 97 int8; YuNet f32 47 MiB at 1280x736, 97
+/// at 1920x1088), and a step has an instance per worker running it: the 8 shapes an instance
+/// kept before, on 4 workers, were 1.8 GiB of yolov12n, 3 GiB of YuNet near 1080p. The resident
+/// set grows about a fifth more than the allocator's count (the machine code OpenVINO generates
+/// is mapped outside it). Within the budget, cameras of several sizes cost one compile each
+/// (yolov12n at 640x480: 0.3 s); past it, shapes compile again as they come back, and the log
+/// says so once.
+pub(super) const KEPT_BYTES: u64 = 1 << 30;
+
+/// The budget of every OpenVINO engine of the process.
+static BUDGET: Budget = Budget::new(KEPT_BYTES);
+
+/// The least a compiled shape is taken to cost, whatever was measured (another thread freed
+/// memory meanwhile; an allocator that cannot be asked): the smallest measured, YuNet at
+/// 320x256, took 14 MB of resident memory.
+pub(super) const MIN_SHAPE_BYTES: u64 = 8 << 20;
+
+/// Held while a model is compiled and run once, so that one compile at a time measures the
+/// allocator (see the module header). Compiles are rare: at start, and at a new shape.
+static COMPILING: Mutex<()> = Mutex::new(());
+
+/// The bytes the allocator has handed out and not been given back (glibc's `mallinfo2`:
+/// in its arenas and mapped on their own); `None` where the allocator is not glibc's.
+fn heap_in_use() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics (taking each arena's lock in
+        // turn) and returns them by value; it has no preconditions.
+        let info = unsafe { libc::mallinfo2() };
+        Some((info.uordblks + info.hblkhd) as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
 
 pub(super) struct OvEngine {
     core: Mutex<Core>,
@@ -40,8 +83,9 @@ pub(super) struct OvEngine {
     precision: Precision,
     threads: usize,
     outputs: Vec<String>,
-    /// Each instance's compiled shapes, the one used last at the end.
-    compiled: Instances<Vec<Compiled>>,
+    /// Each instance's compiled shapes, within `budget` with every other's.
+    compiled: Instances<Kept<Compiled>>,
+    budget: &'static Budget,
     /// Compiles so far, of every instance (`Relaxed`: a count for logs and tests).
     compiles: AtomicUsize,
     /// Whether an instance dropped a compiled shape yet (said once).
@@ -163,16 +207,32 @@ impl OvEngine {
                 precision,
                 threads,
                 outputs,
-                compiled: Instances::new(Vec::new(), || Ok::<_, StepError>(Vec::new())),
+                compiled: Instances::new(Kept::new(&BUDGET), || {
+                    Ok::<_, StepError>(Kept::new(&BUDGET))
+                }),
+                budget: &BUDGET,
                 compiles: AtomicUsize::new(0),
                 evicted: AtomicBool::new(false),
             })
         })
     }
 
-    /// Compiles the model for `shape`.
-    fn compile(&self, shape: &[i64]) -> Result<Compiled, String> {
-        runtimes::guarded("openvino", || {
+    /// The same engine counting its compiled shapes against `budget` instead of the process's.
+    #[cfg(test)]
+    pub(super) fn with_budget(mut self, budget: &'static Budget) -> Self {
+        self.compiled = Instances::new(Kept::new(budget), move || {
+            Ok::<_, StepError>(Kept::new(budget))
+        });
+        self.budget = budget;
+        self
+    }
+
+    /// Compiles the model for `shape` and runs it once (on zeros), and measures what that
+    /// took (see the module header).
+    fn compile(&self, shape: &[i64]) -> Result<(Compiled, u64), String> {
+        let _turn = COMPILING.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = heap_in_use();
+        let compiled = runtimes::guarded("openvino", || {
             let mut core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
             let mut model = core
                 .read_model_from_file(&self.path.to_string_lossy(), "")
@@ -180,13 +240,25 @@ impl OvEngine {
             let static_shape = PartialShape::new_static(shape.len() as i64, shape).map_err(ov)?;
             model.reshape_single_input(&static_shape).map_err(ov)?;
             let mut compiled = core.compile_model(&model, DeviceType::CPU).map_err(ov)?;
-            let request = compiled.create_infer_request().map_err(ov)?;
+            drop(core);
+            let mut request = compiled.create_infer_request().map_err(ov)?;
+            request
+                .get_input_tensor()
+                .and_then(|mut t| t.get_data_mut::<f32>().map(|d| d.fill(0.0)))
+                .map_err(ov)?;
+            request.infer().map_err(ov)?;
             Ok(Compiled {
-                shape: shape.to_vec(),
                 request,
                 _model: compiled,
             })
-        })
+        })?;
+        let took = before
+            .zip(heap_in_use())
+            .map_or(0, |(before, after)| after.saturating_sub(before));
+        let bytes = took.max(MIN_SHAPE_BYTES);
+        tracing::debug!(model = %self.path.display(), ?shape, mib = bytes >> 20,
+            "openvino: compiled the model for a new input shape");
+        Ok((compiled, bytes))
     }
 }
 
@@ -198,28 +270,17 @@ impl OvEngine {
         f: impl FnOnce(&mut InferRequest) -> Result<R, StepError>,
     ) -> Result<R, StepError> {
         self.compiled.with(|kept| {
-            match kept.iter().position(|c| c.shape == shape) {
-                // Used last already: nothing moves (the common case, one shape).
-                Some(i) if i + 1 == kept.len() => {}
-                Some(i) => {
-                    let c = kept.remove(i);
-                    kept.push(c);
-                }
-                None => {
-                    kept.push(self.compile(shape).map_err(StepError::Other)?);
-                    self.compiles.fetch_add(1, Ordering::Relaxed);
-                    if kept.len() > SHAPES_KEPT {
-                        kept.remove(0);
-                        if !self.evicted.swap(true, Ordering::Relaxed) {
-                            tracing::warn!(model = %self.path.display(),
-                                "openvino: a step sees more than {SHAPES_KEPT} input shapes: the least recently used is compiled again when it comes back (resize the frames to fewer sizes)");
-                        }
-                    }
+            let (compiled, got) = kept
+                .get(shape, || self.compile(shape))
+                .map_err(StepError::Other)?;
+            if let Got::Made { dropped } = got {
+                self.compiles.fetch_add(1, Ordering::Relaxed);
+                if dropped > 0 && !self.evicted.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(model = %self.path.display(), kept_mib = self.budget.kept() >> 20,
+                        "openvino: the compiled models of all steps and workers would take more than {} MiB: the shapes used least recently are dropped and compiled again when they come back (resize the frames to fewer sizes)",
+                        self.budget.max() >> 20);
                 }
             }
-            let Some(compiled) = kept.last_mut() else {
-                return Err(StepError::Other("openvino: no compiled model".to_owned()));
-            };
             f(&mut compiled.request)
         })
     }

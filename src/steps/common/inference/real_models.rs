@@ -1,8 +1,11 @@
 //! The real models on the real runtimes (`scripts/fetch-assets`, `scripts/fetch-runtimes`):
 //! every f32 engine gives OpenCV's outputs, an engine compiled for one input size gives the same
-//! values at another, int8 runs the quantized copy, and YOLOv12n's free-size copy gives the
-//! export's outputs on every engine that reads it.
+//! values at another, int8 runs the quantized copy, YOLOv12n's free-size copy gives the
+//! export's outputs on every engine that reads it, and OpenVINO keeps its compiled shapes
+//! within a budget of bytes it measures.
 
+use super::kept::Budget;
+use super::openvino::{MIN_SHAPE_BYTES, OvEngine};
 use super::*;
 use crate::steps::common::models::models_dir;
 
@@ -197,7 +200,11 @@ fn openvino_compiles_each_shape_once_however_the_shapes_alternate() {
     let yolo = yolov3_tiny(false);
     let path = yolo.onnx.clone().unwrap();
     availability(Backend::OpenVino).unwrap();
-    let engine = super::openvino::OvEngine::load(&path, None, Precision::F32, 1).unwrap();
+    // A budget of its own (the process's is shared by the tests running meanwhile).
+    let budget = Box::leak(Box::new(Budget::new(u64::MAX)));
+    let engine = OvEngine::load(&path, None, Precision::F32, 1)
+        .unwrap()
+        .with_budget(budget);
     let inputs = [yolo_blob(320), yolo_blob(416)];
     let first: Vec<_> = inputs.iter().map(|i| engine.forward(i).unwrap()).collect();
     for round in 0..3 {
@@ -207,17 +214,37 @@ fn openvino_compiles_each_shape_once_however_the_shapes_alternate() {
         }
     }
     assert_eq!(engine.compiles(), 2);
-    // One shape past what an instance keeps: the least recently used (320) is dropped and
-    // compiled again when it comes back; 416, used after it, was kept.
-    let more = super::openvino::SHAPES_KEPT as i32 - 1;
-    for i in 0..more {
-        engine.forward(&yolo_blob(448 + 32 * i)).unwrap();
-    }
-    assert_eq!(engine.compiles(), 2 + more as usize);
-    engine.forward(&inputs[1]).unwrap();
-    assert_eq!(engine.compiles(), 2 + more as usize, "416 was dropped");
+    // Each shape's cost was measured, not the least taken (yolov3-tiny's is about 100 MB).
+    assert!(
+        budget.kept() > 2 * MIN_SHAPE_BYTES,
+        "{} bytes",
+        budget.kept()
+    );
+}
+
+#[test]
+fn openvino_drops_compiled_shapes_past_its_budget_and_gives_their_bytes_back() {
+    let yolo = yolov3_tiny(false);
+    availability(Backend::OpenVino).unwrap();
+    // A budget of one byte: each new shape drops the others (the one it runs on is kept).
+    let budget = Box::leak(Box::new(Budget::new(1)));
+    let engine = OvEngine::load(&yolo.onnx.clone().unwrap(), None, Precision::F32, 1)
+        .unwrap()
+        .with_budget(budget);
+    let inputs = [yolo_blob(320), yolo_blob(416)];
     engine.forward(&inputs[0]).unwrap();
-    assert_eq!(engine.compiles(), 3 + more as usize, "320 was kept");
+    let one = budget.kept();
+    assert!(one > MIN_SHAPE_BYTES, "{one} bytes");
+    engine.forward(&inputs[0]).unwrap();
+    engine.forward(&inputs[1]).unwrap();
+    engine.forward(&inputs[0]).unwrap();
+    assert_eq!(
+        engine.compiles(),
+        3,
+        "320 was dropped for 416, and compiled again"
+    );
+    drop(engine);
+    assert_eq!(budget.kept(), 0);
 }
 
 /// Person boxes (score >= 0.3, before suppression) of yolov3-tiny's rows of 85, as
