@@ -30,6 +30,9 @@ use gstreamer as gst;
 
 use crate::frame::CameraClock;
 
+pub mod avc;
+pub mod fmp4;
+
 /// Packets queued for one subscriber: about 8 s of a 30 fps stream, far more than a segment
 /// change takes on a busy disk.
 pub const SUBSCRIPTION_PACKETS: usize = 256;
