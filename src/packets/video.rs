@@ -69,6 +69,11 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Video {
     inner: Mutex<Inner>,
+    /// Viewers now, bytes sent to them, and times one was skipped forward to a keyframe:
+    /// written by the HTTP endpoint's video thread (relaxed: statistics).
+    pub viewers: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub skips: AtomicU64,
     /// Times a full subscription lost packets (the video thread behind), each a skip to the
     /// next keyframe. Relaxed: a statistic.
     pub lost: AtomicU64,
