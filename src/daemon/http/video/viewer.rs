@@ -28,6 +28,10 @@ pub(super) const VIEWER_BYTES: usize = crate::packets::video::GOP_BYTES + 4 * 10
 /// How far behind the newest keyframe a viewer's oldest fragment not begun may be, in ticks of
 /// the stream (1 s): past that the viewer skips to that keyframe.
 pub(super) const MAX_LAG: u64 = TIMESCALE as u64;
+/// The kernel's send buffer of a viewer's socket (Linux doubles it): bytes in it are lag that
+/// no skip can take back, and left to itself the kernel grows it to 4 MiB (`tcp_wmem`), tens
+/// of seconds of a camera's sub-stream. 512 KiB still carry 40 Mbit/s over a 100 ms round trip.
+pub(super) const SOCKET_BUFFER: libc::c_int = 256 * 1024;
 /// How long a viewer may take no byte while it has some to take: it is gone (a page that
 /// stopped reading without closing), and closed.
 pub(super) const STALLED: Duration = Duration::from_secs(30);
@@ -93,6 +97,7 @@ pub(super) struct Viewer {
 
 impl Viewer {
     pub(super) fn new(stream: TcpStream, framing: Framing) -> Self {
+        bound_send_buffer(&stream);
         Self {
             stream,
             framing,
@@ -230,6 +235,25 @@ impl Viewer {
     }
 }
 
+/// Sets the socket's send buffer to [`SOCKET_BUFFER`]; where refused, the kernel's stays.
+fn bound_send_buffer(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size = SOCKET_BUFFER;
+    // SAFETY: setsockopt reads the int we pass by pointer, with its size.
+    let set = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if set != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "live video: the socket's send buffer stays the kernel's");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,11 +266,12 @@ mod tests {
         let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (stream, _) = listener.accept().unwrap();
         stream.set_nonblocking(true).unwrap();
+        let viewer = Viewer::new(stream, Framing::Http);
         let size: libc::c_int = 8 * 1024;
         // SAFETY: setsockopt reads the int we pass by pointer, with its size.
         let set = unsafe {
             libc::setsockopt(
-                stream.as_raw_fd(),
+                viewer.stream.as_raw_fd(),
                 libc::SOL_SOCKET,
                 libc::SO_SNDBUF,
                 (&raw const size).cast(),
@@ -254,7 +279,7 @@ mod tests {
             )
         };
         assert_eq!(set, 0);
-        (Viewer::new(stream, Framing::Http), peer)
+        (viewer, peer)
     }
 
     fn piece(keyframe: bool, time: u64, size: usize) -> Piece {
@@ -299,7 +324,7 @@ mod tests {
 
     #[test]
     fn a_fragment_begun_is_finished_before_a_skip() {
-        let (mut v, mut peer) = viewer();
+        let (mut v, peer) = viewer();
         v.offer(&piece(true, 0, 4 * 1024 * 1024));
         // The socket takes part of it; the rest waits.
         v.flush().unwrap();
