@@ -178,23 +178,7 @@ impl Broadcast {
         let keyframe = packet.keyframe();
         let map = packet.buffer.map_readable().ok()?;
         if keyframe && self.mux.as_ref().is_none_or(|m| m.caps != packet.caps) {
-            if let Ok(Some(config)) = AvcConfig::of(&packet.caps, map.as_slice()) {
-                let changed = self
-                    .mux
-                    .as_ref()
-                    .is_some_and(|m| m.config.parameter_sets() != config.parameter_sets());
-                if changed {
-                    tracing::info!(source = %self.source, "live video: the stream's parameters changed; its viewers start again");
-                    self.viewers.clear();
-                    self.gop.clear();
-                    self.gop_bytes = 0;
-                }
-                self.mux = Some(Mux {
-                    init: fmp4::init_segment(&config).into(),
-                    config,
-                    caps: packet.caps.clone(),
-                });
-            }
+            self.configure(packet, map.as_slice());
         }
         let mux = self.mux.as_ref()?;
         let dts = packet.timestamp(true)?;
@@ -242,6 +226,28 @@ impl Broadcast {
             self.gop_bytes = 0;
         }
         Some(piece)
+    }
+
+    /// Takes the configuration a keyframe with new caps gives (see [`Broadcast::fragment`]).
+    fn configure(&mut self, packet: &Packet, keyframe: &[u8]) {
+        let Ok(Some(config)) = AvcConfig::of(&packet.caps, keyframe) else {
+            return;
+        };
+        let changed = self
+            .mux
+            .as_ref()
+            .is_some_and(|m| m.config.parameter_sets() != config.parameter_sets());
+        if changed {
+            tracing::info!(source = %self.source, "live video: the stream's parameters changed; its viewers start again");
+            self.viewers.clear();
+            self.gop.clear();
+            self.gop_bytes = 0;
+        }
+        self.mux = Some(Mux {
+            init: fmp4::init_segment(&config).into(),
+            config,
+            caps: packet.caps.clone(),
+        });
     }
 
     /// Writes what each viewer's socket takes; drops those gone. Returns the bytes written.

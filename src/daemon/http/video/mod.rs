@@ -6,7 +6,7 @@
 //! facts in a first text message; `ws.rs` says why). The packets are the decoded stream's
 //! (`packets::video`, published by the source's decoder input): no second camera connection.
 //! The contract, with each frame's `media_time` in `/api/live` that finds its boxes, is in
-//! docs/reference/api.json and docs/guides/live-page.md.
+//! docs/reference/api.json and docs/guides/events-and-page.md ("Live video").
 //!
 //! One thread, `vidflow-http-video`, holds every viewer's socket, non-blocking, like the live
 //! thread (`live.rs`): it waits on its arrivals, its stop channel and the subscription of each
