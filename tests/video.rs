@@ -526,3 +526,83 @@ fn a_websocket_gets_the_codec_then_the_init_segment_and_a_fragment_per_message()
     drop(reader);
     run.terminate_cleanly(DEADLINE);
 }
+
+/// Plays `/api/video/cam` in the page's tab as the page would (a WebSocket, Media Source
+/// Extensions, `requestVideoFrameCallback`): `window.vt` gathers each presented picture's
+/// `mediaTime`, or an error.
+const PLAYER: &str = r#"(() => {
+  window.vt = { times: [], error: null };
+  const v = document.createElement('video');
+  v.muted = true;
+  document.body.appendChild(v);
+  const ms = new MediaSource();
+  v.src = URL.createObjectURL(ms);
+  v.onerror = () => { vt.error = 'video: ' + (v.error && v.error.message); };
+  const presented = (now, meta) => { vt.times.push(meta.mediaTime); v.requestVideoFrameCallback(presented); };
+  v.requestVideoFrameCallback(presented);
+  ms.addEventListener('sourceopen', () => {
+    const ws = new WebSocket(new URL('api/video/cam', location.href).href.replace(/^http/, 'ws'));
+    ws.binaryType = 'arraybuffer';
+    let sb = null;
+    const queue = [];
+    const pump = () => { if (sb && !sb.updating && queue.length) sb.appendBuffer(queue.shift()); };
+    ws.onerror = () => { vt.error = 'websocket error'; };
+    ws.onmessage = (m) => {
+      if (typeof m.data === 'string') {
+        const hello = JSON.parse(m.data);
+        if (!MediaSource.isTypeSupported(hello.mime)) { vt.error = 'not supported: ' + hello.mime; return; }
+        sb = ms.addSourceBuffer(hello.mime);
+        sb.addEventListener('updateend', () => {
+          if (v.paused && sb.buffered.length) {
+            v.currentTime = sb.buffered.end(0) - 0.1;
+            v.play().catch((e) => { vt.error = String(e); });
+          }
+          pump();
+        });
+        return;
+      }
+      queue.push(m.data);
+      pump();
+    };
+  }, { once: true });
+})()"#;
+
+#[test]
+fn chromium_plays_a_camera_and_reports_each_pictures_media_time_as_the_live_feed_gives_it() {
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\n", server.url()),
+    );
+    http_client::wait_for_frames(port, "cam", 15, DEADLINE);
+    let feed = std::thread::spawn(move || live_times(port, "cam", 60));
+    let browser = common::browser::browser(640, 480);
+    let tab = browser.new_tab().unwrap();
+    tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    tab.evaluate(PLAYER, false).unwrap();
+    common::browser::wait_js(
+        &tab,
+        "pictures presented",
+        "vt.error || vt.times.length >= 20",
+    );
+    assert_eq!(
+        common::browser::js(&tab, "vt.error"),
+        serde_json::Value::Null
+    );
+    let presented: Vec<f64> =
+        serde_json::from_value(common::browser::js(&tab, "vt.times")).unwrap();
+    let live: BTreeSet<u64> = feed.join().unwrap().into_iter().collect();
+    let on_live = presented
+        .iter()
+        .filter(|t| live.contains(&((*t * TIMESCALE as f64).round() as u64)))
+        .count();
+    assert!(
+        on_live >= 5,
+        "{on_live} presented pictures have a live frame of their time: {presented:?} against {live:?}"
+    );
+    run.terminate_cleanly(DEADLINE);
+}
