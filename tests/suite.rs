@@ -69,6 +69,7 @@ mod speed;
 mod stop;
 mod systemd;
 mod tracking;
+mod video;
 mod video_sizes;
 mod vision;
 mod webhook;

@@ -27,6 +27,9 @@ pub struct LiveFrame {
     pub source: Arc<str>,
     pub seq: u64,
     pub at: SystemTime,
+    /// Its presentation time on its source's timeline (continuous across reconnections), which
+    /// `/api/video` gives the same picture.
+    pub pts: Option<std::time::Duration>,
     pub width: i32,
     pub height: i32,
     pub tracks: Vec<Arc<[Track]>>,
@@ -39,7 +42,7 @@ pub struct LiveFrame {
 }
 
 impl LiveFrame {
-    /// The message's JSON: `{"source", "seq", "t", "width", "height", "boxes": [{"id",
+    /// The message's JSON: `{"source", "seq", "t", "media_time", "width", "height", "boxes": [{"id",
     /// "label", "score", "box": [x, y, w, h], "predicted", and once known "speed",
     /// "speed_unit"}], "counts": {STEP: {NAME: N}}, "shapes": [{"step",
     /// "name", "kind": "line" | "zone", "points": [[x, y], ...]}]}`.
@@ -96,6 +99,7 @@ impl LiveFrame {
             "source": &*self.source,
             "seq": self.seq,
             "t": crate::events::millis(self.at),
+            "media_time": self.pts.map(media_time),
             "width": self.width,
             "height": self.height,
             "boxes": boxes,
@@ -103,6 +107,13 @@ impl LiveFrame {
             "shapes": shapes,
         })
     }
+}
+
+/// A presentation time as `/api/video`'s fragmented MP4 gives it, in seconds: what a browser's
+/// `requestVideoFrameCallback` reports as the picture's `mediaTime` (to the microsecond).
+pub fn media_time(pts: std::time::Duration) -> f64 {
+    use crate::packets::fmp4::{TIMESCALE, ticks};
+    ticks(pts) as f64 / f64::from(TIMESCALE)
 }
 
 /// Between the executor and the live thread (see the module above).

@@ -137,6 +137,7 @@ impl Taps {
             source: frame.source.clone(),
             seq: frame.seq,
             at: frame.captured,
+            pts: frame.pts,
             width: frame.width(),
             height: frame.height(),
             tracks: values(&self.tracks)

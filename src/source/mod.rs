@@ -46,6 +46,7 @@ mod stream;
 mod supervisor;
 mod teardown;
 mod uri;
+mod video;
 
 pub use last_error::LastError;
 pub use options::{

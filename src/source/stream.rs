@@ -91,6 +91,9 @@ impl Connection {
             };
             super::rtcp::follow(&pipeline, to);
         }
+        if shared.packets.is_none() {
+            super::video::watch(&pipeline, shared, clock.clone());
+        }
         let opened = match &shared.uri {
             SourceUri::Rtsp { address } => Server::of(address).map(|s| Arc::new(Opened::new(s))),
             _ => None,
@@ -281,6 +284,7 @@ fn callbacks(
                     .map_err(|_| gst::FlowError::NotNegotiated)?;
                 if info.is_none() {
                     count_frames_ahead(&shared, sink, &parsed);
+                    super::video::first_frame(&shared);
                 }
                 count_format(&shared, Format::of(&parsed));
                 let pins = Pins::new(PoolSize::of(&buffer));

@@ -49,6 +49,8 @@ pub struct RtspServerOptions {
     pub path: String,
     /// When set, only this user (basic auth) may play; anyone else gets 401.
     pub credentials: Option<(String, String)>,
+    /// `videotestsrc`'s pattern: `ball` (a few kB/s of H.264), `snow` (noise: a few hundred).
+    pub pattern: &'static str,
 }
 
 impl Default for RtspServerOptions {
@@ -59,6 +61,7 @@ impl Default for RtspServerOptions {
             fps: 15,
             path: "/test".to_owned(),
             credentials: None,
+            pattern: "ball",
         }
     }
 }
@@ -319,10 +322,14 @@ pub fn run_loop(context: &glib::MainContext, main_loop: &glib::MainLoop) {
 /// starve the encoder, so nothing is sent while the session stays up.
 fn launch_description(options: &RtspServerOptions) -> String {
     let RtspServerOptions {
-        width, height, fps, ..
+        width,
+        height,
+        fps,
+        pattern,
+        ..
     } = options;
     format!(
-        "( videotestsrc is-live=true pattern=ball ! \
+        "( videotestsrc is-live=true pattern={pattern} ! \
          video/x-raw,format=I420,width={width},height={height},framerate={fps}/1 ! \
          valve name={VALVE} drop=false ! \
          x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} ! \

@@ -116,7 +116,7 @@ fn route(head: &Head, shared: &Shared) -> Answer {
         return text(
             404,
             &format!(
-                "no such page \"{path}\": try /api/sources, /api/events, /api/counts, /api/counts/zones, /api/heatmap, /api/recordings, /api/live"
+                "no such page \"{path}\": try /api/sources, /api/events, /api/counts, /api/counts/zones, /api/heatmap, /api/recordings, /api/live, /api/video/SOURCE"
             ),
         );
     };
@@ -137,6 +137,6 @@ fn route(head: &Head, shared: &Shared) -> Answer {
             args,
             pairs,
         }),
-        Handler::Live => text(404, "the live stream is not answered here"),
+        Handler::Live | Handler::Video => text(404, "the live stream is not answered here"),
     }
 }

@@ -1,7 +1,7 @@
 //! A request head (`GET /path HTTP/1.1`, then headers), parsed by `httparse` (the parser hyper
 //! uses: maintained and fuzzed): whether it is all there, and the few parts the endpoint reads
-//! (method, target, `Host`, `Authorization`, the token cookie, `Range`, and whether a proxy in
-//! front says the browser came over TLS). Lines may end in CRLF or a bare LF, as RFC 9112
+//! (method, target, `Host`, `Authorization`, the token cookie, `Range`, whether a proxy in
+//! front says the browser came over TLS, and a WebSocket's handshake: its key and `Origin`). Lines may end in CRLF or a bare LF, as RFC 9112
 //! allows a recipient to accept: a client that sends bare LFs is answered at once, not at the
 //! head deadline.
 
@@ -27,6 +27,11 @@ pub(super) struct Head {
     /// https`, or `Forwarded: proto=https`): the token's cookie is then `Secure`. A client
     /// that sends it itself gains nothing: it only keeps the cookie off plain HTTP.
     pub https: bool,
+    /// `Sec-WebSocket-Key`, when the head asks to become a WebSocket (`Upgrade: websocket`,
+    /// version 13): only `/api/video` takes it.
+    pub websocket_key: Option<String>,
+    /// `Origin` (a browser sends it with a WebSocket's handshake).
+    pub origin: Option<String>,
 }
 
 /// Why a head cannot be read.
@@ -60,7 +65,10 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
         cookie_token: None,
         range: None,
         https: false,
+        websocket_key: None,
+        origin: None,
     };
+    let (mut upgrade, mut version, mut key) = (false, false, None);
     for header in request.headers.iter() {
         let value = || {
             std::str::from_utf8(header.value)
@@ -87,7 +95,20 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Option<Head>, BadHead> {
                 .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
         } else if header.name.eq_ignore_ascii_case("forwarded") {
             head.https |= forwarded_https(&value()?);
+        } else if header.name.eq_ignore_ascii_case("upgrade") {
+            upgrade |= value()?
+                .split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case("websocket"));
+        } else if header.name.eq_ignore_ascii_case("sec-websocket-version") {
+            version = value()? == "13";
+        } else if header.name.eq_ignore_ascii_case("sec-websocket-key") {
+            key = Some(value()?);
+        } else if header.name.eq_ignore_ascii_case("origin") {
+            head.origin = Some(value()?);
         }
+    }
+    if upgrade && version {
+        head.websocket_key = key.filter(|k| !k.is_empty());
     }
     Ok(Some(head))
 }
@@ -159,6 +180,24 @@ mod tests {
         assert!(!https("Forwarded: for=192.0.2.1;proto=http"));
         assert!(!https("Forwarded: for=a;proto=http, for=b;proto=https"));
         assert!(!https("X-Other: https"));
+    }
+
+    #[test]
+    fn a_websocket_handshake_gives_its_key_and_origin_and_only_version_13_counts() {
+        let ws = |version: &str| {
+            let bytes = format!(
+                "GET /api/video/cam HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\
+                 Connection: Upgrade\r\nSec-WebSocket-Key: a2V5\r\n\
+                 Sec-WebSocket-Version: {version}\r\nOrigin: http://h\r\n\r\n"
+            );
+            parse(bytes.as_bytes()).unwrap().unwrap()
+        };
+        let head = ws("13");
+        assert_eq!(head.websocket_key.as_deref(), Some("a2V5"));
+        assert_eq!(head.origin.as_deref(), Some("http://h"));
+        assert_eq!(ws("8").websocket_key, None);
+        let plain = parse(b"GET / HTTP/1.1\r\nHost: h\r\nSec-WebSocket-Key: a2V5\r\n\r\n");
+        assert_eq!(plain.unwrap().unwrap().websocket_key, None);
     }
 
     #[test]

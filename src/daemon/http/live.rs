@@ -280,7 +280,7 @@ X-Accel-Buffering: no\r\nConnection: close\r\n\r\nretry: 2000\n\n";
 /// a thread's own (setpriority(2), "Bugs"): elsewhere it would lower the whole daemon's.
 /// Raising a nice value needs no privilege, but a system call filter may refuse the call
 /// (systemd's `SystemCallFilter=~@resources` does, with EPERM).
-fn yield_to_the_frames() -> std::io::Result<()> {
+pub(super) fn yield_to_the_frames() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getpriority(2) and setpriority(2) take integers and touch no memory of ours;
@@ -374,7 +374,8 @@ fn welcome(a: Arrival, clients: &mut Vec<Client>, cap: usize, shared: &Shared) {
         stills,
         frames,
     } = a;
-    if clients.len() >= cap {
+    // Video viewers (`video/`) share the cap.
+    if clients.len() + shared.video_viewers.load(Ordering::Relaxed) >= cap {
         shared.live.feed.refused.fetch_add(1, Ordering::Relaxed);
         let _ = stream.write(&super::refusal(
             503,

@@ -82,6 +82,7 @@ mod recordings;
 mod routes;
 mod stills;
 mod verify;
+mod video;
 mod workers;
 
 pub use routes::{RouteDoc, routes};
@@ -169,6 +170,7 @@ pub struct Server {
     /// The API's threads and the live thread (`api.rs`, `live.rs`); stopped after the loop.
     api: Option<workers::Workers>,
     live: Option<workers::Workers>,
+    video: Option<workers::Workers>,
 }
 
 /// What the loop and the preview threads share.
@@ -186,6 +188,10 @@ struct Shared {
     /// The API threads' queue and the live thread's arrivals (`api.rs`, `live.rs`).
     api: Option<crossbeam_channel::Sender<api::Job>>,
     arrivals: Option<crossbeam_channel::Sender<live::Arrival>>,
+    /// The video thread's arrivals (`video/`), and its viewers now (written by that thread,
+    /// read by the live thread: they share one cap; Relaxed, a count).
+    video: Option<crossbeam_channel::Sender<video::Arrival>>,
+    video_viewers: AtomicUsize,
 }
 
 /// What a complete request head gets.
@@ -202,6 +208,8 @@ enum Reply {
     /// For the live thread: the source followed (`None`: every source), and whether the
     /// cameras' stills go too, and the frames' boxes.
     Live(Option<String>, stills::Asked),
+    /// For the video thread: the source watched, and a WebSocket's key.
+    Video(String, Option<String>),
 }
 
 impl Bound {
@@ -215,6 +223,7 @@ impl Bound {
         let (jobs, queued) = verify::queue();
         let (api_jobs, api_queued) = api::queue();
         let (arrivals, arrived) = live::queue();
+        let (viewers, viewing) = video::queue();
         let slow = self.access.verifies_slowly();
         let shared = Arc::new(Shared {
             live,
@@ -224,9 +233,12 @@ impl Bound {
             verify: slow.then_some(jobs),
             api: Some(api_jobs),
             arrivals: Some(arrivals),
+            video: Some(viewers),
+            video_viewers: AtomicUsize::new(0),
         });
         let api = api::start(&api_queued, &shared)?;
         let live = live::start(arrived, shared.clone())?;
+        let video = video::start(viewing, shared.clone())?;
         let verifier = if slow {
             Some(verify::start(queued, shared.clone())?)
         } else {
@@ -247,6 +259,7 @@ impl Bound {
             verifier,
             api: Some(api),
             live: Some(live),
+            video: Some(video),
         })
     }
 }
@@ -261,9 +274,14 @@ impl Drop for Server {
             let _ = thread.join();
         }
         // The credentials thread first: it may be handing a request to the others.
-        for workers in [self.verifier.take(), self.api.take(), self.live.take()]
-            .into_iter()
-            .flatten()
+        for workers in [
+            self.verifier.take(),
+            self.api.take(),
+            self.live.take(),
+            self.video.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             workers.stop();
         }
@@ -440,6 +458,9 @@ fn api_reply(head: &Head, shared: &Shared) -> Reply {
     let Some((route, args)) = routes::find(&head.method, path) else {
         return Reply::Api(Box::new(head.clone()));
     };
+    if matches!(route.handler, routes::Handler::Video) {
+        return video_reply(head, route, &args, shared);
+    }
     if !matches!(route.handler, routes::Handler::Live) {
         return Reply::Api(Box::new(head.clone()));
     }
@@ -470,6 +491,45 @@ fn api_reply(head: &Head, shared: &Shared) -> Reply {
     Reply::Live(Some(source), stills)
 }
 
+/// A live video request (`video/`): 400 for a parameter, 404 for an unknown source, 409 for
+/// one whose stream is not H.264, 403 for a WebSocket opened by another site's page; else it
+/// goes to the video thread.
+fn video_reply(head: &Head, route: &routes::Route, args: &[&str], shared: &Shared) -> Reply {
+    match answer::pairs(&head.target).map(|p| route.unknown(&p)) {
+        Ok(None) => {}
+        Ok(Some(m)) | Err(crate::events::query::BadParam(m)) => {
+            return Reply::Now(video::error(400, &m));
+        }
+    }
+    let source = percent_decoded(args.first().copied().unwrap_or_default());
+    if !shared
+        .live
+        .parts()
+        .sources
+        .iter()
+        .any(|s| *s.name == source)
+    {
+        return Reply::Now(video::error(404, &format!("no source \"{source}\"")));
+    }
+    if let crate::packets::video::Status::Not(why) = crate::packets::hub().video(&source).status() {
+        return Reply::Now(video::error(409, &video::no_h264(&source, &why)));
+    }
+    // A WebSocket is not bound by the same-origin policy: a page of another site that the
+    // browser sends here with this Host would get the video. Its Origin names that site.
+    if head.websocket_key.is_some()
+        && let Some(origin) = &head.origin
+    {
+        let authority = origin.split_once("://").map_or(origin.as_str(), |(_, a)| a);
+        if shared.access.check_host(Some(authority)).is_err() {
+            return Reply::Now(video::error(
+                403,
+                &format!("a page of {origin} may not open this video (see [http] allowed_hosts)"),
+            ));
+        }
+    }
+    Reply::Video(source, head.websocket_key.clone())
+}
+
 /// Hands a connection to the thread that answers `reply` (a preview, the API, the live
 /// stream); the loop and the credentials thread answer the others themselves.
 fn hand_off(reply: Reply, stream: TcpStream, shared: &Arc<Shared>) {
@@ -483,6 +543,14 @@ fn hand_off(reply: Reply, stream: TcpStream, shared: &Arc<Shared>) {
                 source,
                 stills: asked.stills,
                 frames: asked.frames,
+            },
+        ),
+        Reply::Video(source, ws_key) => video::add(
+            shared,
+            video::Arrival {
+                stream,
+                source,
+                ws_key,
             },
         ),
         Reply::Now(_) | Reply::Verify(_) => {}
@@ -507,9 +575,11 @@ fn response(status: u16, content_type: &str, body: &[u8], extra: &str) -> Vec<u8
         303 => "See Other",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
         416 => "Range Not Satisfiable",
         421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",

@@ -77,6 +77,7 @@ fn run(live: &Live) -> serde_json::Value {
                 map.insert("last_error".into(), last_error(&source.counters));
                 map.insert("clock_skew_s".into(), json!(source.counters.clock_skew_s()));
                 map.insert("record".into(), record_stream(source));
+                map.insert("video".into(), video(&source.name));
             }
         }
     }
@@ -103,6 +104,31 @@ fn record_stream(source: &LiveSource) -> serde_json::Value {
             "packets": get(&r.decoded),
             "last_error": last_error(r),
         })
+    })
+}
+
+/// Whether the source plays as live video (`/api/video/SOURCE`): `available` true (its
+/// stream is H.264), false (with `why` not), or null while not known (the source has not
+/// reached its decoder); its `viewers` now, `bytes_sent` to them, `skips` (a viewer that fell
+/// behind, moved to the next keyframe), and the `gop_bytes` kept for a new viewer.
+fn video(source: &str) -> serde_json::Value {
+    use crate::packets::video::Status;
+    let v = crate::packets::hub().video(source);
+    let (available, why) = match v.status() {
+        Status::H264 => (json!(true), serde_json::Value::Null),
+        Status::Not(why) => (json!(false), json!(why)),
+        Status::Waiting => (
+            serde_json::Value::Null,
+            json!("not known yet: the source has not reached its decoder"),
+        ),
+    };
+    json!({
+        "available": available,
+        "why": why,
+        "viewers": get(&v.viewers),
+        "bytes_sent": get(&v.bytes_sent),
+        "skips": get(&v.skips),
+        "gop_bytes": v.gop_bytes(),
     })
 }
 

@@ -202,7 +202,9 @@ fn advance(
         let now_reply = match reply {
             None => None,
             Some(Reply::Now(bytes)) => Some(bytes),
-            Some(handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(..))) => {
+            Some(
+                handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(..) | Reply::Video(..)),
+            ) => {
                 super::hand_off(handed, conn.stream, shared);
                 return None;
             }

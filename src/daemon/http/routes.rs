@@ -18,6 +18,8 @@ use super::{heatmap, recordings};
 pub(super) enum Handler {
     /// The live thread (`live.rs`): a stream of Server-Sent Events.
     Live,
+    /// The video thread (`video/`): a source's H.264 as fragmented MP4.
+    Video,
     /// An API thread.
     Api(fn(&Call<'_>) -> Answer),
 }
@@ -90,6 +92,7 @@ pub(super) const ROUTES: &[Route] = &[
     ),
     Route::get("/api/live", &["stills", "frames"], Handler::Live),
     Route::get("/api/live/{source}", &["stills", "frames"], Handler::Live),
+    Route::get("/api/video/{source}", &[], Handler::Video),
 ];
 
 impl Route {

@@ -91,7 +91,7 @@ fn serve(job: Job, shared: &Arc<Shared>) {
         Reply::Now(super::unauthorized(&shared.access))
     };
     match reply {
-        handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(..)) => {
+        handed @ (Reply::Preview(_) | Reply::Api(_) | Reply::Live(..) | Reply::Video(..)) => {
             super::hand_off(handed, stream, shared);
         }
         Reply::Now(bytes) => {

@@ -86,6 +86,7 @@ impl Metric {
             | Read::SourceAge
             | Read::SourceClockSkew
             | Read::Preview(_)
+            | Read::Video(_)
             | Read::RecordState
             | Read::RecordStream(_)
             | Read::RecordSink(_)
@@ -130,6 +131,12 @@ impl Metric {
             Read::Preview(value) => {
                 for s in sources {
                     out.sample(name, &[("source", &s.name)], value(&s.name));
+                }
+            }
+            Read::Video(counter) => {
+                for s in sources {
+                    let video = crate::packets::hub().video(&s.name);
+                    out.sample(name, &[("source", &s.name)], get(counter(&video)));
                 }
             }
             Read::RecordState => {

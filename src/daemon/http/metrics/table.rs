@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 
 use crate::daemon::feed::Feed;
 use crate::packets::RecordStats;
+use crate::packets::video::Video;
 use crate::sinks::preview::hub;
 use crate::sinks::{SinkSender, SinkStats};
 use crate::source::SourceCounters;
@@ -33,6 +34,8 @@ pub(super) enum Read {
     SourceClockSkew,
     /// Per source, from the preview's hub.
     Preview(fn(&str) -> u64),
+    /// Per source, its live video's (`/api/video`, `crate::packets::video`).
+    Video(fn(&Video) -> &AtomicU64),
     /// Per recorded source and state of its record stream: 1 for the state it is in.
     RecordState,
     /// Per recorded source, from its record stream's counters.
@@ -359,6 +362,31 @@ pub(super) static METRICS: &[Metric] = &[
         help: "Cameras' stills (/api/live?stills=1) replaced by a newer one before a client \
                took them.",
         read: Read::Feed(|f| &f.stills_dropped),
+    },
+    Metric {
+        name: "vidflow_video_viewers",
+        kind: "gauge",
+        help: "Viewers of the source's live video (/api/video/SOURCE) now.",
+        read: Read::Video(|v| &v.viewers),
+    },
+    Metric {
+        name: "vidflow_video_bytes_sent_total",
+        kind: "counter",
+        help: "Bytes of live video (/api/video/SOURCE) written to its viewers.",
+        read: Read::Video(|v| &v.bytes_sent),
+    },
+    Metric {
+        name: "vidflow_video_skips_total",
+        kind: "counter",
+        help: "Times a live video viewer fell behind and was moved to the next keyframe.",
+        read: Read::Video(|v| &v.skips),
+    },
+    Metric {
+        name: "vidflow_video_lost_total",
+        kind: "counter",
+        help: "Times the live video thread fell behind its source and skipped to its next \
+               keyframe.",
+        read: Read::Video(|v| &v.lost),
     },
     Metric {
         name: "vidflow_phase",

@@ -19,6 +19,10 @@
 //!
 //! Stop protocol: a subscription removes itself from its topic when dropped; its sender goes
 //! with it, so nothing is ever sent to a sink that closed.
+//!
+//! Also here: the decoded stream's own packets, for live viewers of the HTTP endpoint
+//! (`video.rs`, [`Hub::video`]), and what puts packets in a browser's video: H.264's MP4 form
+//! (`avc.rs`) and fragmented MP4 (`fmp4.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +33,10 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use gstreamer as gst;
 
 use crate::frame::CameraClock;
+
+pub mod avc;
+pub mod fmp4;
+pub mod video;
 
 /// Packets queued for one subscriber: about 8 s of a 30 fps stream, far more than a segment
 /// change takes on a busy disk.
@@ -440,6 +448,8 @@ pub struct RecordRow {
 #[derive(Debug, Default)]
 pub struct Hub {
     topics: Mutex<HashMap<Arc<str>, Arc<Topic>>>,
+    /// Each source's decoded stream's packets, for live viewers (`video.rs`).
+    videos: Mutex<HashMap<Arc<str>, Arc<video::Video>>>,
     stats: Mutex<Vec<RecordRow>>,
     next_id: AtomicU64,
 }
@@ -460,6 +470,16 @@ impl Hub {
     /// The topic of `source`, made at its first use.
     pub fn topic(&self, source: &str) -> Arc<Topic> {
         self.topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(source.into())
+            .or_default()
+            .clone()
+    }
+
+    /// The decoded stream of `source`, made at its first use (`video.rs`).
+    pub fn video(&self, source: &str) -> Arc<video::Video> {
+        self.videos
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(source.into())

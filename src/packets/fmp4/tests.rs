@@ -1,0 +1,168 @@
+//! The writer's output read back by GStreamer itself: real x264 packets in, `qtdemux` (pushed
+//! bytes, as a browser's buffer gets them) and `avdec_h264` out, every picture decoded at the
+//! time written.
+
+use std::time::Duration;
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+
+use super::*;
+use crate::packets::avc::AvcConfig;
+
+/// One encoded access unit: its bytes, its times (from the first decoding time), and whether
+/// it is a keyframe.
+struct Unit {
+    data: Vec<u8>,
+    pts: Duration,
+    dts: Duration,
+    keyframe: bool,
+}
+
+/// `frames` frames of x264 at 25 fps (`bframes` B-frames between references), parsed as
+/// `format` (`avc` or `byte-stream`): their caps and units.
+fn encode(frames: u32, bframes: u32, format: &str) -> (gst::Caps, Vec<Unit>) {
+    gst::init().unwrap();
+    let pipeline = gst::parse::launch(&format!(
+        "videotestsrc pattern=ball num-buffers={frames} ! \
+         video/x-raw,format=I420,width=320,height=240,framerate=25/1 ! \
+         x264enc speed-preset=ultrafast key-int-max=10 bframes={bframes} ! h264parse ! \
+         video/x-h264,stream-format={format},alignment=au ! appsink name=sink sync=false"
+    ))
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let sink = pipeline
+        .by_name("sink")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    let mut caps = None;
+    let mut units = Vec::new();
+    // x264enc starts its timestamps at 1000 h: taken from the first decoding time.
+    let mut base = None;
+    while let Ok(sample) = sink.pull_sample() {
+        caps = sample.caps_owned();
+        let buffer = sample.buffer().unwrap();
+        let dts = buffer.dts().or(buffer.pts()).unwrap();
+        let base = *base.get_or_insert(dts);
+        units.push(Unit {
+            data: buffer.map_readable().unwrap().to_vec(),
+            pts: Duration::from(buffer.pts().unwrap() - base),
+            dts: Duration::from(dts - base),
+            keyframe: !buffer.flags().contains(gst::BufferFlags::DELTA_UNIT),
+        });
+    }
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert_eq!(units.len(), frames as usize);
+    (caps.unwrap(), units)
+}
+
+/// The init segment and a fragment per unit, as the endpoint writes them.
+fn write(caps: &gst::Caps, units: &[Unit]) -> (AvcConfig, Vec<u8>) {
+    let config = AvcConfig::of(caps, &units[0].data).unwrap().unwrap();
+    let mut out = init_segment(&config);
+    for (n, u) in units.iter().enumerate() {
+        let sample = config.sample(&u.data);
+        let decode = ticks(u.dts);
+        out.extend(fragment(
+            n as u32 + 1,
+            &Sample {
+                data: &sample,
+                decode,
+                offset: i32::try_from(ticks(u.pts) - decode).unwrap(),
+                duration: TIMESCALE / 25,
+                keyframe: u.keyframe,
+            },
+        ));
+    }
+    (config, out)
+}
+
+/// What GStreamer decodes of `bytes` pushed into `qtdemux`: each picture's presentation time.
+fn decode(bytes: Vec<u8>) -> Vec<Duration> {
+    let pipeline = gst::parse::launch(
+        "appsrc name=src caps=video/quicktime,variant=iso ! qtdemux ! h264parse ! avdec_h264 ! \
+         appsink name=sink sync=false",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let src = pipeline
+        .by_name("src")
+        .unwrap()
+        .downcast::<gst_app::AppSrc>()
+        .unwrap();
+    let sink = pipeline
+        .by_name("sink")
+        .unwrap()
+        .downcast::<gst_app::AppSink>()
+        .unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    // In pieces of 4 kB, as a socket gives them.
+    for piece in bytes.chunks(4096) {
+        src.push_buffer(gst::Buffer::from_slice(piece.to_vec()))
+            .unwrap();
+    }
+    src.end_of_stream().unwrap();
+    let mut times = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        times.push(Duration::from(sample.buffer().unwrap().pts().unwrap()));
+    }
+    let bus = pipeline.bus().unwrap();
+    let error = bus.pop_filtered(&[gst::MessageType::Error]);
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert!(error.is_none(), "{error:?}");
+    times
+}
+
+/// Presentation times as the file holds them: rounded to ticks, in presentation order.
+fn written(units: &[Unit]) -> Vec<Duration> {
+    let mut times: Vec<Duration> = units
+        .iter()
+        .map(|u| Duration::from_nanos(ticks(u.pts) * 1_000_000_000 / u64::from(TIMESCALE)))
+        .collect();
+    times.sort();
+    times
+}
+
+/// Within a nanosecond of each other (a tick is not a whole number of nanoseconds).
+fn same_times(got: &[Duration], want: &[Duration]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| g.abs_diff(*w) <= Duration::from_nanos(1))
+}
+
+#[test]
+fn every_picture_of_a_length_prefixed_stream_decodes_at_the_time_written() {
+    let (caps, units) = encode(30, 0, "avc");
+    let (config, bytes) = write(&caps, &units);
+    assert!(config.codec().starts_with("avc1."), "{}", config.codec());
+    let times = decode(bytes);
+    assert!(same_times(&times, &written(&units)), "{times:?}");
+}
+
+#[test]
+fn b_frames_decode_in_presentation_order_at_their_own_times() {
+    let (caps, units) = encode(30, 2, "avc");
+    assert!(
+        units.iter().any(|u| u.pts != u.dts),
+        "x264 made no B-frames: the test proves nothing"
+    );
+    let (_, bytes) = write(&caps, &units);
+    let times = decode(bytes);
+    assert!(same_times(&times, &written(&units)), "{times:?}");
+}
+
+#[test]
+fn a_byte_stream_is_written_length_prefixed_with_its_in_band_parameter_sets() {
+    let (caps, units) = encode(20, 0, "byte-stream");
+    let (config, bytes) = write(&caps, &units);
+    assert_eq!(config.framing, crate::packets::avc::Framing::ByteStream);
+    let times = decode(bytes);
+    assert!(same_times(&times, &written(&units)), "{times:?}");
+}

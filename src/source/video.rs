@@ -1,0 +1,145 @@
+//! The decoded stream's packets for live viewers (`crate::packets::video`): a probe on the
+//! input of the decoder that `decodebin` plugs takes each access unit the decoder is given,
+//! with its timestamps moved as the frames' are (`pts_offset`, so a packet's time is its
+//! frame's), and publishes it; the caps it sees say whether the stream is H.264 (it can go to a
+//! browser as it is) or why not.
+//!
+//! Why a probe on the decoder's input and not a second connection (the record stream): a camera
+//! often allows few sessions, and these are the very packets the frames with their boxes come
+//! from. A probe costs a reference to each buffer and a lock per packet, with or without
+//! viewers (the source keeps the current group of pictures so a viewer starts at once); no
+//! thread, no copy of the picture's bytes.
+//!
+//! Runs on GStreamer's streaming thread of the decoded stream (the probe) and on the thread that
+//! plugs the decoder (`deep-element-added`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use gstreamer as gst;
+use gstreamer::prelude::*;
+
+use super::pipeline::DECODE;
+use super::{Shared, SourceUri};
+use crate::frame::CameraClock;
+use crate::packets::video::{Status, Video};
+use crate::packets::{Packet, hub};
+
+/// Watches the decoder `pipeline`'s `decodebin` plugs, for a new connection of `shared`'s
+/// decoded stream.
+pub(super) fn watch(
+    pipeline: &gst::Pipeline,
+    shared: &Arc<Shared>,
+    clock: Option<Arc<CameraClock>>,
+) {
+    let video = hub().video(&shared.name);
+    video.new_connection();
+    if let SourceUri::Test(_) = shared.uri {
+        video.set_status(Status::Not(
+            "a test pattern: its pictures are drawn here, never encoded".to_owned(),
+        ));
+        return;
+    }
+    if matches!(video.status(), Status::Not(_)) {
+        video.set_status(Status::Waiting);
+    }
+    let Some(decode) = pipeline
+        .by_name(DECODE)
+        .and_then(|e| e.downcast::<gst::Bin>().ok())
+    else {
+        return;
+    };
+    let shared = shared.clone();
+    let connection = crate::packets::new_connection();
+    decode.connect_deep_element_added(move |_, _, element| {
+        let is_video_decoder = element.factory().is_some_and(|f| {
+            let klass = f.metadata(gst::ELEMENT_METADATA_KLASS).unwrap_or_default();
+            klass.contains("Decoder") && klass.contains("Video")
+        });
+        if !is_video_decoder {
+            return;
+        }
+        if let Some(pad) = element.static_pad("sink") {
+            let (video, shared, clock) = (video.clone(), shared.clone(), clock.clone());
+            pad.add_probe(
+                gst::PadProbeType::BUFFER | gst::PadProbeType::EVENT_DOWNSTREAM,
+                move |pad, info| {
+                    crate::gst_setup::from_c(
+                        "the decoder's input probe",
+                        gst::PadProbeReturn::Ok,
+                        || probe(pad, info, &video, &shared, connection, clock.as_ref()),
+                    )
+                },
+            );
+        }
+    });
+}
+
+/// One buffer or event on the decoder's input.
+fn probe(
+    pad: &gst::Pad,
+    info: &gst::PadProbeInfo,
+    video: &Video,
+    shared: &Shared,
+    connection: u64,
+    clock: Option<&Arc<CameraClock>>,
+) -> gst::PadProbeReturn {
+    match &info.data {
+        Some(gst::PadProbeData::Event(event)) => {
+            if let gst::EventView::Caps(caps) = event.view() {
+                video.set_status(status_of(caps.caps()));
+            }
+        }
+        Some(gst::PadProbeData::Buffer(buffer)) => {
+            let Some(caps) = pad.current_caps() else {
+                return gst::PadProbeReturn::Ok;
+            };
+            let offset = gst::ClockTime::from_nseconds(shared.pts_offset.load(Ordering::Acquire));
+            let mut buffer = buffer.clone();
+            if offset > gst::ClockTime::ZERO {
+                let b = buffer.make_mut();
+                b.set_pts(b.pts().map(|t| t + offset));
+                b.set_dts(b.dts().map(|t| t + offset));
+            }
+            video.publish(&Packet {
+                buffer,
+                caps,
+                connection,
+                arrival: SystemTime::now(),
+                clock: clock.cloned(),
+                live: shared.uri.is_live(),
+            });
+        }
+        _ => {}
+    }
+    gst::PadProbeReturn::Ok
+}
+
+/// Whether a decoder's input of `caps` can go to a browser as it is.
+fn status_of(caps: &gst::CapsRef) -> Status {
+    let Some(s) = caps.structure(0) else {
+        return Status::Waiting;
+    };
+    match s.name().as_str() {
+        "video/x-h264" if s.get::<&str>("alignment").is_ok_and(|a| a != "au") => {
+            Status::Not("its H.264 reaches the decoder in pieces, not whole pictures".to_owned())
+        }
+        "video/x-h264" => Status::H264,
+        "video/x-h265" => {
+            Status::Not("its stream is H.265, which is not sent as live video yet".to_owned())
+        }
+        other => Status::Not(format!("its stream is {other}")),
+    }
+}
+
+/// At a connection's first frame: a stream whose decoder was never seen reaches vidflow
+/// unencoded (a raw camera).
+pub(super) fn first_frame(shared: &Shared) {
+    let video = hub().video(&shared.name);
+    if video.status() == Status::Waiting {
+        video.set_status(Status::Not(
+            "its frames reach vidflow unencoded (a raw camera)".to_owned(),
+        ));
+    }
+}

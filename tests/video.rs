@@ -1,0 +1,608 @@
+//! Live video (`/api/video/SOURCE`) through the real binary, from a real RTSP camera
+//! (`common::rtsp`, x264 with a keyframe a second) and a real file: the camera's H.264 comes as
+//! fragmented MP4 that GStreamer demuxes and decodes, starting at a keyframe, a fragment per
+//! picture at the camera's rate; each frame of the live feed (`/api/live`) carries the time of
+//! its picture in that video (`media_time`), on a camera and on a looping file; a viewer that
+//! stops reading is skipped to a keyframe and counted while another gets every picture; a
+//! WebSocket gets the same; a source that is not H.264 is a 409 that says why, and
+//! `/api/sources` says it too. The MP4 is read by the small box reader below; nothing is mocked.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+use crate::common::http as http_client;
+use crate::common::rtsp;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Running, free_port, gst_init, spawn_run, write};
+use gstreamer as gst;
+use gstreamer::prelude::*;
+use gstreamer_app as gst_app;
+use http_client::{get, open, scrape, value, wait_until};
+use rtsp::{RtspServer, RtspServerOptions};
+
+/// Guards against a hang only.
+const DEADLINE: Duration = Duration::from_secs(120);
+/// Ticks per second of the stream's times.
+const TIMESCALE: u64 = 90_000;
+
+/// Starts vidflow on `sources` (TOML of `[sources.*]` tables) with a preview of `cam`.
+fn start(dir: &Path, sources: &str) -> (Running, u16) {
+    let port = free_port();
+    let p = write(
+        dir,
+        "p.toml",
+        &format!(
+            "{sources}\n[http]\nlisten = \"127.0.0.1:{port}\"\n\
+             [sinks.watch]\nkind = \"preview\"\nimage = \"$frame\"\nsources = [\"cam\"]\n"
+        ),
+    );
+    (spawn_run(&p, &[], dir), port)
+}
+
+/// One fragment of the stream: its times (ticks), whether it is a keyframe.
+#[derive(Debug, Clone, Copy)]
+struct Fragment {
+    decode: u64,
+    offset: i64,
+    keyframe: bool,
+}
+
+impl Fragment {
+    fn presentation(&self) -> u64 {
+        (self.decode as i64 + self.offset) as u64
+    }
+}
+
+/// Reads fragmented MP4 box by box, keeping every byte for a decoder.
+struct Mp4<R> {
+    reader: R,
+    bytes: Vec<u8>,
+}
+
+impl<R: Read> Mp4<R> {
+    fn new(reader: R) -> Self {
+        Self {
+            reader,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// The next box: its type and body.
+    fn next_box(&mut self) -> ([u8; 4], Vec<u8>) {
+        let mut head = [0u8; 8];
+        self.reader.read_exact(&mut head).unwrap();
+        let size = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+        let mut body = vec![0; size - 8];
+        self.reader.read_exact(&mut body).unwrap();
+        self.bytes.extend_from_slice(&head);
+        self.bytes.extend_from_slice(&body);
+        (head[4..].try_into().unwrap(), body)
+    }
+
+    /// The init segment: `ftyp`, then `moov` with an `avcC`.
+    fn init(&mut self) {
+        assert_eq!(&self.next_box().0, b"ftyp");
+        let (kind, moov) = self.next_box();
+        assert_eq!(&kind, b"moov");
+        assert!(find(&moov, b"avcC").is_some(), "no avcC in the moov");
+        assert!(find(&moov, b"trex").is_some(), "no trex in the moov");
+    }
+
+    /// The next `moof` + `mdat`.
+    fn fragment(&mut self) -> Fragment {
+        let (kind, moof) = self.next_box();
+        assert_eq!(&kind, b"moof");
+        let (kind, _) = self.next_box();
+        assert_eq!(&kind, b"mdat");
+        parse_moof(&moof)
+    }
+}
+
+/// Where the body of the first box `kind` (at any depth, found by its type) starts.
+fn find(bytes: &[u8], kind: &[u8; 4]) -> Option<usize> {
+    bytes.windows(4).position(|w| w == kind).map(|at| at + 4)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// A fragment's times and flags from its `tfdt` (version 1) and `trun` (one sample, with its
+/// duration, size, flags and composition offset).
+fn parse_moof(moof: &[u8]) -> Fragment {
+    let tfdt = find(moof, b"tfdt").unwrap();
+    assert_eq!(moof[tfdt], 1, "tfdt version");
+    let decode = u64::from_be_bytes(moof[tfdt + 4..tfdt + 12].try_into().unwrap());
+    let trun = find(moof, b"trun").unwrap();
+    assert_eq!(u32_at(moof, trun + 4), 1, "one sample per fragment");
+    // Version and flags, count, data offset, then duration, size, flags, offset.
+    let flags = u32_at(moof, trun + 20);
+    let offset = i64::from(u32_at(moof, trun + 24) as i32);
+    Fragment {
+        decode,
+        offset,
+        keyframe: flags & 0x0001_0000 == 0,
+    }
+}
+
+/// The presentation time of each picture GStreamer decodes from `bytes`.
+fn decode(bytes: &[u8]) -> Vec<u64> {
+    gst_init();
+    let pipeline = gst::parse::launch(
+        "appsrc name=src caps=video/quicktime,variant=iso ! qtdemux ! h264parse ! avdec_h264 ! \
+         appsink name=sink sync=false",
+    )
+    .unwrap()
+    .downcast::<gst::Pipeline>()
+    .unwrap();
+    let by = |name| pipeline.by_name(name).unwrap();
+    let src = by("src").downcast::<gst_app::AppSrc>().unwrap();
+    let sink = by("sink").downcast::<gst_app::AppSink>().unwrap();
+    pipeline.set_state(gst::State::Playing).unwrap();
+    src.push_buffer(gst::Buffer::from_slice(bytes.to_vec()))
+        .unwrap();
+    src.end_of_stream().unwrap();
+    let mut times = Vec::new();
+    while let Ok(sample) = sink.pull_sample() {
+        let pts = sample.buffer().unwrap().pts().unwrap();
+        times.push(
+            ((pts.nseconds() as u128 * TIMESCALE as u128 + 500_000_000) / 1_000_000_000) as u64,
+        );
+    }
+    let error = pipeline
+        .bus()
+        .unwrap()
+        .pop_filtered(&[gst::MessageType::Error]);
+    pipeline.set_state(gst::State::Null).unwrap();
+    assert!(error.is_none(), "{error:?}");
+    times
+}
+
+/// The header `name`'s value in `headers`.
+fn header<'h>(headers: &'h [String], name: &str) -> Option<&'h str> {
+    headers.iter().find_map(|h| {
+        let (k, v) = h.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Opens `/api/video/SOURCE`, checks its headers and init segment.
+fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
+    let (status, headers, reader) = open(port, &format!("/api/video/{source}")).unwrap();
+    assert_eq!(status, 200, "{headers:?}");
+    assert_eq!(header(&headers, "Content-Type"), Some("video/mp4"));
+    assert_eq!(header(&headers, "Cache-Control"), Some("no-store"));
+    let codec = header(&headers, "X-Vidflow-Codec").unwrap();
+    assert!(
+        codec.starts_with("avc1.") && codec.len() == 11,
+        "{codec}: not an RFC 6381 avc1 string"
+    );
+    let origin: i64 = header(&headers, "X-Vidflow-Origin-Ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(origin > 1_600_000_000_000, "{origin}: not epoch ms");
+    let mut mp4 = Mp4::new(reader);
+    mp4.init();
+    mp4
+}
+
+/// The `media_time` of the first `n` frames of `/api/live/SOURCE`, in ticks.
+fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
+    let (status, _, mut reader) = open(port, &format!("/api/live/{source}")).unwrap();
+    assert_eq!(status, 200);
+    let mut times = Vec::new();
+    while times.len() < n {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the feed ended");
+        if let Some(data) = line.strip_prefix("data: ") {
+            let frame: serde_json::Value = serde_json::from_str(data).unwrap();
+            let t = frame["media_time"].as_f64().unwrap();
+            times.push((t * TIMESCALE as f64).round() as u64);
+        }
+    }
+    times
+}
+
+/// Each live frame's time within the video's span is a picture's time in the video, or falls
+/// in a gap the video skipped; at least `least` are. A frame time between two consecutive
+/// pictures of the video would be a box drawn on no picture.
+fn assert_frames_on_pictures(frames: &[u64], video: &[Fragment], frame_ticks: u64, least: usize) {
+    let mut pictures: Vec<u64> = video.iter().map(Fragment::presentation).collect();
+    pictures.sort_unstable();
+    let set: BTreeSet<u64> = pictures.iter().copied().collect();
+    let (first, last) = (pictures[0], *pictures.last().unwrap());
+    let mut matched = 0;
+    for &t in frames.iter().filter(|&&t| t >= first && t <= last) {
+        if set.contains(&t) {
+            matched += 1;
+            continue;
+        }
+        let after = pictures.partition_point(|&p| p < t);
+        let gap = pictures[after] - pictures[after - 1];
+        assert!(
+            gap > frame_ticks * 3 / 2,
+            "frame at {t} falls between pictures {} and {}",
+            pictures[after - 1],
+            pictures[after]
+        );
+    }
+    assert!(
+        matched >= least,
+        "{matched} frames on pictures: {frames:?} against {pictures:?}"
+    );
+}
+
+#[test]
+fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_pictures_time() {
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let fps = server.options().fps;
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(
+        dir.path(),
+        &format!(
+            "[sources.cam]\nuri = \"{}\"\n[sources.pattern]\nuri = \"test://ball?fps=5\"\n",
+            server.url()
+        ),
+    );
+    http_client::wait_for_frames(port, "cam", 2 * fps, DEADLINE);
+    let feed = std::thread::spawn(move || live_times(port, "cam", 3 * fps as usize));
+    let mut mp4 = watch(port, "cam");
+    let fragments: Vec<Fragment> = (0..4 * fps).map(|_| mp4.fragment()).collect();
+    assert!(
+        fragments[0].keyframe,
+        "the stream does not start at a keyframe"
+    );
+    // A fragment per picture at the camera's rate: consecutive decoding times a frame apart
+    // (the jitter buffer smooths the camera's clock; none is missing).
+    let frame = TIMESCALE / u64::from(fps);
+    for w in fragments.windows(2) {
+        let step = w[1].decode - w[0].decode;
+        assert!(
+            step > frame / 2 && step < frame * 3 / 2,
+            "{step} ticks between pictures, not about {frame}"
+        );
+    }
+    assert!(fragments.iter().skip(1).any(|f| f.keyframe));
+    // GStreamer decodes every picture, at the time written.
+    let mut written: Vec<u64> = fragments.iter().map(Fragment::presentation).collect();
+    written.sort_unstable();
+    assert_eq!(decode(&mp4.bytes), written);
+    assert_frames_on_pictures(&feed.join().unwrap(), &fragments, frame, fps as usize);
+
+    // Counted while watched, shown per source; the pattern says why it has no video.
+    let health = wait_until("the viewer counted", DEADLINE, || {
+        let (_, body) = get(port, "/api/health")?;
+        let h: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let cam = h["run"]["sources"]
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == "cam")?
+            .clone();
+        (cam["video"]["viewers"] == 1).then_some(cam)
+    });
+    assert_eq!(health["video"]["available"], true, "{health}");
+    assert!(health["video"]["bytes_sent"].as_u64().unwrap() > 0);
+    let samples = scrape(port).unwrap();
+    assert!(
+        value(
+            &samples,
+            "vidflow_video_bytes_sent_total",
+            &[("source", "cam")]
+        )
+        .unwrap()
+            > 0.0
+    );
+    let (status, body) = get(port, "/api/video/pattern").unwrap();
+    assert_eq!(status, 409, "{body}");
+    let why: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let why = why["error"].as_str().unwrap();
+    assert!(
+        why.starts_with("source \"pattern\" has no H.264 stream (a test pattern"),
+        "{why}"
+    );
+    let (_, sources) = get(port, "/api/sources").unwrap();
+    let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
+    let pattern = sources
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "pattern");
+    assert_eq!(pattern.unwrap()["video"]["available"], false, "{sources}");
+    let (status, body) = get(port, "/api/video/nope").unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (404, "{\"error\":\"no source \\\"nope\\\"\"}")
+    );
+    // The MJPEG preview still plays beside it.
+    let (status, _, mut preview) = open(port, "/preview/cam").unwrap();
+    assert_eq!(status, 200);
+    assert!(!http_client::read_part(&mut preview).is_empty());
+    drop((mp4, preview));
+    run.terminate_cleanly(DEADLINE);
+}
+
+#[test]
+fn a_looping_files_frames_share_their_pictures_times_across_its_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    common::make_h264_mp4(&clip, 30, 320, 240);
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\nloop = true\n", clip.display()),
+    );
+    http_client::wait_for_frames(port, "cam", 30, DEADLINE);
+    let feed = std::thread::spawn(move || live_times(port, "cam", 120));
+    let mut mp4 = watch(port, "cam");
+    // Four loops of the file.
+    let fragments: Vec<Fragment> = (0..120).map(|_| mp4.fragment()).collect();
+    assert!(fragments[0].keyframe);
+    assert!(
+        fragments.windows(2).all(|w| w[1].decode > w[0].decode),
+        "time goes back across a loop"
+    );
+    assert_frames_on_pictures(&feed.join().unwrap(), &fragments, TIMESCALE / 30, 10);
+    drop(mp4);
+    run.terminate_cleanly(DEADLINE);
+}
+
+/// Shrinks the socket's receive buffer: a peer that stops reading fills it at once.
+fn small_receive_buffer(stream: &TcpStream) {
+    let size: libc::c_int = 4096;
+    // SAFETY: setsockopt reads the int we pass by pointer, with its size.
+    let set = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+}
+
+#[test]
+fn a_viewer_that_stops_reading_is_skipped_to_a_keyframe_while_another_gets_every_picture() {
+    // Noise: some hundred kB/s, so that the bytes the kernel holds for a viewer fill soon.
+    let options = RtspServerOptions {
+        pattern: "snow",
+        ..RtspServerOptions::default()
+    };
+    let server = RtspServer::start(options).unwrap();
+    let frame = TIMESCALE / u64::from(server.options().fps);
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\n", server.url()),
+    );
+    http_client::wait_for_frames(port, "cam", 15, DEADLINE);
+    let mut slow = watch(port, "cam");
+    small_receive_buffer(slow.reader.get_ref());
+    let fast = std::thread::spawn(move || {
+        let mut fast = watch(port, "cam");
+        // Reads until the slow one was skipped, and a second more.
+        let mut fragments = Vec::new();
+        let mut skipped_at = None;
+        loop {
+            fragments.push(fast.fragment());
+            if skipped_at.is_none() && fragments.len() % 5 == 0 {
+                let s = scrape(port).unwrap();
+                if value(&s, "vidflow_video_skips_total", &[("source", "cam")]).unwrap() > 0.0 {
+                    skipped_at = Some(fragments.len());
+                }
+            }
+            if skipped_at.is_some_and(|at| fragments.len() >= at + 15) {
+                return fragments;
+            }
+            assert!(fragments.len() < 3000, "the slow viewer was never skipped");
+        }
+    });
+    let fragments = fast.join().unwrap();
+    for w in fragments.windows(2) {
+        let step = w[1].decode - w[0].decode;
+        assert!(
+            step < frame * 3 / 2,
+            "the fast viewer missed a picture: {step} ticks"
+        );
+    }
+    // The slow viewer, reading again, finds a jump to a keyframe in a well-formed stream.
+    let mut seen: Vec<Fragment> = Vec::new();
+    let jump = loop {
+        let f = slow.fragment();
+        if let Some(before) = seen.last()
+            && f.decode - before.decode > TIMESCALE
+        {
+            break f;
+        }
+        seen.push(f);
+        assert!(seen.len() < 3000, "no skip in the slow viewer's stream");
+    };
+    assert!(
+        jump.keyframe,
+        "the slow viewer resumed on a picture that is no keyframe"
+    );
+    let decoded = decode(&slow.bytes);
+    assert_eq!(decoded.len(), seen.len() + 1);
+    drop(slow);
+    run.terminate_cleanly(DEADLINE);
+}
+
+/// Reads one WebSocket message from the server: its opcode and payload.
+fn message(reader: &mut impl Read) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    reader.read_exact(&mut head).unwrap();
+    assert_eq!(head[1] & 0x80, 0, "a server's frame is never masked");
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            reader.read_exact(&mut b).unwrap();
+            u64::from(u16::from_be_bytes(b))
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            reader.read_exact(&mut b).unwrap();
+            u64::from_be_bytes(b)
+        }
+        n => u64::from(n),
+    };
+    let mut body = vec![0; len as usize];
+    reader.read_exact(&mut body).unwrap();
+    (head[0] & 0x0f, body)
+}
+
+/// A WebSocket handshake for `/api/video/SOURCE` from a page of `origin`: the status, and the
+/// connection's reader after the head.
+fn handshake(port: u16, source: &str, origin: &str) -> (u16, Vec<String>, BufReader<TcpStream>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(
+        stream,
+        "GET /api/video/{source} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line.trim_end().is_empty() {
+            break;
+        }
+        lines.push(line.trim_end().to_owned());
+    }
+    let status = lines[0].split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, lines, reader)
+}
+
+#[test]
+fn a_websocket_gets_the_codec_then_the_init_segment_and_a_fragment_per_message() {
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\n", server.url()),
+    );
+    http_client::wait_for_frames(port, "cam", 15, DEADLINE);
+    let (status, _, _) = handshake(port, "cam", "http://evil.example");
+    assert_eq!(status, 403, "another site's page opened the video");
+    let (status, head, mut reader) = handshake(port, "cam", &format!("http://127.0.0.1:{port}"));
+    assert_eq!(status, 101, "{head:?}");
+    // RFC 6455's example key and its answer.
+    assert!(head.contains(&"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_owned()));
+    let (opcode, hello) = message(&mut reader);
+    assert_eq!(opcode, 1, "the first message is text");
+    let hello: serde_json::Value = serde_json::from_slice(&hello).unwrap();
+    let codec = hello["codec"].as_str().unwrap();
+    assert_eq!(hello["mime"], format!("video/mp4; codecs=\"{codec}\""));
+    assert_eq!(hello["timescale"], TIMESCALE);
+    let (opcode, init) = message(&mut reader);
+    assert_eq!(opcode, 2);
+    let mut bytes = init.clone();
+    assert_eq!(&Mp4::new(&init[..]).next_box().0, b"ftyp");
+    let mut fragments = Vec::new();
+    for _ in 0..20 {
+        let (opcode, fragment) = message(&mut reader);
+        assert_eq!(opcode, 2);
+        let mut mp4 = Mp4::new(&fragment[..]);
+        fragments.push(mp4.fragment());
+        assert_eq!(
+            mp4.bytes.len(),
+            fragment.len(),
+            "one whole fragment per message"
+        );
+        bytes.extend(fragment);
+    }
+    assert!(fragments[0].keyframe);
+    assert_eq!(decode(&bytes).len(), 20);
+    drop(reader);
+    run.terminate_cleanly(DEADLINE);
+}
+
+/// Plays `/api/video/cam` in the page's tab as the page would (a WebSocket, Media Source
+/// Extensions, `requestVideoFrameCallback`): `window.vt` gathers each presented picture's
+/// `mediaTime`, or an error.
+const PLAYER: &str = r#"(() => {
+  window.vt = { times: [], error: null };
+  const v = document.createElement('video');
+  v.muted = true;
+  document.body.appendChild(v);
+  const ms = new MediaSource();
+  v.src = URL.createObjectURL(ms);
+  v.onerror = () => { vt.error = 'video: ' + (v.error && v.error.message); };
+  const presented = (now, meta) => { vt.times.push(meta.mediaTime); v.requestVideoFrameCallback(presented); };
+  v.requestVideoFrameCallback(presented);
+  ms.addEventListener('sourceopen', () => {
+    const ws = new WebSocket(new URL('api/video/cam', location.href).href.replace(/^http/, 'ws'));
+    ws.binaryType = 'arraybuffer';
+    let sb = null;
+    const queue = [];
+    const pump = () => { if (sb && !sb.updating && queue.length) sb.appendBuffer(queue.shift()); };
+    ws.onerror = () => { vt.error = 'websocket error'; };
+    ws.onmessage = (m) => {
+      if (typeof m.data === 'string') {
+        const hello = JSON.parse(m.data);
+        if (!MediaSource.isTypeSupported(hello.mime)) { vt.error = 'not supported: ' + hello.mime; return; }
+        sb = ms.addSourceBuffer(hello.mime);
+        sb.addEventListener('updateend', () => {
+          if (v.paused && sb.buffered.length) {
+            v.currentTime = sb.buffered.end(0) - 0.1;
+            v.play().catch((e) => { vt.error = String(e); });
+          }
+          pump();
+        });
+        return;
+      }
+      queue.push(m.data);
+      pump();
+    };
+  }, { once: true });
+})()"#;
+
+#[test]
+fn chromium_plays_a_camera_and_reports_each_pictures_media_time_as_the_live_feed_gives_it() {
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\n", server.url()),
+    );
+    http_client::wait_for_frames(port, "cam", 15, DEADLINE);
+    let feed = std::thread::spawn(move || live_times(port, "cam", 60));
+    let browser = common::browser::browser(640, 480);
+    let tab = browser.new_tab().unwrap();
+    tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
+        .unwrap()
+        .wait_until_navigated()
+        .unwrap();
+    tab.evaluate(PLAYER, false).unwrap();
+    common::browser::wait_js(
+        &tab,
+        "pictures presented",
+        "vt.error || vt.times.length >= 20",
+    );
+    assert_eq!(
+        common::browser::js(&tab, "vt.error"),
+        serde_json::Value::Null
+    );
+    let presented: Vec<f64> =
+        serde_json::from_value(common::browser::js(&tab, "vt.times")).unwrap();
+    let live: BTreeSet<u64> = feed.join().unwrap().into_iter().collect();
+    let on_live = presented
+        .iter()
+        .filter(|t| live.contains(&((*t * TIMESCALE as f64).round() as u64)))
+        .count();
+    assert!(
+        on_live >= 5,
+        "{on_live} presented pictures have a live frame of their time: {presented:?} against {live:?}"
+    );
+    run.terminate_cleanly(DEADLINE);
+}
