@@ -478,17 +478,16 @@ fn api_reply(head: &Head, shared: &Shared) -> Reply {
         return Reply::Live(None, stills);
     };
     let source = percent_decoded(source);
-    if !shared
-        .live
-        .parts()
-        .sources
-        .iter()
-        .any(|s| *s.name == source)
-    {
+    if !known_source(shared, &source) {
         let body = format!("no source \"{source}\"\n");
         return Reply::Now(refusal(404, &body));
     }
     Reply::Live(Some(source), stills)
+}
+
+/// Whether the pipeline, as it is now, has a source of that name.
+fn known_source(shared: &Shared, name: &str) -> bool {
+    shared.live.parts().sources.iter().any(|s| *s.name == *name)
 }
 
 /// A live video request (`video/`): 400 for a parameter, 404 for an unknown source, 409 for
@@ -502,13 +501,7 @@ fn video_reply(head: &Head, route: &routes::Route, args: &[&str], shared: &Share
         }
     }
     let source = percent_decoded(args.first().copied().unwrap_or_default());
-    if !shared
-        .live
-        .parts()
-        .sources
-        .iter()
-        .any(|s| *s.name == source)
-    {
+    if !known_source(shared, &source) {
         return Reply::Now(video::error(404, &format!("no source \"{source}\"")));
     }
     if let crate::packets::video::Status::Not(why) = crate::packets::hub().video(&source).status() {
