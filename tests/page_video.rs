@@ -11,7 +11,9 @@
 //!   few seconds, and keeps a bounded stretch of video buffered;
 //! - a camera that comes back at another size plays again, at that size;
 //! - a tile whose video is refused (vidflow at its cap of live clients) shows stills and says
-//!   so, and plays again once there is room.
+//!   so, and plays again once there is room;
+//! - a page of 16 cameras plays them all and its events, counts and health still load: the
+//!   videos' WebSockets are not among the six connections a browser opens per host.
 //!
 //! What the page saw is read from `window.vidflow` (its counters and its log of the pictures it
 //! presented and the boxes it drew on each).
@@ -421,6 +423,59 @@ fn a_tile_whose_video_is_refused_shows_stills_and_says_so_then_plays_once_there_
         "document.querySelector('#cam-cam').dataset.mode === 'video' && \
          (vidflow.videoFrames.cam || 0) >= 15",
     );
+    drop(tab);
+    run.terminate_cleanly(DEADLINE);
+}
+
+#[test]
+fn sixteen_cameras_play_and_the_events_counts_and_health_still_load() {
+    const CAMERAS: usize = 16;
+    let server = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut text = String::new();
+    for n in 1..=CAMERAS {
+        text += &format!("[sources.cam{n}]\nuri = \"{}\"\n\n", server.url());
+    }
+    text += &format!(
+        "[http]\nlisten = \"127.0.0.1:{port}\"\n\n[events]\npath = \"events.db\"\n\n\
+         [sinks.preview]\nkind = \"preview\"\nimage = \"$frame\"\n"
+    );
+    let run = spawn_run(&write(dir.path(), "p.toml", &text), &[], dir.path());
+    wait_until("the endpoint answers", DEADLINE, || get(port, "/healthz"));
+    // Wide enough for every tile to be on screen (a tile off screen closes its video).
+    let browser = browser(1600, 1400);
+    let tab = browser.new_tab().unwrap();
+    tab.set_default_timeout(DEADLINE);
+    tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
+        .unwrap();
+    wait_js(
+        &tab,
+        "every camera's video",
+        &format!(
+            "[...document.querySelectorAll('video[data-source]')] \
+               .filter(v => !v.hidden && (vidflow.videoFrames[v.dataset.source] || 0) >= 10).length === {CAMERAS}"
+        ),
+    );
+    // A browser opens at most six HTTP/1.1 connections to a host: the videos' WebSockets are
+    // not among them, so the page's requests still get through, now that every video plays.
+    let loaded = js(&tab, "vidflow.eventsLoaded").as_u64().unwrap();
+    js(
+        &tab,
+        "(vidflow.counts = null, lastHealth = null, loadEvents(false), loadCounts(), health(), 1)",
+    );
+    wait_js(
+        &tab,
+        "the events, counts and health views",
+        &format!(
+            "vidflow.eventsLoaded > {loaded} && \
+             document.querySelector('#timeline li.empty').textContent === 'no events match' && \
+             vidflow.counts !== null && lastHealth !== null && \
+             document.querySelectorAll('#h-sources tr[data-source]').length === {CAMERAS}"
+        ),
+    );
+    assert_eq!(js(&tab, "vidflow.liveQuery"), "api/live");
+    screenshot(&tab, "video-16.png");
     drop(tab);
     run.terminate_cleanly(DEADLINE);
 }

@@ -1,8 +1,7 @@
 //! `/api/live?stills=1` and `/api/live/SOURCE?stills=1`: each frame's boxes and counts as
 //! Server-Sent Events (`event: frame`, JSON data, see `daemon::feed::LiveFrame::to_json`), for
 //! the page to draw over the preview's JPEG; with `stills=1`, those JPEGs too (`event: still`,
-//! at a bounded rate, `stills.rs`; `stills_of=a,b`: those sources' only), so that the page
-//! needs no other long-lived connection.
+//! at a bounded rate, `stills.rs`), so that the page needs no other long-lived connection.
 //!
 //! One thread, `vidflow-http-live`, holds every live client's socket, non-blocking: it takes a
 //! frame from the feed (`daemon::feed`), makes its message once, appends it to the buffer of

@@ -239,7 +239,7 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn stills_are_asked_for_with_1_frames_left_out_with_0_and_another_value_is_refused() {
+    fn stills_are_asked_for_all_or_some_sources_and_another_value_is_refused() {
         let asked_for = |stills, frames| {
             Ok(Asked {
                 stills,

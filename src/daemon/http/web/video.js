@@ -267,6 +267,21 @@ class LiveVideo {
     // Once what came is appended: a backlog (a busy page) is one jump, not one per picture.
     if (!this.queue.length) this.keepLive();
     if (!this.trim(LIVE_VIDEO.KEEP_S)) this.pump();
+    this.finish();
+  }
+
+  // The source ended (a file read to its end): its last pictures are played, up to the last,
+  // which a browser otherwise holds back waiting for more.
+  ended(yes) {
+    this.ending = yes;
+    this.finish();
+  }
+
+  finish() {
+    const ms = this.ms;
+    if (this.ending && ms && ms.readyState === "open" && this.sb && !this.sb.updating && !this.queue.length && this.sb.buffered.length) {
+      ms.endOfStream();
+    }
   }
 
   // Keeps the picture on screen `delay` behind the newest received (see the header).
@@ -282,7 +297,7 @@ class LiveVideo {
     }
     const rate = this.paced ? 1 : Math.min(Math.max(this.speed.rate, 0.1), 4);
     v.playbackRate = behind > this.delay + LIVE_VIDEO.NUDGE_S ? rate * 1.1 : rate;
-    if (v.paused) v.play().catch(() => {});
+    if (v.paused && !v.ended) v.play().catch(() => {});
   }
 
   // Removes what is buffered more than `keep` seconds behind the picture on screen, up to a
