@@ -100,6 +100,7 @@ fn value(param: &str) -> &'static str {
         "limit" => "1",
         "cursor" => "{cursor}",
         "stills" => "1",
+        "stills_of" => "cam",
         "frames" => "0",
         "format" => "png",
         "_" => "1733212800000",

@@ -313,6 +313,37 @@ fn a_live_client_that_asks_frames_0_gets_the_stills_and_no_frame() {
     assert!(finished.status.success(), "{}", finished.stderr);
 }
 
+#[test]
+fn a_live_client_that_asks_stills_of_some_cameras_gets_theirs_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(dir.path());
+    let some = live_at(port, "/api/live?stills_of=cam2,cam5,gone&frames=0");
+    some.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut some = BufReader::new(some);
+    let mut line = String::new();
+    some.read_line(&mut line).unwrap();
+    assert!(line.contains(" 200 "), "{line}");
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    while seen.values().sum::<usize>() < 20 {
+        line.clear();
+        assert!(some.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(data) = line.strip_prefix("data: ") {
+            let still: serde_json::Value = serde_json::from_str(data).unwrap();
+            *seen
+                .entry(still["source"].as_str().unwrap().into())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(
+        seen.keys().collect::<Vec<_>>(),
+        ["cam2", "cam5"],
+        "{seen:?}"
+    );
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
 /// `/api/health`'s counter `key`.
 fn health(port: u16, key: &str) -> Option<u64> {
     let (status, body) = get(port, "/api/health")?;

@@ -3,7 +3,8 @@
 //! anything else, noting it) in front of a real `vidflow`, and the page opened through it in a
 //! real browser (`tests/common/browser.rs`) with a phone's narrow window. Every URL the page and
 //! its scripts use must stay under the prefix: the live stream draws boxes, the preview shows,
-//! the events, counts and health views fill, and nothing reaches the proxy outside it. The page
+//! a real RTSP camera (`common::rtsp`) plays as video over a WebSocket through the proxy, the
+//! events, counts and health views fill, and nothing reaches the proxy outside it. The page
 //! must fit the phone's width (no sideways scrolling). The endpoint has a token: the page is
 //! opened once as `/cameras/?token=TOKEN` and keeps it in a cookie, as a user's browser would.
 //! A screenshot is kept as `phone.png`.
@@ -12,6 +13,7 @@
 use crate::common;
 use crate::common::browser;
 use crate::common::http as http_client;
+use crate::common::rtsp::{RtspServer, RtspServerOptions};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -92,6 +94,7 @@ fn pass(client: TcpStream, upstream: u16, refused: &Mutex<Vec<String>>) {
 fn the_page_works_behind_a_proxy_under_a_sub_path_on_a_phone() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    let door = RtspServer::start(RtspServerOptions::default()).unwrap();
     let p = write(
         dir.path(),
         "p.toml",
@@ -99,6 +102,9 @@ fn the_page_works_behind_a_proxy_under_a_sub_path_on_a_phone() {
             r#"
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=10"
+
+[sources.door]
+uri = "{}"
 
 {BALL_CROSSINGS}
 
@@ -112,7 +118,8 @@ path = "events.db"
 [sinks.watch]
 kind = "preview"
 image = "$frame"
-"#
+"#,
+            door.url()
         ),
     );
     let browser = browser(PHONE.0, PHONE.1);
@@ -168,6 +175,13 @@ image = "$frame"
         "the preview's picture",
         "(() => { const i = document.querySelector('#cam-cam img'); return i && i.naturalWidth === 320; })()",
     );
+    // The camera's video, over a WebSocket through the proxy, with the token's cookie.
+    wait_js(
+        &tab,
+        "the door's video, through the proxy",
+        "document.querySelector('#cam-door').dataset.mode === 'video' && \
+         (window.vidflow.videoFrames.door || 0) >= 15",
+    );
     wait_js(
         &tab,
         "the health view",
@@ -190,7 +204,12 @@ image = "$frame"
     let urls: Vec<String> = serde_json::from_value(urls).unwrap();
     // (The live stream is not listed until it ends: the boxes drawn above came through it, and
     // so did the picture, as stills.)
-    for want in ["assets/app.js", "assets/uPlot.iife.min.js", "api/sources"] {
+    for want in [
+        "assets/app.js",
+        "assets/video.js",
+        "assets/uPlot.iife.min.js",
+        "api/sources",
+    ] {
         assert!(
             urls.iter().any(|u| u == &format!("{PREFIX}/{want}")),
             "{want} not fetched under {PREFIX}/: {urls:?}"

@@ -48,6 +48,7 @@ mod page;
 mod page_cameras;
 mod page_health;
 mod page_proxy;
+mod page_video;
 mod passwords;
 mod preview;
 mod progress;

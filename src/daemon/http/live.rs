@@ -33,6 +33,7 @@
 //! Stop protocol (`workers.rs`): dropping its [`Workers`] drops the stop channel's sender,
 //! which wakes the thread; it closes every client and is joined.
 
+use std::collections::BTreeSet;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -85,6 +86,8 @@ pub(super) struct Arrival {
     pub stream: TcpStream,
     pub source: Option<String>,
     pub stills: bool,
+    /// The sources whose stills it takes (`stills_of`); `None`: all it follows.
+    pub stills_of: Option<BTreeSet<String>>,
     pub frames: bool,
 }
 
@@ -191,6 +194,8 @@ struct Client {
     sent: usize,
     /// With `stills=1`: the stills not begun yet, one per source.
     stills: Option<Slots>,
+    /// With `stills_of`: the sources whose stills it takes.
+    stills_of: Option<BTreeSet<String>>,
     /// The still being sent, and its next part not yet in `pending`: its parts go one at a
     /// time, each once the socket took all before it, so frames wait behind one part at most.
     sending: Option<(Still, usize)>,
@@ -205,6 +210,7 @@ impl Client {
             pending: HEAD.to_vec(),
             sent: 0,
             stills: stills.then(Slots::default),
+            stills_of: None,
             sending: None,
         }
     }
@@ -356,7 +362,8 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared, mu
             break;
         }
         let followed = clients.iter().filter(|c| c.stills.is_some());
-        let stills = watches.pass(&shared.live, followed.map(|c| c.source.as_deref()));
+        let followed = followed.map(|c| (c.source.as_deref(), c.stills_of.as_ref()));
+        let stills = watches.pass(&shared.live, followed);
         if !stills.is_empty() {
             offer(&stills, &mut clients, feed);
             queued = Instant::now();
@@ -372,6 +379,7 @@ fn welcome(a: Arrival, clients: &mut Vec<Client>, cap: usize, shared: &Shared) {
         mut stream,
         source,
         stills,
+        stills_of,
         frames,
     } = a;
     // Video viewers (`video/`) share the cap.
@@ -386,14 +394,19 @@ fn welcome(a: Arrival, clients: &mut Vec<Client>, cap: usize, shared: &Shared) {
     if stream.set_nonblocking(true).is_err() {
         return;
     }
-    clients.push(Client::new(stream, source, stills, frames));
+    let mut client = Client::new(stream, source, stills, frames);
+    client.stills_of = stills_of;
+    clients.push(client);
 }
 
 /// Offers each new still to the clients that asked for stills of its source.
 fn offer(stills: &[(Arc<str>, Still)], clients: &mut [Client], feed: &Feed) {
     let mut dropped = 0;
     for (source, message) in stills {
-        let follow = |c: &&mut Client| c.source.as_deref().is_none_or(|s| s == &**source);
+        let follow = |c: &&mut Client| {
+            c.source.as_deref().is_none_or(|s| s == &**source)
+                && c.stills_of.as_ref().is_none_or(|o| o.contains(&**source))
+        };
         for c in clients.iter_mut().filter(follow) {
             if let Some(slots) = &mut c.stills {
                 dropped += u64::from(slots.offer(source, message));

@@ -535,6 +535,7 @@ fn hand_off(reply: Reply, stream: TcpStream, shared: &Arc<Shared>) {
                 stream,
                 source,
                 stills: asked.stills,
+                stills_of: asked.stills_of,
                 frames: asked.frames,
             },
         ),

@@ -21,6 +21,16 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("web/app.js"),
     ),
     (
+        "live.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("web/live.js"),
+    ),
+    (
+        "video.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("web/video.js"),
+    ),
+    (
         "app.css",
         "text/css; charset=utf-8",
         include_bytes!("web/app.css"),

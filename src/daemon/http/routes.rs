@@ -90,8 +90,16 @@ pub(super) const ROUTES: &[Route] = &[
         &["source", "label", "after", "before", "format"],
         Handler::Api(heatmap::heatmap),
     ),
-    Route::get("/api/live", &["stills", "frames"], Handler::Live),
-    Route::get("/api/live/{source}", &["stills", "frames"], Handler::Live),
+    Route::get(
+        "/api/live",
+        &["stills", "stills_of", "frames"],
+        Handler::Live,
+    ),
+    Route::get(
+        "/api/live/{source}",
+        &["stills", "stills_of", "frames"],
+        Handler::Live,
+    ),
     Route::get("/api/video/{source}", &[], Handler::Video),
 ];
 

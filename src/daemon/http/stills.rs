@@ -18,6 +18,10 @@
 //! slowly gets fewer stills, never a longer queue, and its frames wait behind one part of a
 //! still at most, never behind a whole 4K picture (about 1.3 MB in base64). A 1024-pixel-wide
 //! JPEG is about 100 KB, so a few parts.
+//!
+//! `stills_of=a,b` asks for those sources' stills only: the page plays the cameras that have
+//! H.264 as video (`video/`) and asks stills of the others, so that no `preview` sink encodes
+//! JPEGs for a camera it shows as video.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -38,28 +42,54 @@ pub(super) const STILL_PART: usize = 32 * 1024;
 /// A still's messages, in order: each a whole Server-Sent Event, shared between the clients.
 pub(super) type Still = Arc<[Arc<[u8]>]>;
 
-/// What a live client asked for: the stills (`stills=1`), the frames' boxes (unless
-/// `frames=0`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a live client asked for: the stills (`stills=1`), of some sources only
+/// (`stills_of=a,b`, which implies `stills=1`), the frames' boxes (unless `frames=0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Asked {
     pub stills: bool,
+    /// The sources whose stills it takes; `None`: every source it follows.
+    pub stills_of: Option<BTreeSet<String>>,
     pub frames: bool,
 }
 
-/// `stills=1` and `frames=0` in `target`'s query: what the client asks for; `Err` with the
-/// 400's message for another value.
+/// `stills=1`, `stills_of=a,b` and `frames=0` in `target`'s query: what the client asks for;
+/// `Err` with the 400's message for another value. A name in `stills_of` that is no source's
+/// is kept: the source may come with a reload (a page asks for what it shows as stills).
 pub(super) fn asked(target: &str) -> Result<Asked, String> {
     let pairs = super::answer::pairs(target).map_err(|e| e.0)?;
-    let flag = |key: &str, default: bool| match pairs.iter().rev().find(|(k, _)| k == key) {
+    let last = |key: &str| pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v);
+    let flag = |key: &str, default: bool| match last(key) {
         None => Ok(default),
-        Some((_, v)) if v == "1" => Ok(true),
-        Some((_, v)) if v == "0" => Ok(false),
-        Some((_, v)) => Err(format!("{key} must be 0 or 1, not \"{v}\"\n")),
+        Some(v) if v == "1" => Ok(true),
+        Some(v) if v == "0" => Ok(false),
+        Some(v) => Err(format!("{key} must be 0 or 1, not \"{v}\"\n")),
+    };
+    let stills_of = match last("stills_of") {
+        None => None,
+        Some(list) => Some(names(list)?),
     };
     Ok(Asked {
-        stills: flag("stills", false)?,
+        stills: stills_of.is_some() || flag("stills", false)?,
+        stills_of,
         frames: flag("frames", true)?,
     })
+}
+
+/// A comma-separated list of source names (empty: none).
+fn names(list: &str) -> Result<BTreeSet<String>, String> {
+    let valid = |n: &str| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    list.split(',')
+        .filter(|n| !list.is_empty() || !n.is_empty())
+        .map(|n| {
+            valid(n)
+                .then(|| n.to_owned())
+                .ok_or_else(|| format!("stills_of must list source names, not \"{n}\"\n"))
+        })
+        .collect()
 }
 
 /// The preview channels the live thread watches while a client asks for stills.
@@ -79,20 +109,23 @@ impl Watches {
     }
 
     /// Watches the sources `followed` names (one entry per client that asks for stills: the
-    /// source it follows, `None` for every source) and, once per [`STILL_TICK`], takes their new
-    /// JPEGs; each new still's source and message.
+    /// source it follows, `None` for every source, and the sources it takes the stills of,
+    /// `None` for all it follows) and, once per [`STILL_TICK`], takes their new JPEGs; each new
+    /// still's source and message.
     pub(super) fn pass<'a>(
         &mut self,
         live: &Live,
-        followed: impl Iterator<Item = Option<&'a str>>,
+        followed: impl Iterator<Item = (Option<&'a str>, Option<&'a BTreeSet<String>>)>,
     ) -> Vec<(Arc<str>, Still)> {
         let mut named = BTreeSet::new();
         let (mut asked, mut all) = (false, false);
-        for source in followed {
+        for (source, of) in followed {
             asked = true;
-            match source {
-                Some(s) => drop(named.insert(s)),
-                None => all = true,
+            match (source, of) {
+                (Some(s), of) if of.is_none_or(|o| o.contains(s)) => drop(named.insert(s)),
+                (Some(_), _) => {}
+                (None, Some(of)) => named.extend(of.iter().map(String::as_str)),
+                (None, None) => all = true,
             }
         }
         self.asked = asked;
@@ -206,8 +239,14 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn stills_are_asked_for_with_1_frames_left_out_with_0_and_another_value_is_refused() {
-        let asked_for = |stills, frames| Ok(Asked { stills, frames });
+    fn stills_are_asked_for_all_or_some_sources_and_another_value_is_refused() {
+        let asked_for = |stills, frames| {
+            Ok(Asked {
+                stills,
+                stills_of: None,
+                frames,
+            })
+        };
         assert_eq!(asked("/api/live"), asked_for(false, true));
         assert_eq!(asked("/api/live?stills=1"), asked_for(true, true));
         assert_eq!(asked("/api/live/cam?stills=0"), asked_for(false, true));
@@ -219,6 +258,23 @@ pub(super) mod tests {
         assert_eq!(
             asked("/api/live?frames=no"),
             Err("frames must be 0 or 1, not \"no\"\n".to_owned())
+        );
+        let of = |names: &[&str]| Some(names.iter().map(|n| (*n).to_owned()).collect());
+        let stills_of = |names: &[&str]| {
+            Ok(Asked {
+                stills: true,
+                stills_of: of(names),
+                frames: true,
+            })
+        };
+        assert_eq!(
+            asked("/api/live?stills_of=a,cam-2"),
+            stills_of(&["a", "cam-2"])
+        );
+        assert_eq!(asked("/api/live?stills_of="), stills_of(&[]));
+        assert_eq!(
+            asked("/api/live?stills_of=a,,b"),
+            Err("stills_of must list source names, not \"\"\n".to_owned())
         );
     }
 

@@ -1,9 +1,13 @@
 // vidflow's page: plain JavaScript, no build step. Every URL is relative, so the page works
-// at / and under a reverse proxy's sub-path. What tests read is kept on `window.vidflow`.
+// at / and under a reverse proxy's sub-path. What tests read is kept on `window.vidflow`. The
+// live tiles are live.js (and video.js, a camera's video), loaded before this file.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const vidflow = (window.vidflow = { frames: 0, stills: {}, drawn: {}, shapes: {}, live: {}, counts: null, events: [], reconnects: 0 });
+const vidflow = (window.vidflow = { frames: 0, stills: {}, drawn: {}, shapes: {}, live: {}, counts: null, events: [], reconnects: 0,
+  // Live video, per source: pictures presented, those drawn with the boxes of their own frame,
+  // the last pictures' times and what was drawn on them, the player's jumps and trims.
+  videoFrames: {}, boxesOnVideo: {}, videoLog: {}, video: {}, liveQuery: null });
 
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -33,175 +37,6 @@ const when = (ms) => {
   return today ? d.toLocaleTimeString() : d.toLocaleString();
 };
 
-// ---------------------------------------------------------------- live
-const cams = new Map();
-const COLORS = ["#22d3ee", "#facc15", "#f472b6", "#4ade80", "#fb923c", "#a78bfa", "#f87171"];
-
-function camera(source) {
-  let c = cams.get(source.name);
-  if (c) return c;
-  const canvas = el("canvas", { class: "boxes", "data-source": source.name });
-  const view = el("div", { class: "view" });
-  // The picture comes as stills over the one live stream (`still` events below), never over a
-  // connection per camera: a browser opens at most six per host.
-  const img = source.preview ? el("img", { alt: "live picture of " + source.name }) : null;
-  view.append(img || el("div", { class: "none" }, "no preview sink for this source: boxes only"));
-  view.append(canvas);
-  const state = el("span", { class: "state" });
-  const counts = el("span", { class: "counts muted" });
-  const card = el("article", { class: "cam", id: "cam-" + source.name }, view,
-    el("div", { class: "meta" }, el("b", {}, source.name), state, counts));
-  $("grid").append(card);
-  c = { name: source.name, card, canvas, img, url: null, state, counts, frame: null, shapes: {}, pending: false };
-  cams.set(source.name, c);
-  new ResizeObserver(() => draw(c)).observe(view);
-  return c;
-}
-
-function draw(c) {
-  c.pending = false;
-  const cv = c.canvas;
-  const w = cv.clientWidth, h = cv.clientHeight, dpr = window.devicePixelRatio || 1;
-  if (cv.width !== Math.round(w * dpr) || cv.height !== Math.round(h * dpr)) {
-    cv.width = Math.round(w * dpr);
-    cv.height = Math.round(h * dpr);
-  }
-  const g = cv.getContext("2d");
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  g.clearRect(0, 0, w, h);
-  const f = c.frame;
-  if (!f || !f.width) return;
-  // Where the picture is drawn (object-fit: contain), so boxes land on it.
-  const scale = Math.min(w / f.width, h / f.height);
-  const ox = (w - f.width * scale) / 2, oy = (h - f.height * scale) / 2;
-  g.lineWidth = 2;
-  g.font = "12px system-ui, sans-serif";
-  drawShapes(c, g, scale, ox, oy);
-  const drawn = [];
-  for (const b of f.boxes) {
-    const [x, y, bw, bh] = b.box.map((v) => v * scale);
-    const color = COLORS[(b.id ?? 0) % COLORS.length];
-    g.strokeStyle = color;
-    g.setLineDash(b.predicted ? [4, 3] : []);
-    g.strokeRect(ox + x, oy + y, bw, bh);
-    const speed = b.speed !== null && b.speed !== undefined ? ` ${b.speed.toFixed(b.speed_unit === "km/h" ? 1 : 0)} ${b.speed_unit}` : "";
-    const text = (b.id !== undefined ? `${b.label} #${b.id}` : `${b.label} ${(b.score * 100).toFixed(0)}%`) + speed;
-    const tw = g.measureText(text).width + 6;
-    g.fillStyle = color;
-    g.fillRect(ox + x, oy + y - 15, tw, 15);
-    g.fillStyle = "#000";
-    g.fillText(text, ox + x + 3, oy + y - 3);
-    drawn.push([b.id ?? null, ...b.box.map((v) => Math.round(v))]);
-  }
-  vidflow.drawn[f.source] = { seq: f.seq, boxes: drawn };
-  cv.dataset.seq = f.seq;
-  cv.dataset.boxes = JSON.stringify(drawn);
-  const counts = Object.entries(f.counts || {})
-    .map(([step, c]) => step + ": " + Object.entries(c).map(([k, n]) => `${k} ${n}`).join(" "))
-    .join("; ");
-  c.counts.textContent = counts;
-}
-
-// The lines and zones of the counting steps, under the boxes: a zone filled faintly, a line
-// with its name at its first point. Kept per step from the last frame that step ran on.
-function drawShapes(c, g, scale, ox, oy) {
-  const drawn = [];
-  g.save();
-  g.setLineDash([]);
-  for (const s of Object.values(c.shapes).flat()) {
-    const pts = s.points.map(([x, y]) => [ox + x * scale, oy + y * scale]);
-    g.beginPath();
-    pts.forEach(([x, y], i) => (i ? g.lineTo(x, y) : g.moveTo(x, y)));
-    if (s.kind === "zone") {
-      g.closePath();
-      g.fillStyle = "rgba(96, 165, 250, 0.18)";
-      g.fill();
-    }
-    g.strokeStyle = s.kind === "zone" ? "#60a5fa" : "#ef4444";
-    g.lineWidth = 3;
-    g.stroke();
-    g.fillStyle = g.strokeStyle;
-    g.fillText(s.name, pts[0][0] + 4, pts[0][1] - 4);
-    drawn.push({ kind: s.kind, name: s.name, points: s.points });
-  }
-  g.restore();
-  vidflow.shapes[c.name] = drawn;
-  c.canvas.dataset.shapes = JSON.stringify(drawn);
-}
-
-// A camera's still comes in parts (`more`: another follows), its JPEG in base64: the parts are
-// joined, the browser decodes the base64 off the main thread (a data: URL's fetch), and the
-// picture is shown through a blob URL, the previous one released.
-const stillParts = new Map();
-async function still(m) {
-  const s = JSON.parse(m.data);
-  const joined = (stillParts.get(s.source) || "") + s.jpeg;
-  if (s.more) {
-    stillParts.set(s.source, joined);
-    return;
-  }
-  stillParts.delete(s.source);
-  const c = cams.get(s.source);
-  if (!c || !c.img) return;
-  const n = (c.stillSeq = (c.stillSeq || 0) + 1);
-  const blob = await (await fetch("data:image/jpeg;base64," + joined)).blob();
-  if (n !== c.stillSeq) return; // a newer still was decoded first
-  const old = c.url;
-  c.url = URL.createObjectURL(blob);
-  c.img.src = c.url;
-  if (old) URL.revokeObjectURL(old);
-  vidflow.stills[s.source] = (vidflow.stills[s.source] || 0) + 1;
-}
-
-// The live stream's back-off after an error or a refusal (a 503 when the endpoint has as many
-// live clients as it takes): 1 s, doubling up to 30 s, each wait drawn between half and all of
-// it, so that pages refused together do not come back together. An EventSource gives up for
-// good on an answer other than 200, so the page opens a new one itself.
-const LIVE_RETRY_FIRST_MS = 1000;
-const LIVE_RETRY_MAX_MS = 30000;
-let liveFailures = 0;
-
-function frame(m) {
-  const f = JSON.parse(m.data);
-  vidflow.frames++;
-  vidflow.live[f.source] = f.counts;
-  const c = cams.get(f.source);
-  if (!c) return;
-  c.frame = f;
-  for (const step of new Set((f.shapes || []).map((s) => s.step))) c.shapes[step] = f.shapes.filter((s) => s.step === step);
-  // Drawn at the next paint; a hidden page (no paints) keeps its boxes current anyway.
-  if (document.hidden) draw(c);
-  else if (!c.pending) {
-    c.pending = true;
-    requestAnimationFrame(() => draw(c));
-  }
-}
-
-function live() {
-  // One long-lived connection per page: the boxes of every frame and the cameras' stills.
-  const stream = new EventSource("api/live?stills=1");
-  stream.addEventListener("still", still);
-  stream.addEventListener("frame", frame);
-  stream.onopen = () => {
-    liveFailures = 0;
-    $("live-state").textContent = "live";
-    $("live-state").className = "";
-  };
-  stream.onerror = () => {
-    stream.close();
-    stillParts.clear();
-    const cap = Math.min(LIVE_RETRY_MAX_MS, LIVE_RETRY_FIRST_MS * 2 ** liveFailures);
-    const wait = cap * (0.5 + Math.random() / 2);
-    liveFailures++;
-    $("live-state").textContent = `live stream lost: reconnecting in ${Math.ceil(wait / 1000)} s`;
-    $("live-state").className = "bad";
-    setTimeout(() => {
-      vidflow.reconnects++;
-      live();
-    }, wait);
-  };
-}
-
 async function sources() {
   try {
     const list = await api("api/sources");
@@ -209,6 +44,7 @@ async function sources() {
       const c = camera(s);
       c.state.textContent = s.state;
       c.state.className = "state state-" + s.state;
+      decide(c, s);
     }
     fillSelect($("f-source"), list.map((s) => s.name), "all");
     fillSelect($("r-source"), list.map((s) => s.name));
@@ -504,7 +340,7 @@ async function health() {
       const fps = prev ? ((s.decoded - prev.decoded) / Math.max(run.uptime_s - before.uptime_s, 0.001)).toFixed(1) : "...";
       return el("tr", { "data-source": s.name }, el("td", {}, s.name), el("td", { class: "source-state state-" + s.state }, s.state),
         el("td", { class: "n" }, fps), el("td", { class: "n" }, String(s.decoded)), el("td", { class: "n" }, String(s.dropped)),
-        el("td", { class: "n" }, String(s.reconnects)), recordCell(s.record), errorCell(s.last_error));
+        el("td", { class: "n" }, String(s.reconnects)), recordCell(s.record), videoCell(s.video), errorCell(s.last_error));
     }));
     const kept = (h.storage && h.storage.sinks) || {};
     $("h-sinks").tBodies[0].replaceChildren(...(run.sinks || []).map((s) => el("tr", {},
@@ -529,6 +365,14 @@ function recordCell(r) {
   if (!r) return el("td", { class: "muted record-stream" }, "none");
   const text = `${r.state}, ${r.packets} packets, ${r.reconnects} reconnects`;
   return el("td", { class: "record-stream state-" + r.state, title: r.last_error ? r.last_error.message : "" }, text);
+}
+
+// A source's live video: its viewers, the bytes sent them and the times one was skipped
+// forward to a keyframe (it fell behind); or why it has none.
+function videoCell(v) {
+  if (!v) return el("td", { class: "muted video" }, "");
+  if (v.available === false) return el("td", { class: "muted video", title: v.why }, "none: " + v.why);
+  return el("td", { class: "video" }, `${v.viewers} viewers, ${mb(v.bytes_sent)} sent, ${v.skips} skips`);
 }
 
 function errorCell(e) {
