@@ -622,3 +622,41 @@ pub fn nice_by_thread(pid: u32) -> Vec<(String, i64)> {
         })
         .collect()
 }
+
+/// Raises this process's soft `RLIMIT_NOFILE` to `needed` descriptors if it is lower (the
+/// `vidflow` processes a test starts inherit it), for a test that holds that many at once (a
+/// thousand clients): the usual soft limit, 1024, or a lower one (`ulimit -Sn 256`) would fail
+/// it with "too many open files", a fault of the machine's limit rather than vidflow's. The
+/// hard limit bounds it: when it is below `needed`, nothing is raised, the reason is printed
+/// and false returned, and the test skips itself (returns).
+pub fn raise_fd_limit(needed: u64, test: &str) -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own and pass by pointer.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) },
+        0
+    );
+    if limit.rlim_cur >= needed {
+        return true;
+    }
+    if limit.rlim_max < needed {
+        eprintln!(
+            "SKIPPED {test}: it holds {needed} file descriptors at once and the hard limit is {} \
+             (raise it: `ulimit -Hn {needed}` as root, or LimitNOFILE= in a unit)",
+            limit.rlim_max
+        );
+        return false;
+    }
+    limit.rlim_cur = needed;
+    // SAFETY: setrlimit reads the struct we own and pass by pointer.
+    assert_eq!(
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) },
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    true
+}
