@@ -635,10 +635,8 @@ pub fn raise_fd_limit(needed: u64, test: &str) -> bool {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes the struct we own and pass by pointer.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) },
-        0
-    );
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) };
+    assert_eq!(read, 0);
     if limit.rlim_cur >= needed {
         return true;
     }
@@ -652,11 +650,7 @@ pub fn raise_fd_limit(needed: u64, test: &str) -> bool {
     }
     limit.rlim_cur = needed;
     // SAFETY: setrlimit reads the struct we own and pass by pointer.
-    assert_eq!(
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) },
-        0,
-        "{}",
-        std::io::Error::last_os_error()
-    );
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) };
+    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
     true
 }
