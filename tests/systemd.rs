@@ -389,6 +389,8 @@ fn the_demo_as_the_unit_runs_it_makes_only_calls_it_allows_and_writes_only_where
     .unwrap();
     notify.set_nonblocking(true).unwrap();
 
+    // Without PR_SET_MDWE: the demo's OpenVINO needs the drop-in MemoryDenyWriteExecute=no
+    // (docs/guides/security.md); the other test runs the engines and codecs under both.
     // strace's own calls, which the unit refuses: vidflow inherits them, and the census below
     // finds it never makes them.
     let mut calls = allowed.clone();
