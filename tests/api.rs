@@ -260,8 +260,32 @@ fn next_frame(reader: &mut BufReader<TcpStream>) -> serde_json::Value {
     }
 }
 
+/// Live clients the test holds at once.
+const LIVE_CLIENTS: usize = 1000;
+
+/// Descriptors the thousand-client test needs: this process holds the clients (and its own,
+/// with room: 200), and vidflow, which inherits its limit and raises its soft one to the hard
+/// one, needs a cap of a thousand live clients beside what the pipeline of [`start`] holds.
+fn thousand_clients_descriptors() -> u64 {
+    let pipeline = vidflow::daemon::fds::Pipeline {
+        sources: 1,
+        record_streams: 0,
+        sinks: 2,
+        event_store: true,
+    }
+    .descriptors();
+    let vidflow = (1..)
+        .find(|&n| vidflow::daemon::http::max_live_clients(n, pipeline) >= LIVE_CLIENTS)
+        .unwrap();
+    vidflow.max(LIVE_CLIENTS as u64 + 200)
+}
+
 #[test]
 fn a_thousand_live_clients_each_get_the_frames_boxes() {
+    let needed = thousand_clients_descriptors();
+    if !common::raise_fd_limit(needed, "a_thousand_live_clients_each_get_the_frames_boxes") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (run, port) = start(dir.path());
     wait_until("the endpoint", DEADLINE, || {
@@ -283,7 +307,7 @@ fn a_thousand_live_clients_each_get_the_frames_boxes() {
     });
     // One after the other: the endpoint holds 64 requests still being read at once (the
     // oldest goes for a new one), and these are taken in as fast as they come.
-    let mut clients: Vec<_> = (0..1000)
+    let mut clients: Vec<_> = (0..LIVE_CLIENTS)
         .map(|_| {
             let mut reader = live_client(port);
             let mut status = String::new();

@@ -1,14 +1,19 @@
 //! The shipped unit, `systemd/vidflow@.service`, checked without systemd as PID 1: it verifies
 //! against the binary this build made, `systemd-analyze security` rates it 2.0 or better, and
-//! the codecs and models run under the strictest setting it asks for that could break them,
-//! `MemoryDenyWriteExecute=yes` (reproduced with the kernel's own switch for it,
-//! `prctl(PR_SET_MDWE)`, which a process keeps across `exec`: no systemd needed), and the HTTP
-//! live thread runs below the frames under its system call filter (its deny lists reproduced
-//! as a seccomp program of the test's own, answering EPERM as the unit does).
+//! vidflow runs under what it enforces, reproduced (`common/systemd_unit.rs`): its system call
+//! filter, allow lists and deny lists as `systemd-analyze syscall-filter` expands them, as a
+//! seccomp program of the test's own answering EPERM as the unit does; and
+//! `MemoryDenyWriteExecute=yes` with the kernel's own switch for it, `prctl(PR_SET_MDWE)`,
+//! which a process keeps across `exec`. Under both, the codecs and models run, and the HTTP
+//! live thread runs below the frames. The demo runs as the unit would run it (its command line,
+//! environment, working directory, an unprivileged user) under `strace`: every system call it
+//! makes is one the filter allows or one it refuses harmlessly (listed, with why), and it writes
+//! only where the unit lets it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
 use crate::common::http as http_client;
+use crate::common::systemd_unit;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
@@ -17,6 +22,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use systemd_unit::{SERVICE_UID, Sandbox, allowed_calls, analyze, settings, writable};
 
 /// The worst overall exposure the unit may have (systemd's scale: 0 safe .. 10 unsafe).
 const MAX_EXPOSURE: f64 = 2.0;
@@ -34,21 +40,6 @@ fn unit_for(dir: &Path, binary: &str) -> PathBuf {
     let path = dir.join("vidflow@.service");
     std::fs::write(&path, text.replace("/usr/local/bin/vidflow", binary)).unwrap();
     path
-}
-
-/// The unit's `KEY=VALUE` lines, comments left out, in order.
-fn settings(text: &str) -> Vec<(&str, &str)> {
-    text.lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| l.split_once('='))
-        .collect()
-}
-
-fn analyze(args: &[&str]) -> std::process::Output {
-    Command::new("systemd-analyze")
-        .args(args)
-        .output()
-        .expect("systemd-analyze (package systemd, installed by scripts/install-deps)")
 }
 
 #[test]
@@ -150,31 +141,36 @@ fn the_unit_has_a_watchdog_and_reloads_with_sighup() {
     );
 }
 
-/// Runs `vidflow run PIPELINE EXTRA...` in `dir` as `MemoryDenyWriteExecute=yes` would: no
-/// memory that is both writable and executable, ever.
-fn run_without_write_execute(dir: &Path, pipeline: &Path, extra: &[&str]) -> Finished {
+/// Runs `vidflow run PIPELINE EXTRA...` in `dir` as `MemoryDenyWriteExecute=yes` would (no
+/// memory that is both writable and executable, ever) and under the unit's system call filter.
+#[cfg(target_arch = "x86_64")]
+fn run_under_the_unit(dir: &Path, pipeline: &Path, extra: &[&str]) -> Finished {
+    let text = std::fs::read_to_string(unit()).unwrap();
+    let program = systemd_unit::allow_filter(&allowed_calls(&text));
     let mut command = vidflow();
     command
         .env("VIDFLOW_MODELS_DIR", repo_root().join("models"))
         .arg("run")
         .arg(pipeline)
         .args(extra);
-    // SAFETY: only prctl, which is async-signal-safe, runs between fork and exec.
+    // SAFETY: only prctl, which is async-signal-safe, runs between fork and exec; the
+    // program was built before the fork and outlives the call (the kernel copies it).
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             const PR_SET_MDWE: libc::c_int = 65;
             const PR_MDWE_REFUSE_EXEC_GAIN: libc::c_ulong = 1;
             if libc::prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            systemd_unit::install_filter(&program)
         });
     }
     spawn_command(dir, command).finish(RUN_DEADLINE)
 }
 
 #[test]
-fn decoding_detecting_and_encoding_run_without_writable_executable_memory() {
+#[cfg(target_arch = "x86_64")]
+fn decoding_detecting_and_encoding_run_under_the_units_memory_and_system_call_limits() {
     let dir = tempfile::tempdir().unwrap();
     // H.264 decoded, both networks, background subtraction, drawing, x264 encoding.
     let clip = dir.path().join("clip.mp4");
@@ -212,7 +208,7 @@ include = ["$steps.people.detections", "$steps.faces.detections", "$steps.motion
             clip.display()
         ),
     );
-    let out = run_without_write_execute(dir.path(), &pipeline, &[]);
+    let out = run_under_the_unit(dir.path(), &pipeline, &[]);
     assert!(out.status.success(), "{}", out.stderr);
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 10);
@@ -232,118 +228,18 @@ include = ["$steps.people.detections", "$steps.faces.detections", "$steps.motion
             asset("vtest.avi").display()
         ),
     );
-    let out = run_without_write_execute(dir.path(), &pipeline, &["--max-frames", "5"]);
+    let out = run_under_the_unit(dir.path(), &pipeline, &["--max-frames", "5"]);
     assert!(out.status.success(), "{}", out.stderr);
     let lines = jsonl(&dir.path().join("out/events.jsonl"));
     assert_eq!(lines.len(), 5);
     assert!(lines.iter().all(|l| l.get("error").is_none()), "{lines:?}");
 }
 
-/// The system calls the unit's `SystemCallFilter=` lines refuse, by name: each `~` list adds
-/// its calls, and a plain list after the first line takes calls back (systemd's rule: the
-/// first line sets the default, the later ones edit the set). The first line's allow list
-/// (`@system-service`) is not reproduced: calls outside it pass here.
-fn refused_by(unit_text: &str) -> BTreeSet<String> {
-    let mut refused = BTreeSet::new();
-    let lines: Vec<&str> = settings(unit_text)
-        .into_iter()
-        .filter(|(k, _)| *k == "SystemCallFilter")
-        .map(|(_, v)| v)
-        .collect();
-    for value in lines.iter().skip(1) {
-        match value.strip_prefix('~') {
-            Some(names) => refused.extend(expand(names)),
-            None => expand(value).iter().for_each(|n| {
-                refused.remove(n);
-            }),
-        }
-    }
-    refused
-}
-
-/// System call names and `@groups` (as `systemd-analyze syscall-filter` lists them, nested
-/// groups too), as names.
-fn expand(names: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for name in names.split_whitespace() {
-        if name.starts_with('@') {
-            let listed = analyze(&["syscall-filter", name]);
-            assert!(listed.status.success(), "{name}");
-            let text = String::from_utf8(listed.stdout).unwrap();
-            for line in text.lines().skip(1).map(str::trim) {
-                if !line.is_empty() && !line.starts_with('#') {
-                    out.extend(expand(line));
-                }
-            }
-        } else {
-            out.insert(name.to_owned());
-        }
-    }
-    out
-}
-
-/// x86-64's system call numbers, by name, from the kernel's header (linux-libc-dev).
+/// What a run under the calls `allowed` (every other one EPERM) shows of its live thread: its
+/// nice value and the executor's, `/api/health`'s `live`, and the log.
 #[cfg(target_arch = "x86_64")]
-fn syscall_numbers() -> std::collections::BTreeMap<String, u32> {
-    let header = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h";
-    std::fs::read_to_string(header)
-        .unwrap_or_else(|e| panic!("{header}: {e} (package linux-libc-dev)"))
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.strip_prefix("#define __NR_")?.split_whitespace();
-            Some((words.next()?.to_owned(), words.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// A seccomp program that answers EPERM to each of `numbers` (as the unit's
-/// `SystemCallErrorNumber=EPERM`) and lets every other call through.
-#[cfg(target_arch = "x86_64")]
-fn eperm_filter(numbers: &[u32]) -> Vec<libc::sock_filter> {
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
-        code: u16::try_from(code).unwrap(),
-        jt,
-        jf,
-        k,
-    };
-    let eperm = libc::SECCOMP_RET_ERRNO | u32::try_from(libc::EPERM).unwrap();
-    let mut program = vec![
-        // seccomp_data.arch: another ABI's calls pass (the unit allows the native one only).
-        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 4, 0, 0),
-        op(
-            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-            AUDIT_ARCH_X86_64,
-            1,
-            0,
-        ),
-        op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
-        // seccomp_data.nr
-        op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
-    ];
-    for &n in numbers {
-        program.push(op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, n, 0, 1));
-        program.push(op(libc::BPF_RET | libc::BPF_K, eperm, 0, 0));
-    }
-    program.push(op(
-        libc::BPF_RET | libc::BPF_K,
-        libc::SECCOMP_RET_ALLOW,
-        0,
-        0,
-    ));
-    program
-}
-
-/// What a run under the calls `refused` (EPERM) shows of its live thread: its nice value and
-/// the executor's, `/api/health`'s `live`, and the log.
-#[cfg(target_arch = "x86_64")]
-fn live_priority_under(refused: &BTreeSet<String>) -> (i64, i64, serde_json::Value, String) {
-    let table = syscall_numbers();
-    let numbers: Vec<u32> = refused
-        .iter()
-        .filter_map(|n| table.get(n).copied())
-        .collect();
-    let program = eperm_filter(&numbers);
+fn live_priority_under(allowed: &BTreeSet<String>) -> (i64, i64, serde_json::Value, String) {
+    let program = systemd_unit::allow_filter(allowed);
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
     let pipeline = write(
@@ -361,22 +257,7 @@ fn live_priority_under(refused: &BTreeSet<String>) -> (i64, i64, serde_json::Val
     // SAFETY: only prctl, which is async-signal-safe, runs between fork and exec; the
     // program was built before the fork and outlives the call (the kernel copies it).
     unsafe {
-        command.pre_exec(move || {
-            let fprog = libc::sock_fprog {
-                len: u16::try_from(program.len()).unwrap_or(u16::MAX),
-                filter: program.as_ptr().cast_mut(),
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(
-                    libc::PR_SET_SECCOMP,
-                    libc::SECCOMP_MODE_FILTER,
-                    &raw const fprog,
-                ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        command.pre_exec(move || systemd_unit::install_filter(&program));
     }
     let run = spawn_command(dir.path(), command);
     let health = http_client::wait_until("the live thread started", RUN_DEADLINE, || {
@@ -403,12 +284,20 @@ fn live_priority_under(refused: &BTreeSet<String>) -> (i64, i64, serde_json::Val
 #[cfg(target_arch = "x86_64")]
 fn the_live_thread_runs_below_the_frames_under_the_units_system_call_filter() {
     let text = std::fs::read_to_string(unit()).unwrap();
-    let refused = refused_by(&text);
+    let allowed = allowed_calls(&text);
+    // The allow list (@system-service), less the deny lists (@privileged @resources), with
+    // setpriority given back.
     assert!(
-        refused.contains("setrlimit") && refused.contains("chroot"),
-        "{refused:?}"
+        allowed.contains("openat") && allowed.contains("setpriority"),
+        "{allowed:?}"
     );
-    let (live, executor, health, stderr) = live_priority_under(&refused);
+    assert!(
+        !allowed.contains("setrlimit")
+            && !allowed.contains("chroot")
+            && !allowed.contains("ptrace"),
+        "{allowed:?}"
+    );
+    let (live, executor, health, stderr) = live_priority_under(&allowed);
     assert_eq!(live, (executor + 10).min(19), "{stderr}");
     assert_eq!(health["below_frames"], true, "{health}");
     assert!(!stderr.contains("cannot lower its priority"), "{stderr}");
@@ -416,9 +305,9 @@ fn the_live_thread_runs_below_the_frames_under_the_units_system_call_filter() {
     // The unit's filter without the line that gives setpriority back: refused, and said so
     // once, in the log and in /api/health, the thread at the executor's priority.
     let without = text.replace("\nSystemCallFilter=setpriority\n", "\n");
-    let refused = refused_by(&without);
-    assert!(refused.contains("setpriority"), "{refused:?}");
-    let (live, executor, health, stderr) = live_priority_under(&refused);
+    let allowed = allowed_calls(&without);
+    assert!(!allowed.contains("setpriority"), "{allowed:?}");
+    let (live, executor, health, stderr) = live_priority_under(&allowed);
     assert_eq!(live, executor, "{stderr}");
     assert_eq!(health["below_frames"], false, "{health}");
     assert_eq!(
@@ -427,5 +316,231 @@ fn the_live_thread_runs_below_the_frames_under_the_units_system_call_filter() {
             .count(),
         1,
         "{stderr}"
+    );
+}
+
+/// The calls the demo makes that the unit refuses (EPERM), each with who makes it and why the
+/// refusal costs nothing: the run below makes them under the filter and processes every frame.
+const REFUSED_AND_HARMLESS: &[(&str, &str)] = &[
+    (
+        "sched_setattr",
+        "GLib tries it once on the thread making a thread pool, to see whether the pool's threads \
+         may copy its scheduling; refused, it starts them from a thread of its own",
+    ),
+    (
+        "sched_setaffinity",
+        "hwloc, for oneTBB inside OpenVINO: binds a thread to each core in turn to map the CPUs; \
+         refused, it reads the map from /sys",
+    ),
+    (
+        "mbind",
+        "OpenVINO's CPU plugin placing its buffers on the NUMA node of their thread (one node \
+         here, and on the boxes vidflow runs on)",
+    ),
+    ("set_mempolicy", "the same, for a whole thread"),
+];
+
+/// The pid of the vidflow process `run` (strace) started, once it runs vidflow: strace may
+/// start short-lived processes of its own first (its checks of what the kernel can trace).
+fn child_of(run: &mut Running) -> libc::pid_t {
+    let parent = run.pid();
+    let children = format!("/proc/{parent}/task/{parent}/children");
+    let binary = std::fs::canonicalize(env!("CARGO_BIN_EXE_vidflow")).unwrap();
+    poll(
+        "strace to start vidflow",
+        RUN_DEADLINE,
+        Duration::from_millis(20),
+        || {
+            assert!(run.is_running(), "strace ended: {}", run.stderr());
+            let text = std::fs::read_to_string(&children).ok()?;
+            text.split_whitespace()
+                .find(|pid| {
+                    std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(binary.clone())
+                })?
+                .parse()
+                .ok()
+        },
+    )
+}
+
+/// Kills the traced vidflow when the test ends: strace, killed by [`Running`]'s drop on a
+/// failure, would leave it running, detached.
+struct KillOnDrop(libc::pid_t);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill with the pid of our grandchild; if it ended, its pid is not reused
+        // within the test's last moments (ESRCH then, ignored).
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_demo_as_the_unit_runs_it_makes_only_calls_it_allows_and_writes_only_where_it_may() {
+    let text = std::fs::read_to_string(unit()).unwrap();
+    let allowed = allowed_calls(&text);
+    for (call, _) in REFUSED_AND_HARMLESS {
+        assert!(
+            !allowed.contains(*call),
+            "{call} is allowed now: drop it from the list"
+        );
+    }
+    let sandbox = Sandbox::new();
+    let roots = writable(&text, &sandbox);
+    let value = |k: &str| systemd_unit::values(&text, k);
+    let state = PathBuf::from(sandbox.map(value("WorkingDirectory")[0]));
+    let traces = sandbox.folder("/var/lib/trace", true);
+    let port = free_port();
+    let demo = std::fs::read_to_string(repo_root().join("pipelines/demo.toml")).unwrap();
+    let asset = format!("\"{}\"", asset("vtest.avi").display());
+    let demo = demo.replace("\"assets/vtest.avi\"", &asset);
+    let demo = demo.replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
+    assert!(demo.contains(&asset) && demo.contains(&port.to_string()));
+    write(&sandbox.folder("/etc/vidflow", false), "demo.toml", &demo);
+    let notify = std::os::unix::net::UnixDatagram::bind(sandbox.root.join("notify")).unwrap();
+    std::fs::set_permissions(
+        sandbox.root.join("notify"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    notify.set_nonblocking(true).unwrap();
+
+    // Without PR_SET_MDWE: the demo's OpenVINO needs the drop-in MemoryDenyWriteExecute=no
+    // (docs/guides/security.md); the other test runs the engines and codecs under both.
+    // strace's own calls, which the unit refuses: vidflow inherits them, and the census below
+    // finds it never makes them.
+    let mut calls = allowed.clone();
+    calls.extend(["ptrace", "process_vm_readv", "setreuid"].map(String::from));
+    let program = systemd_unit::allow_filter(&calls);
+    let trace = traces.join("trace.txt");
+    let mut command = Command::new("strace");
+    command
+        .args(["-f", "-qq", "-y", "-s", "4096", "-o"])
+        .arg(&trace)
+        .arg("--");
+    command.args(
+        value("ExecStart")[0]
+            .split_whitespace()
+            .map(|w| sandbox.map(w)),
+    );
+    // What systemd gives a service: its PATH, a dynamic user's home (/), the directories it
+    // made, the notify socket, and the unit's own Environment= lines.
+    command
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("HOME", "/")
+        .env("STATE_DIRECTORY", &state)
+        .env("NOTIFY_SOCKET", sandbox.root.join("notify"));
+    for cache in value("CacheDirectory") {
+        command.env(
+            "CACHE_DIRECTORY",
+            sandbox.map(&format!("/var/cache/{cache}")),
+        );
+    }
+    for line in value("Environment") {
+        let (key, v) = line.split_once('=').unwrap();
+        command.env(key, sandbox.map(v));
+    }
+    // SAFETY: only setgroups, setgid, setuid and prctl, all async-signal-safe, run between
+    // fork and exec; the program was built before the fork and outlives the call.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::geteuid() == 0
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(SERVICE_UID) != 0
+                    || libc::setuid(SERVICE_UID) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            systemd_unit::install_filter(&program)
+        });
+    }
+    let mut run = spawn_command_to(&state, command, &traces.join("out"), &traces.join("err"));
+    let pid = child_of(&mut run);
+    let _kill = KillOnDrop(pid);
+    let mut message = [0u8; 4096];
+    poll("READY=1", RUN_DEADLINE, Duration::from_millis(50), || {
+        assert!(run.is_running(), "it ended: {}", run.stderr());
+        let n = notify.recv(&mut message).ok()?;
+        String::from_utf8_lossy(&message[..n])
+            .contains("READY=1")
+            .then_some(())
+    });
+    http_client::wait_until("the page", RUN_DEADLINE, || {
+        http_client::get(port, "/api/health").filter(|(status, _)| *status == 200)
+    });
+    // SAFETY: kill with a pid of our own grandchild, still running (strace waits for it).
+    let signal = |signal| unsafe { libc::kill(pid, signal) };
+    assert_eq!(
+        signal(libc::SIGHUP),
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    run.wait_for_stderr("reload: nothing changed that runs", RUN_DEADLINE);
+    assert_eq!(
+        signal(libc::SIGTERM),
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    let finished = run.finish(RUN_DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+
+    // It did its work: frames through the detector, the tracker and both sinks.
+    let stats = read_json(&state.join("demo.stats.json"));
+    assert!(stats["frames_processed"].as_u64().unwrap() > 0, "{stats}");
+    assert_eq!(stats["frames_failed"], 0, "{stats}");
+    assert!(!jsonl(&state.join("out/events.jsonl")).is_empty());
+    assert!(state.join("out/annotated.mp4").is_file());
+    // Nothing it needed was refused: no error of a refusal (EPERM, EACCES, EROFS) in its log,
+    // nor GLib's criticals. (Warnings of load, such as a slow end of stream under strace on a
+    // busy machine, are not the sandbox's.)
+    let refusals = [
+        "not permitted",
+        "ermission denied",
+        "ead-only file system",
+        "os error 1)",
+        "os error 13)",
+        "os error 30)",
+        "CRITICAL",
+    ];
+    let complaints: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| refusals.iter().any(|r| l.contains(r)))
+        .collect();
+    assert!(complaints.is_empty(), "{complaints:#?}");
+
+    let census = systemd_unit::read_trace(&trace, &state);
+    let harmless: BTreeSet<&str> = REFUSED_AND_HARMLESS.iter().map(|(c, _)| *c).collect();
+    let refused: Vec<(&String, &usize)> = census
+        .calls
+        .iter()
+        .filter(|(call, _)| !allowed.contains(*call) && !harmless.contains(call.as_str()))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "calls the unit refuses (times made): {refused:?}"
+    );
+    let outside: Vec<&(String, PathBuf)> = census
+        .writes
+        .iter()
+        .filter(|(_, path)| !roots.iter().any(|root| path.starts_with(root)))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "written outside {roots:?}: {outside:#?}"
+    );
+    // GStreamer's plugin registry, kept for the next start, in the unit's cache directory.
+    let cache = sandbox.map(&format!("/var/cache/{}", value("CacheDirectory")[0]));
+    assert!(
+        Path::new(&cache)
+            .join(".cache/gstreamer-1.0/registry.x86_64.bin")
+            .is_file()
     );
 }

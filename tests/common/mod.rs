@@ -563,6 +563,7 @@ pub mod redis;
 pub mod rtsp;
 pub mod rtsp_files;
 pub mod shapes;
+pub mod systemd_unit;
 pub mod vision;
 pub mod wait;
 pub use probes::*;
@@ -628,4 +629,36 @@ pub fn nice_by_thread(pid: u32) -> Vec<(String, i64)> {
             Some((name.trim().to_owned(), nice))
         })
         .collect()
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to `needed` descriptors if it is lower (the
+/// `vidflow` processes a test starts inherit it), for a test that holds that many at once (a
+/// thousand clients): the usual soft limit, 1024, or a lower one (`ulimit -Sn 256`) would fail
+/// it with "too many open files", a fault of the machine's limit rather than vidflow's. The
+/// hard limit bounds it: when it is below `needed`, nothing is raised, the reason is printed
+/// and false returned, and the test skips itself (returns).
+pub fn raise_fd_limit(needed: u64, test: &str) -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own and pass by pointer.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) };
+    assert_eq!(read, 0);
+    if limit.rlim_cur >= needed {
+        return true;
+    }
+    if limit.rlim_max < needed {
+        eprintln!(
+            "SKIPPED {test}: it holds {needed} file descriptors at once and the hard limit is {} \
+             (raise it: `ulimit -Hn {needed}` as root, or LimitNOFILE= in a unit)",
+            limit.rlim_max
+        );
+        return false;
+    }
+    limit.rlim_cur = needed;
+    // SAFETY: setrlimit reads the struct we own and pass by pointer.
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) };
+    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    true
 }
