@@ -576,7 +576,6 @@ fn chromium_plays_a_camera_and_reports_each_pictures_media_time_as_the_live_feed
         &format!("[sources.cam]\nuri = \"{}\"\n", server.url()),
     );
     http_client::wait_for_frames(port, "cam", 15, DEADLINE);
-    let feed = std::thread::spawn(move || live_times(port, "cam", 60));
     let browser = common::browser::browser(640, 480);
     let tab = browser.new_tab().unwrap();
     tab.navigate_to(&format!("http://127.0.0.1:{port}/"))
@@ -593,9 +592,18 @@ fn chromium_plays_a_camera_and_reports_each_pictures_media_time_as_the_live_feed
         common::browser::js(&tab, "vt.error"),
         serde_json::Value::Null
     );
+    // The live frames of the next seconds, read once the page plays (however long a busy
+    // machine took to start the browser), and the pictures the page presents up to the last
+    // of them: the same stretch of the camera's video, seen both ways.
+    let live: BTreeSet<u64> = live_times(port, "cam", 60).into_iter().collect();
+    let last = *live.last().unwrap() as f64 / TIMESCALE as f64;
+    common::browser::wait_js(
+        &tab,
+        "the page to present the live frames' pictures",
+        &format!("vt.error || vt.times.some(t => t >= {last})"),
+    );
     let presented: Vec<f64> =
         serde_json::from_value(common::browser::js(&tab, "vt.times")).unwrap();
-    let live: BTreeSet<u64> = feed.join().unwrap().into_iter().collect();
     let on_live = presented
         .iter()
         .filter(|t| live.contains(&((*t * TIMESCALE as f64).round() as u64)))
