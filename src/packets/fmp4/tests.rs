@@ -24,20 +24,12 @@ struct Unit {
 /// `format` (`avc` or `byte-stream`): their caps and units.
 fn encode(frames: u32, bframes: u32, format: &str) -> (gst::Caps, Vec<Unit>) {
     gst::init().unwrap();
-    let pipeline = gst::parse::launch(&format!(
+    let (pipeline, sink) = crate::frame::test_video::launch(&format!(
         "videotestsrc pattern=ball num-buffers={frames} ! \
          video/x-raw,format=I420,width=320,height=240,framerate=25/1 ! \
          x264enc speed-preset=ultrafast key-int-max=10 bframes={bframes} ! h264parse ! \
          video/x-h264,stream-format={format},alignment=au ! appsink name=sink sync=false"
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("sink")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut caps = None;
     let mut units = Vec::new();
@@ -83,22 +75,14 @@ fn write(caps: &gst::Caps, units: &[Unit]) -> (AvcConfig, Vec<u8>) {
 
 /// What GStreamer decodes of `bytes` pushed into `qtdemux`: each picture's presentation time.
 fn decode(bytes: Vec<u8>) -> Vec<Duration> {
-    let pipeline = gst::parse::launch(
+    let (pipeline, sink) = crate::frame::test_video::launch(
         "appsrc name=src caps=video/quicktime,variant=iso ! qtdemux ! h264parse ! avdec_h264 ! \
          appsink name=sink sync=false",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
+    );
     let src = pipeline
         .by_name("src")
         .unwrap()
         .downcast::<gst_app::AppSrc>()
-        .unwrap();
-    let sink = pipeline
-        .by_name("sink")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
         .unwrap();
     pipeline.set_state(gst::State::Playing).unwrap();
     // In pieces of 4 kB, as a socket gives them.

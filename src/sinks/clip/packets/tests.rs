@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use gstreamer as gst;
 use gstreamer::prelude::*;
-use gstreamer_app as gst_app;
 
 use super::*;
 use crate::storage::{Class, FilePolicy, Retention, Storage, StorageConfig, SystemClock};
@@ -31,21 +30,13 @@ fn cbr_packets(seconds: u32, mbit_s: u32) -> Vec<Packet> {
 /// [`file_packets`] with `x264` options added.
 fn encoded(seconds: u32, x264: &str) -> Vec<Packet> {
     gst::init().unwrap();
-    let pipeline = gst::parse::launch(&format!(
+    let (pipeline, sink) = crate::frame::test_video::launch(&format!(
         "videotestsrc pattern=ball num-buffers={} ! \
          video/x-raw,format=I420,width=64,height=64,framerate=10/1 ! \
          x264enc speed-preset=ultrafast key-int-max=10 bframes=0 {x264} ! h264parse ! \
          video/x-h264,stream-format=avc,alignment=au ! appsink name=sink sync=false",
         seconds * 10
-    ))
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let sink = pipeline
-        .by_name("sink")
-        .unwrap()
-        .downcast::<gst_app::AppSink>()
-        .unwrap();
+    ));
     pipeline.set_state(gst::State::Playing).unwrap();
     let mut packets = Vec::new();
     // x264enc starts its timestamps at 1000 h; a file's start at zero.
