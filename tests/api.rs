@@ -4,7 +4,8 @@
 //! a path outside the media folders (or a file there vidflow did not write) 404 and never its
 //! bytes, a snapshot is served in the byte range asked for, a thousand live clients at once
 //! each get frames whose boxes are the ball's tracks the JSONL sink wrote for the same frame
-//! (the live thread below the frame path's priority), a browser that opens the page once as
+//! (the live thread below the frame path's priority), boxes and lines found in a `resize`d copy
+//! come in the frame's pixels, a browser that opens the page once as
 //! `/?token=TOKEN` keeps the token in a cookie (Secure behind a TLS proxy), and an event store
 //! deleted under the run is made again while frames go on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -25,6 +26,16 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const TOKEN: &str = "t0ken-of-the-day";
 
 fn start(dir: &Path) -> (Running, u16) {
+    start_with(
+        dir,
+        "test://ball?width=320&height=240&fps=15",
+        BALL_CROSSINGS,
+    )
+}
+
+/// [`start`] with another source and steps (the sinks read `$steps.tracks.tracks` and
+/// `$steps.crossing.events`).
+fn start_with(dir: &Path, uri: &str, steps: &str) -> (Running, u16) {
     let port = free_port();
     let p = write(
         dir,
@@ -32,9 +43,9 @@ fn start(dir: &Path) -> (Running, u16) {
         &format!(
             r#"
 [sources.cam]
-uri = "test://ball?width=320&height=240&fps=15"
+uri = "{uri}"
 
-{BALL_CROSSINGS}
+{steps}
 
 [http]
 listen = "127.0.0.1:{port}"
@@ -421,6 +432,104 @@ fn the_live_thread_yields_the_cores_to_the_frame_path() {
         (nice("vidflow-executo") + 10).min(19),
         "{threads:?}"
     );
+    drop(reader);
+    run.signal("TERM");
+    let finished = run.finish(DEADLINE);
+    assert!(finished.status.success(), "{}", finished.stderr);
+}
+
+/// The ball followed twice: on the frame, and on a copy `resize`d to half its size, with a
+/// line drawn in that copy's pixels.
+const BALL_TWICE: &str = r#"[steps.whole]
+kind = "motion"
+image = "$frame"
+class = "ball"
+min_area = 50.0
+
+[steps.tracks]
+kind = "tracker"
+detections = "$steps.whole.detections"
+
+[steps.small]
+kind = "resize"
+image = "$frame"
+width = 320
+height = 240
+
+[steps.half]
+kind = "motion"
+image = "$steps.small.image"
+class = "ball"
+min_area = 12.0
+
+[steps.little]
+kind = "tracker"
+detections = "$steps.half.detections"
+
+[steps.crossing]
+kind = "line_counter"
+tracks = "$steps.little.tracks"
+line = [[160, 240], [160, 0]]
+name = "middle"
+"#;
+
+#[test]
+fn boxes_and_lines_found_in_a_resized_copy_come_in_the_frames_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start_with(
+        dir.path(),
+        "test://ball?width=640&height=480&fps=15",
+        BALL_TWICE,
+    );
+    wait_until("the endpoint", DEADLINE, || {
+        http_client::get(port, "/healthz").filter(|(s, _)| *s == 200)
+    });
+    let mut reader = live_client(port);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // Frames where both trackers have the ball, with the ball away from the frame's top left
+    // corner (where half its place would be near its place).
+    let mut compared = 0;
+    while compared < 10 {
+        let frame = next_frame(&mut reader);
+        let boxes: Vec<Vec<f64>> = frame["boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                b["box"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect()
+            })
+            .collect();
+        if let Some(shape) = frame["shapes"].as_array().and_then(|s| s.first()) {
+            // The line [[160, 240], [160, 0]] of the 320x240 copy, on the 640x480 frame.
+            assert_eq!(
+                shape["points"],
+                serde_json::json!([[320.0, 480.0], [320.0, 0.0]])
+            );
+        }
+        let [whole, half] = boxes.as_slice() else {
+            continue;
+        };
+        let centre = |b: &[f64]| (b[0] + b[2] / 2.0, b[1] + b[3] / 2.0);
+        let (w, h) = (centre(whole), centre(half));
+        if w.0 < 100.0 && w.1 < 100.0 {
+            continue;
+        }
+        // Within 4 pixels of the frame: a pixel of the copy is 2 of the frame's, and each
+        // motion mask has its own edge.
+        assert!(
+            (w.0 - h.0).abs() <= 4.0 && (w.1 - h.1).abs() <= 4.0,
+            "the ball on the frame at {w:?}, from the half-size copy at {h:?}: {boxes:?}"
+        );
+        assert!((whole[2] - half[2]).abs() <= 6.0, "{boxes:?}");
+        compared += 1;
+    }
     drop(reader);
     run.signal("TERM");
     let finished = run.finish(DEADLINE);

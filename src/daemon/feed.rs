@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::json;
 
-use crate::steps::Shape;
+use crate::steps::{Place, Shape};
 use crate::value::{Counts, Detection, Track};
 
 /// Frames queued for the live thread: a second or so of a few cameras.
@@ -32,13 +32,15 @@ pub struct LiveFrame {
     pub pts: Option<std::time::Duration>,
     pub width: i32,
     pub height: i32,
-    pub tracks: Vec<Arc<[Track]>>,
+    /// Each with where the image it was found in lies on the frame (a detector fed by
+    /// `resize` or `crop`): the JSON gives every box and point in the frame's pixels.
+    pub tracks: Vec<(Arc<[Track]>, Place)>,
     /// Detections, when the pipeline has no tracker.
-    pub detections: Vec<Arc<[Detection]>>,
+    pub detections: Vec<(Arc<[Detection]>, Place)>,
     /// Each counts output, by its step's name.
     pub counts: Vec<(Arc<str>, Arc<Counts>)>,
     /// The lines and zones of the steps that ran on the frame, by step name.
-    pub shapes: Vec<(Arc<str>, Arc<[Shape]>)>,
+    pub shapes: Vec<(Arc<str>, Arc<[Shape]>, Place)>,
 }
 
 impl LiveFrame {
@@ -50,14 +52,13 @@ impl LiveFrame {
         let boxes: Vec<_> = self
             .tracks
             .iter()
-            .flat_map(|t| t.iter())
-            .map(|t| {
-                let b = &t.detection.bbox;
+            .flat_map(|(t, place)| t.iter().map(move |t| (t, place)))
+            .map(|(t, place)| {
                 let mut one = json!({
                     "id": t.track_id,
                     "label": &*t.detection.class,
                     "score": t.detection.confidence,
-                    "box": [b.x, b.y, b.width, b.height],
+                    "box": on_frame(place, &t.detection.bbox),
                     "predicted": t.predicted,
                 });
                 // Only once the tracker knows it (a few bytes less per box until then).
@@ -67,14 +68,18 @@ impl LiveFrame {
                 }
                 one
             })
-            .chain(self.detections.iter().flat_map(|d| d.iter()).map(|d| {
-                let b = &d.bbox;
-                json!({
-                    "label": &*d.class,
-                    "score": d.confidence,
-                    "box": [b.x, b.y, b.width, b.height],
-                })
-            }))
+            .chain(
+                self.detections
+                    .iter()
+                    .flat_map(|(d, place)| d.iter().map(move |d| (d, place)))
+                    .map(|(d, place)| {
+                        json!({
+                            "label": &*d.class,
+                            "score": d.confidence,
+                            "box": on_frame(place, &d.bbox),
+                        })
+                    }),
+            )
             .collect();
         let counts: serde_json::Map<_, _> = self
             .counts
@@ -84,13 +89,14 @@ impl LiveFrame {
         let shapes: Vec<_> = self
             .shapes
             .iter()
-            .flat_map(|(step, shapes)| {
+            .flat_map(|(step, shapes, place)| {
                 shapes.iter().map(move |s| {
+                    let points: Vec<[f32; 2]> = s.points.iter().map(|p| place.point(*p)).collect();
                     json!({
                         "step": &**step,
                         "name": &*s.name,
                         "kind": if s.zone { "zone" } else { "line" },
-                        "points": s.points,
+                        "points": points,
                     })
                 })
             })
@@ -107,6 +113,11 @@ impl LiveFrame {
             "shapes": shapes,
         })
     }
+}
+
+/// A box found in an image at `place`, in the frame's pixels (`[x, y, width, height]`).
+fn on_frame(place: &Place, b: &crate::value::BBox) -> [f32; 4] {
+    place.rect([b.x, b.y, b.width, b.height])
 }
 
 /// A presentation time as `/api/video`'s fragmented MP4 gives it, in seconds: what a browser's

@@ -10,7 +10,7 @@ use super::feed::LiveFrame;
 use crate::events::{EventStore, Output, Tap};
 use crate::outcome::FrameResult;
 use crate::spec::{Ref, SinkInput};
-use crate::steps::Shape;
+use crate::steps::{Place, Placement, Shape};
 use crate::value::{Value, ValueType};
 use crate::workflow::Graph;
 
@@ -22,12 +22,24 @@ pub(super) struct Taps {
     outputs: Vec<Output>,
     /// What the live feed shows: trackers' tracks, or detections when there is no tracker, and
     /// counts.
-    tracks: Vec<Ref>,
-    detections: Vec<Ref>,
+    /// Each with how the image its boxes were found in lies on the frame
+    /// (`Graph::placements`): the feed gives boxes and shapes in the frame's pixels.
+    tracks: Vec<(Ref, Vec<Placement>)>,
+    detections: Vec<(Ref, Vec<Placement>)>,
     counts: Vec<(Arc<str>, Ref)>,
     /// The lines and zones of the steps that have some, with the step's first output: shown
     /// with a frame the step ran on.
-    shapes: Vec<(Arc<str>, Ref, Arc<[Shape]>)>,
+    shapes: Vec<Shapes>,
+}
+
+/// A step's lines and zones, with where the image its boxes were found in lies on the frame.
+#[derive(Debug)]
+struct Shapes {
+    step: Arc<str>,
+    /// Its first output: the step ran on a frame that has it.
+    at: Ref,
+    shapes: Arc<[Shape]>,
+    placed: Vec<Placement>,
 }
 
 /// A sink's name and its `when` inputs: the events that make it write a file, linked to them.
@@ -67,7 +79,12 @@ impl Taps {
             let shapes = node.step.shapes();
             if !shapes.is_empty() {
                 let at = Ref::Step { step, output: 0 };
-                taps.shapes.push((node.name.clone(), at, shapes.into()));
+                taps.shapes.push(Shapes {
+                    step: node.name.clone(),
+                    at,
+                    shapes: shapes.into(),
+                    placed: graph.placements(at),
+                });
             }
             for (output, port) in node.kind.outputs.iter().enumerate() {
                 let at = Ref::Step { step, output };
@@ -75,14 +92,14 @@ impl Taps {
                     // A tracker's tracks only: `zone_count` passes the same tracks on (with
                     // their time in zone), which would be every track's row and box again.
                     ValueType::Tracks if node.kind.name == "tracker" => {
-                        taps.tracks.push(at);
+                        taps.tracks.push((at, graph.placements(at)));
                         Some(Tap::Tracks)
                     }
                     ValueType::Tracks => None,
                     ValueType::Events => Some(Tap::Events),
                     ValueType::Detections if node.kind.name == "motion" => Some(Tap::Motion),
                     ValueType::Detections => {
-                        taps.detections.push(at);
+                        taps.detections.push((at, graph.placements(at)));
                         None
                     }
                     ValueType::Counts => {
@@ -128,29 +145,30 @@ impl Taps {
             return;
         }
         let frame = result.frame();
-        let values = |refs: &[Ref]| {
+        let (width, height) = (frame.width(), frame.height());
+        let values = |refs: &[(Ref, Vec<Placement>)]| {
             refs.iter()
-                .filter_map(|r| result.value(*r))
-                .collect::<Vec<Value>>()
+                .filter_map(|(r, chain)| Some((result.value(*r)?, Place::of(chain, width, height))))
+                .collect::<Vec<(Value, Place)>>()
         };
         feed.publish(LiveFrame {
             source: frame.source.clone(),
             seq: frame.seq,
             at: frame.captured,
             pts: frame.pts,
-            width: frame.width(),
-            height: frame.height(),
+            width,
+            height,
             tracks: values(&self.tracks)
                 .into_iter()
-                .filter_map(|v| match v {
-                    Value::Tracks(t) => Some(t),
+                .filter_map(|(v, place)| match v {
+                    Value::Tracks(t) => Some((t, place)),
                     _ => None,
                 })
                 .collect(),
             detections: values(&self.detections)
                 .into_iter()
-                .filter_map(|v| match v {
-                    Value::Detections(d) => Some(d),
+                .filter_map(|(v, place)| match v {
+                    Value::Detections(d) => Some((d, place)),
                     _ => None,
                 })
                 .collect(),
@@ -165,8 +183,11 @@ impl Taps {
             shapes: self
                 .shapes
                 .iter()
-                .filter(|(_, r, _)| result.value(*r).is_some())
-                .map(|(name, _, shapes)| (name.clone(), shapes.clone()))
+                .filter(|s| result.value(s.at).is_some())
+                .map(|s| {
+                    let place = Place::of(&s.placed, width, height);
+                    (s.step.clone(), s.shapes.clone(), place)
+                })
                 .collect(),
         });
     }

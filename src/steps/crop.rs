@@ -6,7 +6,7 @@
 use opencv::core::{Mat, MatTraitConst, Rect};
 use serde::Deserialize;
 
-use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{IMAGE_IN, IMAGE_OUT, Placement, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Image, Value};
 
@@ -80,6 +80,16 @@ fn build(params: Params<'_>) -> Result<Box<dyn Step>, Diagnostic> {
 }
 
 impl Step for Crop {
+    fn placement(&self) -> Placement {
+        let r = self.rect;
+        Placement::Cut {
+            x: r.x,
+            y: r.y,
+            width: r.width,
+            height: r.height,
+        }
+    }
+
     fn image_size(&self) -> Option<(u32, u32)> {
         let side = |v: i32| u32::try_from(v).ok();
         Some((side(self.rect.width)?, side(self.rect.height)?))

@@ -26,9 +26,12 @@ mod line_counter;
 mod motion;
 mod object_detection;
 mod people_detection;
+mod place;
 mod resize;
 mod tracker;
 mod zone_count;
+
+pub use place::{Place, Placement};
 
 /// Every step kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&StepKind] = &[
@@ -181,6 +184,12 @@ pub trait Step: Send + Sync + fmt::Debug {
     /// with that size. `None` (the default): the size depends on the frames.
     fn image_size(&self) -> Option<(u32, u32)> {
         None
+    }
+
+    /// How the image on the step's `image` output lies on its `image` input, for whoever shows
+    /// boxes found in it over the frame ([`Place`]). The default: the same pixels.
+    fn placement(&self) -> Placement {
+        Placement::Same
     }
 
     /// The lines and zones the step tests boxes against (`line_counter`, `zone_count`), for

@@ -7,7 +7,7 @@ use opencv::core::{Mat, Size};
 use opencv::imgproc;
 use serde::Deserialize;
 
-use super::{IMAGE_IN, IMAGE_OUT, Step, StepError, StepInput, StepKind, StepOutput};
+use super::{IMAGE_IN, IMAGE_OUT, Placement, Step, StepError, StepInput, StepKind, StepOutput};
 use crate::spec::{Diagnostic, ParamDoc, Params};
 use crate::value::{Image, Value};
 
@@ -66,6 +66,13 @@ fn dimension(key: &str, v: &toml::Spanned<u32>) -> Result<i32, Diagnostic> {
 }
 
 impl Step for Resize {
+    fn placement(&self) -> Placement {
+        Placement::Scaled {
+            width: self.size.width,
+            height: self.size.height,
+        }
+    }
+
     fn image_size(&self) -> Option<(u32, u32)> {
         let side = |v: i32| u32::try_from(v).ok();
         Some((side(self.size.width)?, side(self.size.height)?))

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use crate::config::{Pipeline, StepConfig};
 use crate::spec::Ref;
-use crate::steps::Step;
+use crate::steps::{Placement, Step};
+use crate::value::ValueType;
 
 #[derive(Debug)]
 pub struct Node {
@@ -78,6 +79,35 @@ impl Graph {
 
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
+    }
+
+    /// How the image a value was found in lies on the frame, from the frame's side: for an
+    /// image, the steps that made it; for boxes, lines or counts, those that made the image
+    /// their step read (its `image` input, else its first boxes input: a tracker's
+    /// detections, a counter's tracks). Empty: the frame's own pixels (also when no image is
+    /// found).
+    pub fn placements(&self, at: Ref) -> Vec<Placement> {
+        let mut chain = Vec::new();
+        let mut at = at;
+        // Each step reads only steps before it: the walk ends.
+        while let Ref::Step { step, output } = at {
+            let node = &self.nodes[step];
+            let ports = node.kind.inputs.iter().zip(&node.inputs);
+            let read = |wanted: &dyn Fn(ValueType) -> bool| {
+                ports.clone().find_map(|(p, r)| r.filter(|_| wanted(p.ty)))
+            };
+            if node.kind.outputs[output].ty == ValueType::Image {
+                chain.push(node.step.placement());
+            }
+            let next = read(&|t| t == ValueType::Image)
+                .or_else(|| read(&|t| matches!(t, ValueType::Detections | ValueType::Tracks)));
+            match next {
+                Some(r) => at = r,
+                None => return Vec::new(),
+            }
+        }
+        chain.reverse();
+        chain
     }
 }
 
