@@ -116,6 +116,7 @@ impl Taps {
                         at,
                         tap,
                         sinks: made_by.map(|(name, _)| name.clone()).collect(),
+                        placed: graph.placements(at).into(),
                     });
                 }
             }

@@ -4,8 +4,10 @@
 //!
 //! A frame counts for its time step `dt` (`writer.rs`: the time since its source's previous
 //! frame that reached the store, in stream time, at most [`MAX_STEP`]). Each seen (not
-//! predicted) track of a tracker adds `dt` to the cell of a [`COLS`] x [`ROWS`] grid over the
-//! picture under its box's bottom centre (where it stands); each zone of a `zone_count` adds
+//! predicted) track of a tracker adds `dt` to a [`COLS`] x [`ROWS`] grid over the picture at its
+//! box's bottom centre (where it stands, in the frame's pixels: a tracker fed by `resize` has
+//! its boxes placed back on the frame), shared among the four cells around it ([`shares`]);
+//! each zone of a `zone_count` adds
 //! `n * dt` and `dt` (their ratio is the mean objects inside) and keeps the most at once.
 //!
 //! Size: a `heatmap` row holds a [`CELL_BYTES`] entry per cell that had someone in that minute
@@ -54,14 +56,28 @@ pub fn add_blob(into: &mut Cells, blob: &[u8]) {
     }
 }
 
-/// The cell under a box's bottom centre (`x`, `bottom` in pixels of a `width` x `height`
-/// picture).
-pub fn cell(x: f32, bottom: f32, width: i32, height: i32) -> u16 {
-    let at = |v: f32, size: i32, n: usize| {
-        let f = (v / size.max(1) as f32 * n as f32).floor();
-        (f.max(0.0) as usize).min(n - 1)
+/// The cells around a box's bottom centre (`x`, `bottom` in pixels of a `width` x `height`
+/// picture) and each one's share of its time, bilinear between the cells' centres: a place on
+/// the edge of two cells is shared between them, so a person standing still on an edge is not
+/// given to whichever side a pixel of the box's jitter puts them. The shares sum to 1; past the
+/// outer cells' centres, the outer cells take it all. At a cell's centre, that cell has it all.
+pub fn shares(x: f32, bottom: f32, width: i32, height: i32) -> [(u16, f32); 4] {
+    // Along one axis: the two cells around `v` and the second one's share.
+    let axis = |v: f32, size: i32, n: usize| {
+        let g = (v / size.max(1) as f32 * n as f32 - 0.5).clamp(0.0, (n - 1) as f32);
+        let first = g.floor();
+        let i = first as usize;
+        (i, (i + 1).min(n - 1), g - first)
     };
-    (at(bottom, height, ROWS) * COLS + at(x, width, COLS)) as u16
+    let (c0, c1, fx) = axis(x, width, COLS);
+    let (r0, r1, fy) = axis(bottom, height, ROWS);
+    let at = |r: usize, c: usize| (r * COLS + c) as u16;
+    [
+        (at(r0, c0), (1.0 - fx) * (1.0 - fy)),
+        (at(r0, c1), fx * (1.0 - fy)),
+        (at(r1, c0), (1.0 - fx) * fy),
+        (at(r1, c1), fx * fy),
+    ]
 }
 
 /// One heatmap row being added to: the picture's size and the cells' seconds.
@@ -109,20 +125,24 @@ impl Areas {
             }
         }
         let (w, h) = facts.size;
-        for (_, tracks) in &facts.tracks {
+        for (_, tracks, place) in &facts.tracks {
             for t in tracks.iter().filter(|t| !t.predicted) {
                 let label = &t.detection.class;
                 if !self.mapped(tx, source, label, minute) {
                     continue;
                 }
                 let b = &t.detection.bbox;
-                let i = cell(b.x + b.width / 2.0, b.y + b.height, w, h);
+                let [x, y, bw, bh] = place.rect([b.x, b.y, b.width, b.height]);
                 let row = self
                     .heat
                     .entry((source.clone(), label.clone(), minute))
                     .or_default();
                 row.size = (w, h);
-                *row.cells.entry(i).or_default() += dt as f32;
+                for (i, share) in shares(x + bw / 2.0, y + bh, w, h) {
+                    if share > 0.0 {
+                        *row.cells.entry(i).or_default() += share * dt as f32;
+                    }
+                }
             }
         }
     }
@@ -213,13 +233,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_box_lands_in_the_cell_under_its_bottom_centre_and_blobs_add_up() {
-        assert_eq!(cell(0.0, 0.0, 640, 480), 0);
-        // The bottom right corner, and past it, is the last cell.
-        assert_eq!(cell(640.0, 480.0, 640, 480) as usize, COLS * ROWS - 1);
-        assert_eq!(cell(9999.0, 9999.0, 640, 480) as usize, COLS * ROWS - 1);
-        // 20 px a column, 20 px a row: (330, 250) is column 16, row 12.
-        assert_eq!(cell(330.0, 250.0, 640, 480) as usize, 12 * COLS + 16);
+    fn a_place_is_shared_among_the_cells_around_it_by_nearness() {
+        let sum = |s: [(u16, f32); 4]| s.iter().map(|(_, w)| w).sum::<f32>();
+        let of = |s: [(u16, f32); 4], cell: usize| -> f32 {
+            s.iter()
+                .filter(|(i, _)| *i as usize == cell)
+                .map(|(_, w)| w)
+                .sum()
+        };
+        // 20 px a cell: (330, 250) is the centre of column 16, row 12: all of it there.
+        let centre = shares(330.0, 250.0, 640, 480);
+        assert_eq!(of(centre, 12 * COLS + 16), 1.0);
+        // On the edge between columns 16 and 17 (x = 340): half each, whichever pixel.
+        let edge = shares(340.0, 250.0, 640, 480);
+        assert_eq!(of(edge, 12 * COLS + 16), 0.5);
+        assert_eq!(of(edge, 12 * COLS + 17), 0.5);
+        let (left, right) = (
+            shares(339.0, 250.0, 640, 480),
+            shares(341.0, 250.0, 640, 480),
+        );
+        assert!((of(left, 12 * COLS + 16) - of(right, 12 * COLS + 17)).abs() < 1e-6);
+        assert!((of(left, 12 * COLS + 16) - 0.55).abs() < 1e-6);
+        // A quarter of the way between four centres.
+        let q = shares(335.0, 255.0, 640, 480);
+        assert!((of(q, 12 * COLS + 16) - 0.5625).abs() < 1e-6);
+        assert!((of(q, 13 * COLS + 17) - 0.0625).abs() < 1e-6);
+        // The corners and past them: the outer cell takes it all.
+        assert_eq!(of(shares(0.0, 0.0, 640, 480), 0), 1.0);
+        assert_eq!(of(shares(9999.0, 9999.0, 640, 480), COLS * ROWS - 1), 1.0);
+        for (x, y) in [(1.0, 2.0), (333.3, 17.0), (639.0, 479.0), (-5.0, 600.0)] {
+            assert!((sum(shares(x, y, 640, 480)) - 1.0).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn blobs_of_cells_add_up() {
         let cells: Cells = [(3, 1.5), (700, 0.25)].into_iter().collect();
         let blob = encode(&cells);
         assert_eq!(blob.len(), 2 * CELL_BYTES);

@@ -41,6 +41,7 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::{Sender, TrySendError};
 use serde::Serialize;
 
+use crate::frame::{Place, Placement};
 use crate::outcome::FrameResult;
 use crate::spec::Ref;
 use crate::storage::Storage;
@@ -95,6 +96,9 @@ pub struct Output {
     /// The sinks whose `when` reads it: the snapshots and clips they make for a frame with
     /// events are those events' (see `writer::link`).
     pub sinks: Arc<[Arc<str>]>,
+    /// How the image its boxes were found in lies on the frame (`Graph::placements`): the
+    /// heatmap is over the frame.
+    pub placed: Arc<[Placement]>,
 }
 
 /// A step's name, its events on a frame, and the sinks that make files for them.
@@ -107,7 +111,8 @@ pub struct Facts {
     /// The frame's number in its source.
     pub seq: u64,
     pub time: FrameTime,
-    pub tracks: Vec<(Arc<str>, Arc<[Track]>)>,
+    /// Each with where the image its boxes were found in lies on the frame.
+    pub tracks: Vec<(Arc<str>, Arc<[Track]>, Place)>,
     /// A step's events, with the sinks that make files for them ([`Output::sinks`]).
     pub events: Vec<StepEvents>,
     /// Motion steps with regions on this frame.
@@ -152,7 +157,8 @@ impl Facts {
                 (Tap::Tracks, Some(Value::Tracks(t))) => {
                     facts.sampled = true;
                     if !t.is_empty() {
-                        facts.tracks.push((out.step.clone(), t));
+                        let place = Place::of(&out.placed, facts.size.0, facts.size.1);
+                        facts.tracks.push((out.step.clone(), t, place));
                     }
                 }
                 (Tap::Occupancy, Some(Value::Counts(c))) => {

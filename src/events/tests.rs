@@ -25,6 +25,7 @@ fn taps() -> Vec<Output> {
         at: Ref::Step { step: 0, output: 0 },
         tap: Tap::Tracks,
         sinks: Arc::new([]),
+        placed: Arc::new([]),
     }]
 }
 
@@ -208,6 +209,7 @@ fn zone_taps() -> Vec<Output> {
         at,
         tap,
         sinks: Arc::new([]),
+        placed: Arc::new([]),
     };
     vec![
         out("tracker", Ref::Step { step: 0, output: 0 }, Tap::Tracks),
@@ -250,6 +252,31 @@ fn zone_frame(seq: u64, inside: u64, events: Vec<Event>) -> FrameResult {
         ]),
     );
     FrameResult::new(Arc::new(record))
+}
+
+#[test]
+fn a_tracker_fed_by_a_resized_copy_heats_the_frames_cells_where_its_boxes_are() {
+    use crate::frame::Placement;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _storage) = start(dir.path());
+    // The tracker ran on a copy of twice the frame's size: its box standing at (330, 250)
+    // stands at (165, 125) on the 640 x 480 frame, a quarter of a cell from the centre of
+    // column 8, row 6 (20 px a cell, centres at 10 + 20 k).
+    let mut taps = zone_taps();
+    taps[0].placed = Arc::new([Placement::Scaled {
+        width: 1280,
+        height: 960,
+    }]);
+    for seq in 0..10 {
+        store.record(&zone_frame(seq, 1, Vec::new()), &taps);
+    }
+    store.stop();
+    let map = zones::heatmap(&store.path, &zones::HeatFilter::default()).unwrap();
+    let at = |row: usize, col: usize| map.seconds[row * 32 + col];
+    assert!((map.total_s - 1.0).abs() < 1e-5, "{}", map.total_s);
+    assert!((at(6, 8) - 0.5625).abs() < 1e-5, "{:?}", at(6, 8));
+    assert!((at(5, 7) - 0.0625).abs() < 1e-5, "{:?}", at(5, 7));
+    assert_eq!(at(12, 16), 0.0, "the copy's pixels taken for the frame's");
 }
 
 #[test]

@@ -398,7 +398,7 @@ fn apply(
     let source = &facts.source;
     let mut rows = 0;
     let mut insert = tx.prepare_cached(INSERT)?;
-    for (step, list) in &facts.tracks {
+    for (step, list, _) in &facts.tracks {
         for t in list.iter().filter(|t| !t.predicted) {
             let score = f64::from(t.detection.confidence);
             let key = (source.clone(), step.clone(), t.track_id);

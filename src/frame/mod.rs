@@ -32,12 +32,14 @@ use gstreamer_video::prelude::*;
 use opencv::core::{CV_8UC1, CV_8UC2, CV_8UC3, Mat, MatTraitConst, Rect, Size};
 use opencv::imgproc;
 pub use pins::{Pins, PoolSize, UNKNOWN_POOL_PINS};
+pub use place::{Place, Placement};
 
 mod blob;
 mod clock;
 mod convert;
 mod ground;
 mod pins;
+mod place;
 #[cfg(test)]
 pub(crate) mod test_video;
 

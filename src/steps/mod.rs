@@ -26,12 +26,11 @@ mod line_counter;
 mod motion;
 mod object_detection;
 mod people_detection;
-mod place;
 mod resize;
 mod tracker;
 mod zone_count;
 
-pub use place::{Place, Placement};
+pub use crate::frame::{Place, Placement};
 
 /// Every step kind, in the order `vidflow steps` lists them.
 pub static KINDS: &[&StepKind] = &[
