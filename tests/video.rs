@@ -61,8 +61,8 @@ fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
     mp4
 }
 
-/// Opens `/api/video/SOURCE`, checks its headers and its init segment (with the `avcC` or
-/// `hvcC` its codec says): the codec, and the stream after the init segment.
+/// Opens `/api/video/SOURCE`, checks its headers and its init segment (with the sample entry
+/// and record its codec says): the codec, and the stream after the init segment.
 fn watch_codec(port: u16, source: &str) -> (String, Mp4<BufReader<TcpStream>>) {
     let (status, headers, reader) = open(port, &format!("/api/video/{source}")).unwrap();
     assert_eq!(status, 200, "{headers:?}");
@@ -75,11 +75,7 @@ fn watch_codec(port: u16, source: &str) -> (String, Mp4<BufReader<TcpStream>>) {
         .unwrap();
     assert!(origin > 1_600_000_000_000, "{origin}: not epoch ms");
     let mut mp4 = Mp4::new(reader);
-    mp4.init(if codec.starts_with("hvc1.") {
-        b"hvcC"
-    } else {
-        b"avcC"
-    });
+    mp4.init(&codec);
     (codec, mp4)
 }
 

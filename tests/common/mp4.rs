@@ -59,16 +59,21 @@ impl<R: Read> Mp4<R> {
         (head[4..].try_into().unwrap(), body)
     }
 
-    /// The init segment: `ftyp`, then `moov` with `record` (`avcC`, `hvcC`) and a `trex`.
-    pub fn init(&mut self, record: &[u8; 4]) {
+    /// The init segment: `ftyp`, then `moov` with the sample entry `codec` names (`avc1` with
+    /// its `avcC`, `hvc1` with its `hvcC`) and a `trex`.
+    pub fn init(&mut self, codec: &str) {
         assert_eq!(&self.next_box().0, b"ftyp");
         let (kind, moov) = self.next_box();
         assert_eq!(&kind, b"moov");
-        assert!(
-            find(&moov, record).is_some(),
-            "no {} in the moov",
-            String::from_utf8_lossy(record)
-        );
+        let entry: &[u8; 4] = codec.as_bytes()[..4].try_into().unwrap();
+        let record = if entry == b"hvc1" { b"hvcC" } else { b"avcC" };
+        for kind in [entry, record] {
+            assert!(
+                find(&moov, kind).is_some(),
+                "no {} in the moov of {codec}",
+                String::from_utf8_lossy(kind)
+            );
+        }
         assert!(find(&moov, b"trex").is_some(), "no trex in the moov");
     }
 

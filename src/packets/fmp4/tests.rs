@@ -195,7 +195,10 @@ fn every_picture_of_an_h265_stream_decodes_at_the_time_written_in_either_framing
             "{}",
             config.codec()
         );
-        assert!(find(&bytes, b"hvcC"), "{format}: no hvcC");
+        assert!(
+            find(&bytes, b"hvc1") && find(&bytes, b"hvcC"),
+            "{format}: no hvc1, hvcC"
+        );
         let times = decode_with(bytes, "h265");
         assert!(same_times(&times, &written(&units)), "{format}: {times:?}");
     }
