@@ -12,6 +12,8 @@
 //! - a camera that comes back at another size plays again, at that size;
 //! - a tile whose video is refused (vidflow at its cap of live clients) shows stills and says
 //!   so, and plays again once there is room;
+//! - an H.265 camera's tile, in a browser that cannot play H.265 (Debian's Chromium), shows
+//!   stills and says so, once, without trying again, while the H.264 camera beside it plays;
 //! - a page of 16 cameras plays them all and its events, counts and health still load: the
 //!   videos' WebSockets are not among the six connections a browser opens per host.
 //!
@@ -478,4 +480,92 @@ fn sixteen_cameras_play_and_the_events_counts_and_health_still_load() {
     screenshot(&tab, "video-16.png");
     drop(tab);
     run.terminate_cleanly(DEADLINE);
+}
+
+#[test]
+fn an_h265_tile_shows_stills_saying_the_browser_cannot_play_it_beside_an_h264_tile_that_plays() {
+    common::gst_init();
+    assert!(
+        gstreamer::ElementFactory::find("x265enc").is_some(),
+        "no x265enc: install gstreamer1.0-plugins-bad (scripts/install-deps)"
+    );
+    let h264 = RtspServer::start(RtspServerOptions::default()).unwrap();
+    let h265 = RtspServer::start(RtspServerOptions {
+        h265: true,
+        ..RtspServerOptions::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let text = format!(
+        "[sources.cam]\nuri = \"{}\"\n\n[sources.hevc]\nuri = \"{}\"\n\n\
+         [http]\nlisten = \"127.0.0.1:{port}\"\n\n\
+         [sinks.preview]\nkind = \"preview\"\nimage = \"$frame\"\nmax_fps = 5\n",
+        h264.url(),
+        h265.url()
+    );
+    let run = spawn_run(&write(dir.path(), "p.toml", &text), &[], dir.path());
+    http_client::wait_for_frames(port, "hevc", 15, DEADLINE);
+    let (_browser, tab) = open_page(port);
+    let why = wait_js(
+        &tab,
+        "the H.265 tile showing stills, saying why",
+        "document.querySelector('#cam-hevc').dataset.mode === 'stills' && \
+         document.querySelector('#cam-hevc').dataset.why",
+    );
+    let why = why.as_str().unwrap().to_owned();
+    let codec = why
+        .strip_prefix("this browser cannot play H.265 (")
+        .and_then(|c| c.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{why}"));
+    assert!(codec.starts_with("hvc1.1.6.L"), "{why}");
+    // The test proves something only where the browser cannot play H.265 (Debian's cannot).
+    assert_eq!(
+        js(
+            &tab,
+            &format!("MediaSource.isTypeSupported('video/mp4; codecs=\"{codec}\"')")
+        ),
+        false,
+        "this Chromium plays H.265: the stills are not tried here"
+    );
+    // The H.264 camera beside it plays; the H.265 tile shows its stills.
+    wait_js(
+        &tab,
+        "the H.264 camera's video and the H.265 camera's stills",
+        "document.querySelector('#cam-cam').dataset.mode === 'video' && \
+         (vidflow.videoFrames.cam || 0) >= 15 && (vidflow.stills.hevc || 0) >= 2",
+    );
+    let tile = js(
+        &tab,
+        "(() => { const c = document.querySelector('#cam-hevc'), w = c.querySelector('.why'); \
+           return [w.hidden, w.textContent, c.querySelector('video').hidden, \
+             c.querySelector('video').hasAttribute('src'), c.querySelector('img').hidden]; })()",
+    );
+    assert_eq!(tile, serde_json::json!([false, why, true, false, false]));
+    assert_eq!(js(&tab, "vidflow.liveQuery"), "api/live?stills_of=hevc");
+    screenshot(&tab, "video-h265.png");
+    // Once: while the H.264 camera plays on for seconds (past a retry's first wait), the H.265
+    // tile opens no video again and vidflow sends it nothing more.
+    wait_until("the H.265 tile's connection closed", DEADLINE, || {
+        (metric(port, "vidflow_video_viewers", "hevc") == 0.0).then_some(())
+    });
+    let sent = metric(port, "vidflow_video_bytes_sent_total", "hevc");
+    assert!(
+        sent > 0.0,
+        "vidflow sent the H.265 tile nothing: no codec was announced"
+    );
+    presents(&tab, "cam", 60);
+    assert_eq!(js(&tab, "vidflow.video.hevc.reconnects"), 0);
+    assert_eq!(metric(port, "vidflow_video_bytes_sent_total", "hevc"), sent);
+    assert_eq!(document_mode(&tab, "hevc"), "stills");
+    drop(tab);
+    run.terminate_cleanly(DEADLINE);
+}
+
+/// The mode of `source`'s tile (`video`, `stills`).
+fn document_mode(tab: &Tab, source: &str) -> serde_json::Value {
+    js(
+        tab,
+        &format!("document.querySelector('#cam-{source}').dataset.mode"),
+    )
 }

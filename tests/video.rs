@@ -4,8 +4,10 @@
 //! picture at the camera's rate; each frame of the live feed (`/api/live`) carries the time of
 //! its picture in that video (`media_time`), on a camera and on a looping file; a viewer that
 //! stops reading is skipped to a keyframe and counted while another gets every picture; a
-//! WebSocket gets the same; a source that is not H.264 is a 409 that says why, and
-//! `/api/sources` says it too. The MP4 is read by the small box reader below; nothing is mocked.
+//! WebSocket gets the same; a source of neither H.264 nor H.265 is a 409 that says why, and
+//! `/api/sources` says it too. An H.265 camera (x265 over RTSP) and an H.265 file (`hvc1` in
+//! MP4, B-frames, looping) play the same way, as `hvc1` with its `hvcC`, every picture decoded
+//! by GStreamer at its live frames' time. The MP4 is read by `common::mp4`; nothing is mocked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -19,17 +21,13 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Running, free_port, gst_init, spawn_run, write};
-use gstreamer as gst;
-use gstreamer::prelude::*;
-use gstreamer_app as gst_app;
+use common::mp4::{Fragment, Mp4, TIMESCALE, decode};
+use common::{Running, free_port, spawn_run, write};
 use http_client::{get, open, scrape, value, wait_until};
 use rtsp::{RtspServer, RtspServerOptions};
 
 /// Guards against a hang only.
 const DEADLINE: Duration = Duration::from_secs(120);
-/// Ticks per second of the stream's times.
-const TIMESCALE: u64 = 90_000;
 
 /// Starts vidflow on `sources` (TOML of `[sources.*]` tables) with a preview of `cam`.
 fn start(dir: &Path, sources: &str) -> (Running, u16) {
@@ -45,125 +43,6 @@ fn start(dir: &Path, sources: &str) -> (Running, u16) {
     (spawn_run(&p, &[], dir), port)
 }
 
-/// One fragment of the stream: its times (ticks), whether it is a keyframe.
-#[derive(Debug, Clone, Copy)]
-struct Fragment {
-    decode: u64,
-    offset: i64,
-    keyframe: bool,
-}
-
-impl Fragment {
-    fn presentation(&self) -> u64 {
-        (self.decode as i64 + self.offset) as u64
-    }
-}
-
-/// Reads fragmented MP4 box by box, keeping every byte for a decoder.
-struct Mp4<R> {
-    reader: R,
-    bytes: Vec<u8>,
-}
-
-impl<R: Read> Mp4<R> {
-    fn new(reader: R) -> Self {
-        Self {
-            reader,
-            bytes: Vec::new(),
-        }
-    }
-
-    /// The next box: its type and body.
-    fn next_box(&mut self) -> ([u8; 4], Vec<u8>) {
-        let mut head = [0u8; 8];
-        self.reader.read_exact(&mut head).unwrap();
-        let size = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
-        let mut body = vec![0; size - 8];
-        self.reader.read_exact(&mut body).unwrap();
-        self.bytes.extend_from_slice(&head);
-        self.bytes.extend_from_slice(&body);
-        (head[4..].try_into().unwrap(), body)
-    }
-
-    /// The init segment: `ftyp`, then `moov` with an `avcC`.
-    fn init(&mut self) {
-        assert_eq!(&self.next_box().0, b"ftyp");
-        let (kind, moov) = self.next_box();
-        assert_eq!(&kind, b"moov");
-        assert!(find(&moov, b"avcC").is_some(), "no avcC in the moov");
-        assert!(find(&moov, b"trex").is_some(), "no trex in the moov");
-    }
-
-    /// The next `moof` + `mdat`.
-    fn fragment(&mut self) -> Fragment {
-        let (kind, moof) = self.next_box();
-        assert_eq!(&kind, b"moof");
-        let (kind, _) = self.next_box();
-        assert_eq!(&kind, b"mdat");
-        parse_moof(&moof)
-    }
-}
-
-/// Where the body of the first box `kind` (at any depth, found by its type) starts.
-fn find(bytes: &[u8], kind: &[u8; 4]) -> Option<usize> {
-    bytes.windows(4).position(|w| w == kind).map(|at| at + 4)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
-}
-
-/// A fragment's times and flags from its `tfdt` (version 1) and `trun` (one sample, with its
-/// duration, size, flags and composition offset).
-fn parse_moof(moof: &[u8]) -> Fragment {
-    let tfdt = find(moof, b"tfdt").unwrap();
-    assert_eq!(moof[tfdt], 1, "tfdt version");
-    let decode = u64::from_be_bytes(moof[tfdt + 4..tfdt + 12].try_into().unwrap());
-    let trun = find(moof, b"trun").unwrap();
-    assert_eq!(u32_at(moof, trun + 4), 1, "one sample per fragment");
-    // Version and flags, count, data offset, then duration, size, flags, offset.
-    let flags = u32_at(moof, trun + 20);
-    let offset = i64::from(u32_at(moof, trun + 24) as i32);
-    Fragment {
-        decode,
-        offset,
-        keyframe: flags & 0x0001_0000 == 0,
-    }
-}
-
-/// The presentation time of each picture GStreamer decodes from `bytes`.
-fn decode(bytes: &[u8]) -> Vec<u64> {
-    gst_init();
-    let pipeline = gst::parse::launch(
-        "appsrc name=src caps=video/quicktime,variant=iso ! qtdemux ! h264parse ! avdec_h264 ! \
-         appsink name=sink sync=false",
-    )
-    .unwrap()
-    .downcast::<gst::Pipeline>()
-    .unwrap();
-    let by = |name| pipeline.by_name(name).unwrap();
-    let src = by("src").downcast::<gst_app::AppSrc>().unwrap();
-    let sink = by("sink").downcast::<gst_app::AppSink>().unwrap();
-    pipeline.set_state(gst::State::Playing).unwrap();
-    src.push_buffer(gst::Buffer::from_slice(bytes.to_vec()))
-        .unwrap();
-    src.end_of_stream().unwrap();
-    let mut times = Vec::new();
-    while let Ok(sample) = sink.pull_sample() {
-        let pts = sample.buffer().unwrap().pts().unwrap();
-        times.push(
-            ((pts.nseconds() as u128 * TIMESCALE as u128 + 500_000_000) / 1_000_000_000) as u64,
-        );
-    }
-    let error = pipeline
-        .bus()
-        .unwrap()
-        .pop_filtered(&[gst::MessageType::Error]);
-    pipeline.set_state(gst::State::Null).unwrap();
-    assert!(error.is_none(), "{error:?}");
-    times
-}
-
 /// The header `name`'s value in `headers`.
 fn header<'h>(headers: &'h [String], name: &str) -> Option<&'h str> {
     headers.iter().find_map(|h| {
@@ -172,25 +51,32 @@ fn header<'h>(headers: &'h [String], name: &str) -> Option<&'h str> {
     })
 }
 
-/// Opens `/api/video/SOURCE`, checks its headers and init segment.
+/// Opens `/api/video/SOURCE` of H.264, checks its headers and init segment.
 fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
-    let (status, headers, reader) = open(port, &format!("/api/video/{source}")).unwrap();
-    assert_eq!(status, 200, "{headers:?}");
-    assert_eq!(header(&headers, "Content-Type"), Some("video/mp4"));
-    assert_eq!(header(&headers, "Cache-Control"), Some("no-store"));
-    let codec = header(&headers, "X-Vidflow-Codec").unwrap();
+    let (codec, mp4) = watch_codec(port, source);
     assert!(
         codec.starts_with("avc1.") && codec.len() == 11,
         "{codec}: not an RFC 6381 avc1 string"
     );
+    mp4
+}
+
+/// Opens `/api/video/SOURCE`, checks its headers and its init segment (with the sample entry
+/// and record its codec says): the codec, and the stream after the init segment.
+fn watch_codec(port: u16, source: &str) -> (String, Mp4<BufReader<TcpStream>>) {
+    let (status, headers, reader) = open(port, &format!("/api/video/{source}")).unwrap();
+    assert_eq!(status, 200, "{headers:?}");
+    assert_eq!(header(&headers, "Content-Type"), Some("video/mp4"));
+    assert_eq!(header(&headers, "Cache-Control"), Some("no-store"));
+    let codec = header(&headers, "X-Vidflow-Codec").unwrap().to_owned();
     let origin: i64 = header(&headers, "X-Vidflow-Origin-Ms")
         .unwrap()
         .parse()
         .unwrap();
     assert!(origin > 1_600_000_000_000, "{origin}: not epoch ms");
     let mut mp4 = Mp4::new(reader);
-    mp4.init();
-    mp4
+    mp4.init(&codec);
+    (codec, mp4)
 }
 
 /// The `media_time` of the first `n` frames of `/api/live/SOURCE`, in ticks.
@@ -276,7 +162,7 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     // GStreamer decodes every picture, at the time written.
     let mut written: Vec<u64> = fragments.iter().map(Fragment::presentation).collect();
     written.sort_unstable();
-    assert_eq!(decode(&mp4.bytes), written);
+    assert_eq!(decode(&mp4.bytes, "h264"), written);
     assert_frames_on_pictures(&feed.join().unwrap(), &fragments, frame, fps as usize);
 
     // Counted while watched, shown per source; the pattern says why it has no video.
@@ -307,7 +193,7 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     let why: serde_json::Value = serde_json::from_str(&body).unwrap();
     let why = why["error"].as_str().unwrap();
     assert!(
-        why.starts_with("source \"pattern\" has no H.264 stream (a test pattern"),
+        why.starts_with("source \"pattern\" has no H.264 or H.265 stream (a test pattern"),
         "{why}"
     );
     let (_, sources) = get(port, "/api/sources").unwrap();
@@ -352,6 +238,86 @@ fn a_looping_files_frames_share_their_pictures_times_across_its_loops() {
     );
     assert_frames_on_pictures(&feed.join().unwrap(), &fragments, TIMESCALE / 30, 10);
     drop(mp4);
+    run.terminate_cleanly(DEADLINE);
+}
+
+/// x265enc makes the H.265 of the two tests below (Debian's gstreamer1.0-plugins-bad, which
+/// scripts/install-deps installs): without it they fail and say why.
+fn require_x265enc() {
+    common::gst_init();
+    assert!(
+        gstreamer::ElementFactory::find("x265enc").is_some(),
+        "no x265enc, so no H.265 stream to play: install gstreamer1.0-plugins-bad \
+         (scripts/install-deps)"
+    );
+}
+
+/// Reads `n` fragments of `source`'s H.265 (an `hvc1` codec of the main profile, an `hvcC`),
+/// from a keyframe, and has GStreamer decode them: every picture decodes, at the time written;
+/// and the first `frames` frames of the live feed are on those pictures.
+fn assert_h265_plays(port: u16, source: &'static str, n: usize, frames: usize, frame: u64) {
+    let feed = std::thread::spawn(move || live_times(port, source, frames));
+    let (codec, mut mp4) = watch_codec(port, source);
+    assert!(codec.starts_with("hvc1.1.6.L"), "{codec}: not H.265 main");
+    let fragments: Vec<Fragment> = (0..n).map(|_| mp4.fragment()).collect();
+    assert!(
+        fragments[0].keyframe,
+        "the stream does not start at a keyframe"
+    );
+    let mut written: Vec<u64> = fragments.iter().map(Fragment::presentation).collect();
+    written.sort_unstable();
+    assert_eq!(decode(&mp4.bytes, "h265"), written);
+    assert_frames_on_pictures(&feed.join().unwrap(), &fragments, frame, frames / 4);
+}
+
+#[test]
+fn an_h265_camera_plays_as_hvc1_mp4_and_each_frame_shares_its_pictures_time() {
+    require_x265enc();
+    let server = RtspServer::start(RtspServerOptions {
+        h265: true,
+        ..RtspServerOptions::default()
+    })
+    .unwrap();
+    let fps = server.options().fps;
+    let dir = tempfile::tempdir().unwrap();
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\n", server.url()),
+    );
+    http_client::wait_for_frames(port, "cam", 2 * fps, DEADLINE);
+    let frame = TIMESCALE / u64::from(fps);
+    assert_h265_plays(port, "cam", 4 * fps as usize, 3 * fps as usize, frame);
+    let (_, sources) = get(port, "/api/sources").unwrap();
+    let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
+    let cam = sources
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "cam");
+    assert_eq!(cam.unwrap()["video"]["available"], true, "{sources}");
+    run.terminate_cleanly(DEADLINE);
+}
+
+/// A file's H.265 reaches the decoder as MP4 holds it (`hvc1`, its `codec_data`), with
+/// B-frames, looping: it plays across its loops.
+#[test]
+fn an_h265_file_plays_as_hvc1_mp4_across_its_loops() {
+    require_x265enc();
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    common::run_to_eos(&format!(
+        "videotestsrc pattern=ball num-buffers=30 ! \
+         video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! \
+         x265enc speed-preset=ultrafast key-int-max=15 option-string=open-gop=0:bframes=2 ! \
+         h265parse ! mp4mux ! filesink location={}",
+        clip.display()
+    ));
+    let (run, port) = start(
+        dir.path(),
+        &format!("[sources.cam]\nuri = \"{}\"\nloop = true\n", clip.display()),
+    );
+    http_client::wait_for_frames(port, "cam", 30, DEADLINE);
+    assert_h265_plays(port, "cam", 90, 60, TIMESCALE / 30);
     run.terminate_cleanly(DEADLINE);
 }
 
@@ -431,7 +397,7 @@ fn a_viewer_that_stops_reading_is_skipped_to_a_keyframe_while_another_gets_every
         jump.keyframe,
         "the slow viewer resumed on a picture that is no keyframe"
     );
-    let decoded = decode(&slow.bytes);
+    let decoded = decode(&slow.bytes, "h264");
     assert_eq!(decoded.len(), seen.len() + 1);
     drop(slow);
     run.terminate_cleanly(DEADLINE);
@@ -525,7 +491,7 @@ fn a_websocket_gets_the_codec_then_the_init_segment_and_a_fragment_per_message()
         bytes.extend(fragment);
     }
     assert!(fragments[0].keyframe);
-    assert_eq!(decode(&bytes).len(), 20);
+    assert_eq!(decode(&bytes, "h264").len(), 20);
     drop(reader);
     run.terminate_cleanly(DEADLINE);
 }

@@ -1,5 +1,6 @@
-//! Fragmented MP4 (ISO/IEC 14496-12) of one H.264 track, as a browser's Media Source Extensions
-//! take it: an init segment (`ftyp` + `moov` with the `avcC` and `mvex`/`trex`, no samples),
+//! Fragmented MP4 (ISO/IEC 14496-12) of one H.264 or H.265 track, as a browser's Media Source
+//! Extensions take it: an init segment (`ftyp` + `moov` with the sample entry's `avcC` or `hvcC`
+//! (`track.rs`) and `mvex`/`trex`, no samples),
 //! then a fragment (`moof` + `mdat`) per access unit, so that each picture leaves as soon as it
 //! came. Written here, not by GStreamer's `mp4mux fragment-duration`: that muxer waits for
 //! a fragment's end, and the HTTP endpoint sends one fragment to many viewers (it is made once).
@@ -10,7 +11,7 @@
 //! browser's `requestVideoFrameCallback` `mediaTime`) is [`ticks`] of the packet's PTS over
 //! [`TIMESCALE`]. No thread.
 
-use super::avc::AvcConfig;
+use super::track::Track;
 
 /// Ticks per second of every time written.
 pub const TIMESCALE: u32 = 90_000;
@@ -74,12 +75,12 @@ fn u32s(out: &mut Vec<u8>, values: &[u32]) {
 const MATRIX: [u32; 9] = [0x0001_0000, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000];
 
 /// The init segment of a stream of `config`.
-pub fn init_segment(config: &AvcConfig) -> Vec<u8> {
-    let mut out = Vec::with_capacity(700 + config.record.len());
+pub fn init_segment(config: &Track) -> Vec<u8> {
+    let mut out = Vec::with_capacity(700 + config.sample_entry().2.len());
     boxed(&mut out, b"ftyp", |o| {
         o.extend_from_slice(b"isom");
         u32s(o, &[0x200]);
-        o.extend_from_slice(b"isomiso6avc1mp41");
+        o.extend_from_slice(config.brands());
     });
     boxed(&mut out, b"moov", |o| {
         full(o, b"mvhd", 0, 0, |o| {
@@ -101,14 +102,15 @@ pub fn init_segment(config: &AvcConfig) -> Vec<u8> {
 }
 
 /// The `trak` box's body.
-fn track(o: &mut Vec<u8>, config: &AvcConfig) {
+fn track(o: &mut Vec<u8>, config: &Track) {
+    let (width, height) = config.size();
     // Enabled and in the movie.
     full(o, b"tkhd", 0, 3, |o| {
         u32s(o, &[0, 0, TRACK, 0, 0, 0, 0]);
         // Layer, alternate group, volume, reserved.
         u16s(o, &[0, 0, 0, 0]);
         u32s(o, &MATRIX);
-        u32s(o, &[config.width << 16, config.height << 16]);
+        u32s(o, &[width << 16, height << 16]);
     });
     boxed(o, b"mdia", |o| {
         full(o, b"mdhd", 0, 0, |o| {
@@ -138,22 +140,24 @@ fn track(o: &mut Vec<u8>, config: &AvcConfig) {
 
 /// The `stbl` box's body: the sample description, and empty tables (the samples are in the
 /// fragments).
-fn sample_table(o: &mut Vec<u8>, config: &AvcConfig) {
+fn sample_table(o: &mut Vec<u8>, config: &Track) {
+    let (entry, record_box, record) = config.sample_entry();
+    let (width, height) = config.size();
     full(o, b"stsd", 0, 0, |o| {
         u32s(o, &[1]);
-        boxed(o, b"avc1", |o| {
+        boxed(o, entry, |o| {
             // Reserved, data reference index 1, pre-defined and reserved.
             u16s(o, &[0, 0, 0, 1, 0, 0]);
             u32s(o, &[0, 0, 0]);
             let size = |v: u32| u16::try_from(v).unwrap_or(u16::MAX);
-            u16s(o, &[size(config.width), size(config.height)]);
+            u16s(o, &[size(width), size(height)]);
             // 72 dpi each way, reserved, one frame per sample, no compressor name.
             u32s(o, &[0x0048_0000, 0x0048_0000, 0]);
             u16s(o, &[1]);
             o.extend_from_slice(&[0; 32]);
             // Depth 24, pre-defined -1.
             u16s(o, &[0x0018, 0xffff]);
-            boxed(o, b"avcC", |o| o.extend_from_slice(&config.record));
+            boxed(o, record_box, |o| o.extend_from_slice(record));
         });
     });
     full(o, b"stts", 0, 0, |o| u32s(o, &[0]));
@@ -165,7 +169,7 @@ fn sample_table(o: &mut Vec<u8>, config: &AvcConfig) {
 /// One access unit, on the stream's timeline.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample<'a> {
-    /// Its NAL units, length-prefixed as the init segment's `avcC` says.
+    /// Its NAL units, length-prefixed as the init segment's `avcC` or `hvcC` says.
     pub data: &'a [u8],
     /// Its decoding time, in ticks of [`TIMESCALE`].
     pub decode: u64,

@@ -21,8 +21,9 @@
 //! with it, so nothing is ever sent to a sink that closed.
 //!
 //! Also here: the decoded stream's own packets, for live viewers of the HTTP endpoint
-//! (`video.rs`, [`Hub::video`]), and what puts packets in a browser's video: H.264's MP4 form
-//! (`avc.rs`) and fragmented MP4 (`fmp4.rs`).
+//! (`video.rs`, [`Hub::video`]), and what puts packets in a browser's video: H.264's and
+//! H.265's MP4 forms (`avc.rs`, `hevc.rs`, either as a `track.rs`) and fragmented MP4
+//! (`fmp4.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,6 +37,8 @@ use crate::frame::CameraClock;
 
 pub mod avc;
 pub mod fmp4;
+pub mod hevc;
+pub mod track;
 pub mod video;
 
 /// Packets queued for one subscriber: about 8 s of a 30 fps stream, far more than a segment

@@ -35,16 +35,40 @@ pub const SUBSCRIPTION_PACKETS: usize = 128;
 /// a 16 Mbit/s 4K one.
 pub const GOP_BYTES: usize = 8 * 1024 * 1024;
 
+/// A codec a source's decoded stream can be sent in as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    H264,
+    H265,
+}
+
+impl Codec {
+    /// Its name for people: `H.264`, `H.265`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::H264 => "H.264",
+            Self::H265 => "H.265",
+        }
+    }
+}
+
 /// Whether a source's decoded stream can be sent as live video.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Status {
     /// Not known yet: the source has not reached its decoder.
     #[default]
     Waiting,
-    /// H.264: it can.
-    H264,
-    /// It cannot, and why (a phrase: "its stream is H.265 (video/x-h265)").
+    /// It can, in this codec (whether a browser plays it, the browser says).
+    Playable(Codec),
+    /// It cannot, and why (a phrase: "its stream is video/x-vp8").
     Not(String),
+}
+
+impl Status {
+    /// Whether its packets are kept and published.
+    pub fn playable(&self) -> bool {
+        matches!(self, Self::Playable(_))
+    }
 }
 
 #[derive(Debug)]
@@ -106,10 +130,11 @@ impl Video {
         self.lock().status.clone()
     }
 
-    /// Sets what is known of the stream; anything but H.264 forgets the packets kept.
+    /// Sets what is known of the stream; anything but a playable codec, or another one,
+    /// forgets the packets kept.
     pub fn set_status(&self, status: Status) {
         let mut inner = self.lock();
-        if status != Status::H264 {
+        if !status.playable() || status != inner.status {
             inner.gop.clear();
             inner.gop_bytes = 0;
         }
@@ -133,12 +158,12 @@ impl Video {
 
     /// Keeps `packet` in the group of pictures and hands it to every subscriber, never
     /// waiting (a full one loses it and skips to the next keyframe); nothing while the stream
-    /// is not known to be H.264.
+    /// is not known to be playable.
     pub fn publish(&self, packet: &Packet) {
         let keyframe = packet.keyframe();
         let size = packet.buffer.size();
         let mut inner = self.lock();
-        if inner.status != Status::H264 {
+        if !inner.status.playable() {
             return;
         }
         if keyframe {
@@ -205,9 +230,9 @@ mod tests {
     #[test]
     fn a_subscriber_gets_the_group_of_pictures_so_far_then_each_packet_once() {
         let video = Arc::new(Video::default());
-        video.publish(&packet(true)); // not known to be H.264 yet: not kept
+        video.publish(&packet(true)); // not known to be playable yet: not kept
         assert!(video.subscribe().gop.is_empty());
-        video.set_status(Status::H264);
+        video.set_status(Status::Playable(Codec::H264));
         video.publish(&packet(false)); // before any keyframe: not kept
         video.publish(&packet(true));
         video.publish(&packet(false));
@@ -227,7 +252,7 @@ mod tests {
     #[test]
     fn a_full_subscription_loses_packets_up_to_the_next_keyframe_and_the_source_never_waits() {
         let video = Arc::new(Video::default());
-        video.set_status(Status::H264);
+        video.set_status(Status::Playable(Codec::H264));
         let sub = video.subscribe();
         video.publish(&packet(true));
         for _ in 0..SUBSCRIPTION_PACKETS + 10 {

@@ -1,8 +1,8 @@
 //! The decoded stream's packets for live viewers (`crate::packets::video`): a probe on the
 //! input of the decoder that `decodebin` plugs takes each access unit the decoder is given,
 //! with its timestamps moved as the frames' are (`pts_offset`, so a packet's time is its
-//! frame's), and publishes it; the caps it sees say whether the stream is H.264 (it can go to a
-//! browser as it is) or why not.
+//! frame's), and publishes it; the caps it sees say whether the stream is H.264 or H.265 (it
+//! can go to a browser as it is; whether the browser plays it, the browser says) or why not.
 //!
 //! Why a probe on the decoder's input and not a second connection (the record stream): a camera
 //! often allows few sessions, and these are the very packets the frames with their boxes come
@@ -23,7 +23,7 @@ use gstreamer::prelude::*;
 use super::pipeline::DECODE;
 use super::{Shared, SourceUri};
 use crate::frame::CameraClock;
-use crate::packets::video::{Status, Video};
+use crate::packets::video::{Codec, Status, Video};
 use crate::packets::{Packet, hub};
 
 /// Watches the decoder `pipeline`'s `decodebin` plugs, for a new connection of `shared`'s
@@ -121,16 +121,18 @@ fn status_of(caps: &gst::CapsRef) -> Status {
     let Some(s) = caps.structure(0) else {
         return Status::Waiting;
     };
-    match s.name().as_str() {
-        "video/x-h264" if s.get::<&str>("alignment").is_ok_and(|a| a != "au") => {
-            Status::Not("its H.264 reaches the decoder in pieces, not whole pictures".to_owned())
-        }
-        "video/x-h264" => Status::H264,
-        "video/x-h265" => {
-            Status::Not("its stream is H.265, which is not sent as live video yet".to_owned())
-        }
-        other => Status::Not(format!("its stream is {other}")),
+    let codec = match s.name().as_str() {
+        "video/x-h264" => Codec::H264,
+        "video/x-h265" => Codec::H265,
+        other => return Status::Not(format!("its stream is {other}")),
+    };
+    if s.get::<&str>("alignment").is_ok_and(|a| a != "au") {
+        return Status::Not(format!(
+            "its {} reaches the decoder in pieces, not whole pictures",
+            codec.name()
+        ));
     }
+    Status::Playable(codec)
 }
 
 /// At a connection's first frame: a stream whose decoder was never seen reaches vidflow

@@ -556,6 +556,7 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 pub mod browser;
 pub mod http;
 mod kinds;
+pub mod mp4;
 pub mod mqtt;
 pub mod nats;
 mod probes;

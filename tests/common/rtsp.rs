@@ -1,6 +1,6 @@
-//! A real RTSP server for integration tests: H.264 from a live `videotestsrc`, served by
-//! `gst-rtsp-server` on 127.0.0.1, optionally behind basic auth, and able to go away and come
-//! back on the same port so reconnect logic can be tested against the real thing.
+//! A real RTSP server for integration tests: H.264 (or H.265) from a live `videotestsrc`,
+//! served by `gst-rtsp-server` on 127.0.0.1, optionally behind basic auth, and able to go away
+//! and come back on the same port so reconnect logic can be tested against the real thing.
 //!
 //! It can also go quiet without going away: `pause_frames` closes a `valve` between the test
 //! source and the encoder in every media constructed so far, so no RTP packet is sent while the
@@ -51,6 +51,9 @@ pub struct RtspServerOptions {
     pub credentials: Option<(String, String)>,
     /// `videotestsrc`'s pattern: `ball` (a few kB/s of H.264), `snow` (noise: a few hundred).
     pub pattern: &'static str,
+    /// H.265 (`x265enc`, `rtph265pay`) instead of H.264, as a camera set to H.265 sends it:
+    /// no B-frames, a keyframe a second.
+    pub h265: bool,
 }
 
 impl Default for RtspServerOptions {
@@ -62,6 +65,7 @@ impl Default for RtspServerOptions {
             path: "/test".to_owned(),
             credentials: None,
             pattern: "ball",
+            h265: false,
         }
     }
 }
@@ -326,14 +330,24 @@ fn launch_description(options: &RtspServerOptions) -> String {
         height,
         fps,
         pattern,
+        h265,
         ..
     } = options;
+    let encoder = if *h265 {
+        format!(
+            "x265enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} \
+             option-string=bframes=0 ! rtph265pay name=pay0 pt=96 config-interval=-1"
+        )
+    } else {
+        format!(
+            "x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} ! \
+             rtph264pay name=pay0 pt=96 config-interval=-1"
+        )
+    };
     format!(
         "( videotestsrc is-live=true pattern={pattern} ! \
          video/x-raw,format=I420,width={width},height={height},framerate={fps}/1 ! \
-         valve name={VALVE} drop=false ! \
-         x264enc tune=zerolatency speed-preset=ultrafast key-int-max={fps} ! \
-         rtph264pay name=pay0 pt=96 config-interval=-1 )"
+         valve name={VALVE} drop=false ! {encoder} )"
     )
 }
 

@@ -491,8 +491,8 @@ fn known_source(shared: &Shared, name: &str) -> bool {
 }
 
 /// A live video request (`video/`): 400 for a parameter, 404 for an unknown source, 409 for
-/// one whose stream is not H.264, 403 for a WebSocket opened by another site's page; else it
-/// goes to the video thread.
+/// one whose stream is neither H.264 nor H.265, 403 for a WebSocket opened by another site's
+/// page; else it goes to the video thread.
 fn video_reply(head: &Head, route: &routes::Route, args: &[&str], shared: &Shared) -> Reply {
     match answer::pairs(&head.target).map(|p| route.unknown(&p)) {
         Ok(None) => {}
@@ -505,7 +505,7 @@ fn video_reply(head: &Head, route: &routes::Route, args: &[&str], shared: &Share
         return Reply::Now(video::error(404, &format!("no source \"{source}\"")));
     }
     if let crate::packets::video::Status::Not(why) = crate::packets::hub().video(&source).status() {
-        return Reply::Now(video::error(409, &video::no_h264(&source, &why)));
+        return Reply::Now(video::error(409, &video::no_video(&source, &why)));
     }
     // A WebSocket is not bound by the same-origin policy: a page of another site that the
     // browser sends here with this Host would get the video. Its Origin names that site.

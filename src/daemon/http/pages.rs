@@ -118,14 +118,15 @@ fn record_stream(source: &LiveSource) -> serde_json::Value {
 }
 
 /// Whether the source plays as live video (`/api/video/SOURCE`): `available` true (its
-/// stream is H.264), false (with `why` not), or null while not known (the source has not
-/// reached its decoder); its `viewers` now, `bytes_sent` to them, `skips` (a viewer that fell
-/// behind, moved to the next keyframe), and the `gop_bytes` kept for a new viewer.
+/// stream is H.264 or H.265: whether a browser plays it, the browser says), false (with `why`
+/// not), or null while not known (the source has not reached its decoder); its `viewers` now,
+/// `bytes_sent` to them, `skips` (a viewer that fell behind, moved to the next keyframe), and
+/// the `gop_bytes` kept for a new viewer.
 fn video(source: &str) -> serde_json::Value {
     use crate::packets::video::Status;
     let v = crate::packets::hub().video(source);
     let (available, why) = match v.status() {
-        Status::H264 => (json!(true), serde_json::Value::Null),
+        Status::Playable(_) => (json!(true), serde_json::Value::Null),
         Status::Not(why) => (json!(false), json!(why)),
         Status::Waiting => (
             serde_json::Value::Null,

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use gstreamer as gst;
 
 use super::viewer::{Framing, Piece, Took, Viewer};
-use crate::packets::avc::AvcConfig;
 use crate::packets::fmp4::{self, TIMESCALE, ticks};
+use crate::packets::track::Track;
 use crate::packets::video::{GOP_BYTES, Status, Video, VideoSubscription};
 use crate::packets::{Carried, Packet, hub};
 
@@ -32,7 +32,7 @@ const DEFAULT_DURATION: u32 = TIMESCALE / 25;
 
 /// The stream's configuration, and its init segment.
 struct Mux {
-    config: AvcConfig,
+    config: Track,
     caps: gst::Caps,
     init: Arc<[u8]>,
 }
@@ -230,7 +230,7 @@ impl Broadcast {
 
     /// Takes the configuration a keyframe with new caps gives (see [`Broadcast::fragment`]).
     fn configure(&mut self, packet: &Packet, keyframe: &[u8]) {
-        let Ok(Some(config)) = AvcConfig::of(&packet.caps, keyframe) else {
+        let Ok(Some(config)) = Track::of(&packet.caps, keyframe) else {
             return;
         };
         let changed = self
@@ -269,14 +269,14 @@ impl Broadcast {
         written
     }
 
-    /// Answers the viewers waiting that will get no stream: the source is not H.264, or gave
-    /// no keyframe within [`FIRST_PICTURE`].
+    /// Answers the viewers waiting that will get no stream: the source has no playable codec,
+    /// or gave no keyframe within [`FIRST_PICTURE`].
     pub(super) fn expire(&mut self) {
         let status = self.video.status();
         let source = self.source.clone();
         self.waiting.retain_mut(|w| {
             let why = match &status {
-                Status::Not(why) => Some((409, super::no_h264(&source, why))),
+                Status::Not(why) => Some((409, super::no_video(&source, why))),
                 _ if w.since.elapsed() >= FIRST_PICTURE => Some((
                     503,
                     format!(

@@ -1,5 +1,5 @@
-//! `/api/video/SOURCE`: a source's own H.264, never re-encoded, as fragmented MP4 for a
-//! browser's Media Source Extensions: an init segment, then a fragment per picture, from the
+//! `/api/video/SOURCE`: a source's own H.264 or H.265, never re-encoded, as fragmented MP4 for
+//! a browser's Media Source Extensions: an init segment, then a fragment per picture, from the
 //! last keyframe the source kept (so the first picture comes at once), over one long-lived
 //! connection: a plain HTTP response (`Content-Type: video/mp4`, the codec and the time origin
 //! in headers), or, asked with `Upgrade: websocket`, WebSocket messages (the same, the headers'
@@ -45,7 +45,7 @@ pub(super) const ARRIVALS: usize = 32;
 /// picture's time, so a backlog drains before the next comes.
 const BACKLOG_TICK: Duration = Duration::from_millis(10);
 /// How soon it looks again at viewers waiting for a first keyframe (to answer them when the
-/// source turns out not to be H.264, or gives none).
+/// source turns out to have no playable codec, or gives none).
 const WAIT_TICK: Duration = Duration::from_secs(1);
 
 /// A new viewer: its connection, the source it watches, and its `Sec-WebSocket-Key` when it
@@ -80,8 +80,8 @@ pub(super) fn add(shared: &Shared, arrival: Arrival) {
 }
 
 /// Why `source` plays no live video.
-pub(super) fn no_h264(source: &str, why: &str) -> String {
-    format!("source \"{source}\" has no H.264 stream ({why}): the tile shows stills")
+pub(super) fn no_video(source: &str, why: &str) -> String {
+    format!("source \"{source}\" has no H.264 or H.265 stream ({why}): the tile shows stills")
 }
 
 /// A JSON error answer: `{"error": message}`.
@@ -173,8 +173,8 @@ fn wait(
     }
 }
 
-/// Takes a viewer in: refused past the cap or for a source that is not H.264, else handed to
-/// its source's broadcast (made at its first viewer).
+/// Takes a viewer in: refused past the cap or for a source of neither H.264 nor H.265, else
+/// handed to its source's broadcast (made at its first viewer).
 fn welcome(a: Arrival, casts: &mut Vec<broadcast::Broadcast>, shared: &Shared) {
     let Arrival {
         mut stream,
@@ -189,7 +189,7 @@ fn welcome(a: Arrival, casts: &mut Vec<broadcast::Broadcast>, shared: &Shared) {
         return;
     }
     if let Status::Not(why) = crate::packets::hub().video(&source).status() {
-        let _ = stream.write(&error(409, &no_h264(&source, &why)));
+        let _ = stream.write(&error(409, &no_video(&source, &why)));
         return;
     }
     if stream.set_nonblocking(true).is_err() {

@@ -14,8 +14,8 @@ function camera(source) {
   if (c) return c;
   const canvas = el("canvas", { class: "boxes", "data-source": source.name });
   const view = el("div", { class: "view" });
-  // The camera's own video where it has H.264 and the browser plays it (video.js), over a
-  // WebSocket each (not counted among the six connections a browser opens per host); else
+  // The camera's own video where it has H.264 or H.265 and the browser plays it (video.js),
+  // over a WebSocket each (not counted among the six connections a browser opens per host); else
   // its stills, over the one live stream (`still` events below), never a connection per camera.
   const video = document.createElement("video");
   for (const a of ["muted", "playsinline", "autoplay"]) video.setAttribute(a, "");
@@ -227,8 +227,9 @@ function live() {
 }
 
 // ---------------------------------------------------------------- live video
-// A tile plays video (video.js) unless the source has none (not H.264), this browser cannot
-// play it, or it failed GIVE_UP times in a row; then it shows stills, and says why.
+// A tile plays video (video.js) unless the source has none (neither H.264 nor H.265), this
+// browser cannot play it, or it failed GIVE_UP times in a row; then it shows stills, and says
+// why.
 const noVideo = videoUnsupported();
 // Live frames kept per source to find a picture's boxes: some seconds at 25 fps.
 const FRAMES_KEPT = 128;

@@ -1,10 +1,12 @@
 // vidflow's live video, for one camera tile of the page (app.js makes one per tile that plays
-// video): the camera's own H.264, never re-encoded, from `api/video/NAME` over a WebSocket (a
-// text message {codec, mime, origin_ms, timescale}, then the init segment and one fragment per
-// picture, from the current group of pictures' keyframe), played through Media Source
-// Extensions. A WebSocket, not a long response: a browser opens at most six HTTP/1.1
-// connections per host, and does not count WebSockets among them, so a page of 16 cameras
-// still loads its events, counts and health.
+// video): the camera's own H.264 or H.265, never re-encoded, from `api/video/NAME` over a
+// WebSocket (a text message {codec, mime, origin_ms, timescale}, then the init segment and one
+// fragment per picture, from the current group of pictures' keyframe), played through Media
+// Source Extensions when `MediaSource.isTypeSupported` says the browser plays the codec (else
+// the tile shows stills and says why: "this browser cannot play H.265 (hvc1.1.6.L93.B0)").
+// A WebSocket, not a long response: a browser opens at most six HTTP/1.1 connections per
+// host, and does not count WebSockets among them, so a page of 16 cameras still loads its
+// events, counts and health.
 //
 // - Which picture is on screen: `requestVideoFrameCallback` gives each presented picture's
 //   `mediaTime`, which is the `media_time` of the live frame that holds its boxes (`onFrame`).
@@ -57,6 +59,12 @@ function videoUnsupported() {
     return "this browser cannot say which picture it shows (requestVideoFrameCallback)";
   }
   return null;
+}
+
+// A codec string as a tile says it: H.265's with its name ("H.265 (hvc1.1.6.L93.B0)"), which
+// few people know by its string; H.264's as it is.
+function codecName(codec) {
+  return /^(hvc1|hev1)\./.test(codec) ? `H.265 (${codec})` : codec;
 }
 
 // A fragment's first picture, from its `moof`: whether it is a keyframe, its presentation time
@@ -172,14 +180,17 @@ class LiveVideo {
         return;
       }
       this.timescale = hello.timescale || 90000;
-      if (!MediaSourceOf.isTypeSupported(hello.mime)) {
+      // Asked before any media is opened: a browser without the codec (H.265 in many) shows
+      // stills and says why, once; the tile does not try again.
+      const mime = `video/mp4; codecs="${hello.codec}"`;
+      if (!MediaSourceOf.isTypeSupported(mime)) {
         this.stop();
-        this.on.unsupported(`this browser cannot play ${hello.codec}`);
+        this.on.unsupported(`this browser cannot play ${codecName(hello.codec)}`);
         return;
       }
       // Each connection in a MediaSource of its own: a stream that starts again (vidflow
       // restarted; the camera's settings, or its codec, changed) starts a new timeline.
-      this.openMedia(hello.mime);
+      this.openMedia(mime);
       return;
     }
     const f = fragmentOf(data);
