@@ -4,6 +4,7 @@
 //! picture at the camera's rate; each frame of the live feed (`/api/live`) carries the time of
 //! its picture in that video (`media_time`), on a camera and on a looping file; a viewer that
 //! stops reading is skipped to a keyframe and counted while another gets every picture; a
+//! stop ends the run cleanly beside viewers that never read and a request never finished; a
 //! WebSocket gets the same; a source of neither H.264 nor H.265 is a 409 that says why, and
 //! `/api/sources` says it too. An H.265 camera (x265 over RTSP) and an H.265 file (`hvc1` in
 //! MP4, B-frames, looping) play the same way, as `hvc1` with its `hvcC`, every picture decoded
@@ -401,6 +402,66 @@ fn a_viewer_that_stops_reading_is_skipped_to_a_keyframe_while_another_gets_every
     assert_eq!(decoded.len(), seen.len() + 1);
     drop(slow);
     run.terminate_cleanly(DEADLINE);
+}
+
+#[test]
+fn a_stop_wins_over_viewers_that_never_read_and_a_request_never_finished() {
+    // Noise, for bytes enough to fill what the kernel holds for each viewer.
+    let options = RtspServerOptions {
+        pattern: "snow",
+        ..RtspServerOptions::default()
+    };
+    let server = RtspServer::start(options).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A stop deadline shorter than any viewer is kept unread: a video thread that waited for
+    // one would be abandoned at it, and the run would fail.
+    let (run, port) = start(
+        dir.path(),
+        &format!(
+            "[daemon]\nstop_timeout_s = 5\n[sources.cam]\nuri = \"{}\"\n",
+            server.url()
+        ),
+    );
+    http_client::wait_for_frames(port, "cam", 15, DEADLINE);
+    // Viewers that take their init segment and read nothing more, over HTTP and WebSocket,
+    // and a request whose head never ends.
+    let stuck: Vec<_> = (0..3)
+        .map(|_| {
+            let v = watch(port, "cam");
+            small_receive_buffer(v.reader.get_ref());
+            v
+        })
+        .collect();
+    let sockets: Vec<_> = (0..2)
+        .map(|_| {
+            let (status, head, reader) =
+                handshake(port, "cam", &format!("http://127.0.0.1:{port}"));
+            assert_eq!(status, 101, "{head:?}");
+            small_receive_buffer(reader.get_ref());
+            reader
+        })
+        .collect();
+    let mut unfinished = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        unfinished,
+        "GET /api/video/cam HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    )
+    .unwrap();
+    // The stop comes once the viewers are behind: each was skipped at least once.
+    wait_until("the stuck viewers skipped", DEADLINE, || {
+        let s = scrape(port)?;
+        (value(&s, "vidflow_video_skips_total", &[("source", "cam")])? >= 5.0).then_some(())
+    });
+    assert_eq!(
+        value(
+            &scrape(port).unwrap(),
+            "vidflow_video_viewers",
+            &[("source", "cam")]
+        ),
+        Some(5.0)
+    );
+    run.terminate_cleanly(DEADLINE);
+    drop((stuck, sockets, unfinished));
 }
 
 /// Reads one WebSocket message from the server: its opcode and payload.

@@ -71,6 +71,11 @@ impl StopDeadline {
     pub(super) fn joins(&self) -> Instant {
         self.joins
     }
+
+    /// The deadline itself: the sinks are closed, and the endpoint's threads stopped, by here.
+    pub(super) fn end(&self) -> Instant {
+        self.end
+    }
 }
 
 /// Counts the results delivered to the sinks, and stops delivering once the drain is given up,

@@ -56,7 +56,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Live;
 use crate::config::HttpConfig;
@@ -264,8 +264,23 @@ impl Bound {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
+impl Server {
+    /// Stops the endpoint, giving its threads until `until` (the run's stop deadline): the
+    /// names of those still busy then, left running (see `workers.rs`).
+    pub fn stop_by(mut self, until: Instant) -> Vec<&'static str> {
+        self.stop_loop();
+        let mut left = Vec::new();
+        for workers in self.workers() {
+            let name = workers.name();
+            if !workers.stop_by(until) {
+                left.push(name);
+            }
+        }
+        left
+    }
+
+    /// Stops the loop that takes connections and joins it: it returns at once.
+    fn stop_loop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         hub().wake_all();
         // Wakes the loop out of `poll`; it sees `stop` and returns.
@@ -273,8 +288,12 @@ impl Drop for Server {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        // The credentials thread first: it may be handing a request to the others.
-        for workers in [
+    }
+
+    /// The endpoint's threads, taken, in the order they stop: the credentials thread first, as
+    /// it may be handing a request to the others.
+    fn workers(&mut self) -> impl Iterator<Item = workers::Workers> {
+        [
             self.verifier.take(),
             self.api.take(),
             self.live.take(),
@@ -282,7 +301,13 @@ impl Drop for Server {
         ]
         .into_iter()
         .flatten()
-        {
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_loop();
+        for workers in self.workers() {
             workers.stop();
         }
     }

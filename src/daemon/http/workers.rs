@@ -10,11 +10,13 @@
 //! thread that panicked is logged, not propagated: the rest of the endpoint still stops. If a
 //! spawn fails, the threads already started are stopped and joined the same way before the
 //! error is returned. The endpoint stops them after its loop is joined, so no new work comes
-//! meanwhile (`Server`'s drop, `mod.rs`).
+//! meanwhile (`Server`'s drop, `mod.rs`). At the end of a run the daemon gives them until
+//! its stop deadline ([`Workers::stop_by`]): a thread still busy then is left, not waited for.
 
 use std::thread::JoinHandle;
+use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 
 /// Threads of one name and one stop channel; dropping it stops and joins them.
 #[derive(Debug)]
@@ -22,6 +24,9 @@ pub(super) struct Workers {
     name: &'static str,
     stop: Option<Sender<()>>,
     threads: Vec<JoinHandle<()>>,
+    /// Disconnected once every thread has returned (each holds a sender, dropped as it ends,
+    /// also by a panic): what [`Workers::stop_by`] waits on.
+    done: Receiver<()>,
 }
 
 impl Workers {
@@ -32,19 +37,26 @@ impl Workers {
         F: Fn(&Receiver<()>) + Clone + Send + 'static,
     {
         let (stop, stopped) = bounded::<()>(0);
+        let (ending, done) = bounded::<()>(0);
         let mut workers = Self {
             name,
             stop: Some(stop),
             threads: Vec::with_capacity(count),
+            done,
         };
         for _ in 0..count {
-            let (body, stopped) = (body.clone(), stopped.clone());
+            let (body, stopped, ending) = (body.clone(), stopped.clone(), ending.clone());
             // On an error, `workers` is dropped: those already started are stopped and joined.
-            workers.threads.push(
-                std::thread::Builder::new()
-                    .name(name.to_owned())
-                    .spawn(move || body(&stopped))?,
-            );
+            workers
+                .threads
+                .push(
+                    std::thread::Builder::new()
+                        .name(name.to_owned())
+                        .spawn(move || {
+                            let _ending = ending;
+                            body(&stopped);
+                        })?,
+                );
         }
         Ok(workers)
     }
@@ -52,6 +64,25 @@ impl Workers {
     /// Stops and joins the threads (as dropping does).
     pub(super) fn stop(self) {
         drop(self);
+    }
+
+    /// Stops the threads and joins them if they all return by `until`; else leaves them
+    /// (detached, never joined: the process is ending) and returns false.
+    pub(super) fn stop_by(mut self, until: Instant) -> bool {
+        drop(self.stop.take());
+        if let Err(RecvTimeoutError::Timeout) = self.done.recv_deadline(until) {
+            tracing::error!(
+                thread = self.name,
+                "http: a thread of the endpoint did not stop by the stop deadline; abandoned"
+            );
+            self.threads.clear();
+            return false;
+        }
+        true
+    }
+
+    pub(super) fn name(&self) -> &'static str {
+        self.name
     }
 }
 

@@ -16,11 +16,16 @@ use super::start::Running;
 
 use crate::workflow::{Executor, ExecutorMetrics, PoolError, PoolMetrics, RunStats};
 
+/// The least time the endpoint's threads get to stop, when the stop deadline is past by then.
+const HTTP_GRACE: Duration = Duration::from_secs(1);
+
 /// What the shutdown left, for the report.
 pub(super) struct Ended {
     sup: Supervisor,
     http: Option<Server>,
     stop_timeout: Duration,
+    /// The stop deadline: the endpoint's threads are stopped by then (see [`HTTP_GRACE`]).
+    deadline_end: Instant,
     aborted: bool,
     counts: DeliveredState,
     stopped: SourcesStopped,
@@ -109,6 +114,7 @@ impl Running {
         }
         Ended {
             stop_timeout: sup.parts.stop_timeout,
+            deadline_end: deadline.end(),
             sup,
             http,
             aborted,
@@ -217,6 +223,20 @@ impl Ended {
         for line in super::super::count_lines(&report.counts) {
             tracing::info!("final counts: {line}");
         }
+        // The endpoint answered while the run drained; it stops with the report made, by the
+        // stop deadline (or HTTP_GRACE from now, when the drain used it up): a thread still
+        // busy then (a viewer's socket it would not let go) is abandoned like the others.
+        if let Some(http) = self.http.take() {
+            let until = self.deadline_end.max(Instant::now() + HTTP_GRACE);
+            for name in http.stop_by(until) {
+                let what = format!("http thread \"{name}\"");
+                if self.aborted {
+                    self.cut_short.push(what);
+                } else {
+                    self.abandoned.push(what);
+                }
+            }
+        }
         if !self.cut_short.is_empty() {
             tracing::warn!(
                 left = %self.cut_short.join(", "),
@@ -232,8 +252,6 @@ impl Ended {
             });
         }
         std::mem::take(&mut self.sup.notifier).stop();
-        // The endpoint answered while the run drained; it stops with the report made.
-        drop(self.http.take());
         if errors.is_empty() {
             Ok(report)
         } else {
