@@ -484,11 +484,7 @@ fn sixteen_cameras_play_and_the_events_counts_and_health_still_load() {
 
 #[test]
 fn an_h265_tile_shows_stills_saying_the_browser_cannot_play_it_beside_an_h264_tile_that_plays() {
-    common::gst_init();
-    assert!(
-        gstreamer::ElementFactory::find("x265enc").is_some(),
-        "no x265enc: install gstreamer1.0-plugins-bad (scripts/install-deps)"
-    );
+    common::require_x265enc();
     let h264 = RtspServer::start(RtspServerOptions::default()).unwrap();
     let h265 = RtspServer::start(RtspServerOptions {
         h265: true,

@@ -405,23 +405,11 @@ fn a_record_sink_changed_by_a_reload_hands_over_without_overlap_and_its_counts_g
     );
 }
 
-/// x265enc makes the H.265 streams the two tests below record. It is in Debian's
-/// gstreamer1.0-plugins-bad, which scripts/install-deps installs: without it those tests fail
-/// and say why (one that passed without recording any H.265 would prove nothing).
-fn require_x265enc() {
-    common::gst_init();
-    assert!(
-        gstreamer::ElementFactory::find("x265enc").is_some(),
-        "no x265enc, so no H.265 stream to record: install gstreamer1.0-plugins-bad \
-         (scripts/install-deps)"
-    );
-}
-
 /// H.265 with B-frames (reordered), in closed GOPs as cameras send: an open GOP's leading
 /// pictures after a cut refer to the segment before, and do not decode in a segment alone.
 #[test]
 fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
-    require_x265enc();
+    common::require_x265enc();
     let dir = tempfile::tempdir().unwrap();
     let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
     run_to_eos(&format!(
@@ -450,7 +438,7 @@ fn an_h265_file_is_recorded_as_it_is_into_matroska_segments() {
 /// recorded as sent, frame for frame.
 #[test]
 fn an_h265_camera_over_rtsp_is_recorded_as_it_sent() {
-    require_x265enc();
+    common::require_x265enc();
     let dir = tempfile::tempdir().unwrap();
     let (main, sub) = (dir.path().join("main.mp4"), dir.path().join("sub.mp4"));
     run_to_eos(&format!(

@@ -242,17 +242,6 @@ fn a_looping_files_frames_share_their_pictures_times_across_its_loops() {
     run.terminate_cleanly(DEADLINE);
 }
 
-/// x265enc makes the H.265 of the two tests below (Debian's gstreamer1.0-plugins-bad, which
-/// scripts/install-deps installs): without it they fail and say why.
-fn require_x265enc() {
-    common::gst_init();
-    assert!(
-        gstreamer::ElementFactory::find("x265enc").is_some(),
-        "no x265enc, so no H.265 stream to play: install gstreamer1.0-plugins-bad \
-         (scripts/install-deps)"
-    );
-}
-
 /// Reads `n` fragments of `source`'s H.265 (an `hvc1` codec of the main profile, an `hvcC`),
 /// from a keyframe, and has GStreamer decode them: every picture decodes, at the time written;
 /// and the first `frames` frames of the live feed are on those pictures.
@@ -273,7 +262,7 @@ fn assert_h265_plays(port: u16, source: &'static str, n: usize, frames: usize, f
 
 #[test]
 fn an_h265_camera_plays_as_hvc1_mp4_and_each_frame_shares_its_pictures_time() {
-    require_x265enc();
+    common::require_x265enc();
     let server = RtspServer::start(RtspServerOptions {
         h265: true,
         ..RtspServerOptions::default()
@@ -303,7 +292,7 @@ fn an_h265_camera_plays_as_hvc1_mp4_and_each_frame_shares_its_pictures_time() {
 /// B-frames, looping: it plays across its loops.
 #[test]
 fn an_h265_file_plays_as_hvc1_mp4_across_its_loops() {
-    require_x265enc();
+    common::require_x265enc();
     let dir = tempfile::tempdir().unwrap();
     let clip = dir.path().join("clip.mp4");
     common::run_to_eos(&format!(

@@ -8,6 +8,8 @@ use std::borrow::Cow;
 
 use gstreamer as gst;
 
+use super::caps::{Described, Lacking, describe};
+
 /// NAL unit types read here (ITU-T H.264 table 7-1).
 const NAL_SPS: u8 = 7;
 const NAL_PPS: u8 = 8;
@@ -53,22 +55,16 @@ impl AvcConfig {
     /// byte stream, the one the parameter sets in `keyframe` make (`None`: this packet has
     /// none, a later keyframe may).
     pub fn of(caps: &gst::CapsRef, keyframe: &[u8]) -> Result<Option<Self>, AvcError> {
-        let s = caps
-            .structure(0)
-            .ok_or_else(|| AvcError::NotH264("empty caps".to_owned()))?;
-        if s.name() != "video/x-h264" {
-            return Err(AvcError::NotH264(s.name().to_string()));
-        }
-        let size = |k: &str| s.get::<i32>(k).ok().and_then(|v| u32::try_from(v).ok());
-        let (Some(width), Some(height)) = (size("width"), size("height")) else {
-            return Err(AvcError::NoSize);
-        };
-        if let Ok(data) = s.get::<gst::Buffer>("codec_data") {
-            let map = data.map_readable().map_err(|_| AvcError::BadCodecData)?;
-            let record = map.as_slice().to_vec();
-            if record.len() < 7 || record[0] != 1 {
-                return Err(AvcError::BadCodecData);
-            }
+        let Described {
+            width,
+            height,
+            record: given,
+        } = describe(caps, "video/x-h264", 7).map_err(|lacking| match lacking {
+            Lacking::Other(name) => AvcError::NotH264(name),
+            Lacking::NoSize => AvcError::NoSize,
+            Lacking::BadRecord => AvcError::BadCodecData,
+        })?;
+        if let Some(record) = given {
             let length_size = usize::from(record[4] & 0x03) + 1;
             return Ok(Some(Self {
                 record,
@@ -111,18 +107,9 @@ impl AvcConfig {
     pub fn sample<'a>(&self, unit: &'a [u8]) -> Cow<'a, [u8]> {
         match self.framing {
             Framing::Avc { .. } => Cow::Borrowed(unit),
-            Framing::ByteStream => {
-                let mut out = Vec::with_capacity(unit.len() + 16);
-                for nal in nal_units(unit, Framing::ByteStream) {
-                    if nal.first().map(|b| b & 0x1f) == Some(NAL_AUD) {
-                        continue;
-                    }
-                    let len = u32::try_from(nal.len()).unwrap_or(u32::MAX);
-                    out.extend_from_slice(&len.to_be_bytes());
-                    out.extend_from_slice(nal);
-                }
-                Cow::Owned(out)
-            }
+            Framing::ByteStream => Cow::Owned(length_prefixed(unit, |nal| {
+                nal.first().map(|b| b & 0x1f) == Some(NAL_AUD)
+            })),
         }
     }
 
@@ -131,6 +118,21 @@ impl AvcConfig {
     pub fn parameter_sets(&self) -> &[u8] {
         self.record.get(5..).unwrap_or_default()
     }
+}
+
+/// Each NAL unit of a byte-stream access unit after a 4-byte length, as MP4 holds them, but
+/// those `left_out` says (access unit delimiters).
+pub(super) fn length_prefixed(unit: &[u8], left_out: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(unit.len() + 16);
+    for nal in nal_units(unit, Framing::ByteStream) {
+        if left_out(nal) {
+            continue;
+        }
+        let len = u32::try_from(nal.len()).unwrap_or(u32::MAX);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(nal);
+    }
+    out
 }
 
 /// An AVCDecoderConfigurationRecord of these parameter sets, with 4-byte lengths.

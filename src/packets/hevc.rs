@@ -10,7 +10,8 @@ use std::borrow::Cow;
 
 use gstreamer as gst;
 
-use super::avc::{Framing, nal_units};
+use super::avc::{Framing, length_prefixed, nal_units};
+use super::caps::{Described, Lacking, describe};
 
 /// NAL unit types read here (ITU-T H.265 table 7-1).
 const NAL_VPS: u8 = 32;
@@ -66,22 +67,16 @@ impl HevcConfig {
     /// stream, the one the parameter sets in `keyframe` make (`None`: this packet has none, a
     /// later keyframe may).
     pub fn of(caps: &gst::CapsRef, keyframe: &[u8]) -> Result<Option<Self>, HevcError> {
-        let s = caps
-            .structure(0)
-            .ok_or_else(|| HevcError::NotH265("empty caps".to_owned()))?;
-        if s.name() != "video/x-h265" {
-            return Err(HevcError::NotH265(s.name().to_string()));
-        }
-        let size = |k: &str| s.get::<i32>(k).ok().and_then(|v| u32::try_from(v).ok());
-        let (Some(width), Some(height)) = (size("width"), size("height")) else {
-            return Err(HevcError::NoSize);
-        };
-        if let Ok(data) = s.get::<gst::Buffer>("codec_data") {
-            let map = data.map_readable().map_err(|_| HevcError::BadCodecData)?;
-            let record = map.as_slice().to_vec();
-            if record.len() < HEADER || record[0] != 1 {
-                return Err(HevcError::BadCodecData);
-            }
+        let Described {
+            width,
+            height,
+            record: given,
+        } = describe(caps, "video/x-h265", HEADER).map_err(|lacking| match lacking {
+            Lacking::Other(name) => HevcError::NotH265(name),
+            Lacking::NoSize => HevcError::NoSize,
+            Lacking::BadRecord => HevcError::BadCodecData,
+        })?;
+        if let Some(record) = given {
             let length_size = usize::from(record[21] & 0x03) + 1;
             return Ok(Some(Self {
                 record,
@@ -139,16 +134,7 @@ impl HevcConfig {
         match self.framing {
             Framing::Avc { .. } => Cow::Borrowed(unit),
             Framing::ByteStream => {
-                let mut out = Vec::with_capacity(unit.len() + 16);
-                for nal in nal_units(unit, Framing::ByteStream) {
-                    if nal_type(nal) == Some(NAL_AUD) {
-                        continue;
-                    }
-                    let len = u32::try_from(nal.len()).unwrap_or(u32::MAX);
-                    out.extend_from_slice(&len.to_be_bytes());
-                    out.extend_from_slice(nal);
-                }
-                Cow::Owned(out)
+                Cow::Owned(length_prefixed(unit, |nal| nal_type(nal) == Some(NAL_AUD)))
             }
         }
     }

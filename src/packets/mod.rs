@@ -36,6 +36,7 @@ use gstreamer as gst;
 use crate::frame::CameraClock;
 
 pub mod avc;
+mod caps;
 pub mod fmp4;
 pub mod hevc;
 pub mod track;

@@ -22,6 +22,17 @@ pub fn gst_init() {
     INIT.call_once(|| gst::init().unwrap());
 }
 
+/// x265enc makes the H.265 streams of the tests that call this. It is in Debian's
+/// gstreamer1.0-plugins-bad, which scripts/install-deps installs: without it those tests fail
+/// and say why (one that passed without any H.265 would prove nothing).
+pub fn require_x265enc() {
+    gst_init();
+    assert!(
+        gst::ElementFactory::find("x265enc").is_some(),
+        "no x265enc, so no H.265 stream: install gstreamer1.0-plugins-bad (scripts/install-deps)"
+    );
+}
+
 /// A port that was free a moment ago: for a server a test starts, or for an address nobody
 /// listens on. Taken below the kernel's ephemeral range (`ip_local_port_range`, 32768 and up
 /// by default), which is where a port bound to 0 comes from and where every outgoing
