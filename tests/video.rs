@@ -441,13 +441,16 @@ fn a_stop_wins_over_viewers_that_never_read_and_a_request_never_finished() {
         let s = scrape(port)?;
         (value(&s, "vidflow_video_skips_total", &[("source", "cam")])? >= 5.0).then_some(())
     });
+    let s = scrape(port).unwrap();
     assert_eq!(
-        value(
-            &scrape(port).unwrap(),
-            "vidflow_video_viewers",
-            &[("source", "cam")]
-        ),
+        value(&s, "vidflow_video_viewers", &[("source", "cam")]),
         Some(5.0)
+    );
+    // What waits for them is counted, and bounded: at most 12 MiB each.
+    let queued = value(&s, "vidflow_video_queued_bytes", &[("source", "cam")]).unwrap();
+    assert!(
+        queued > 0.0 && queued <= 5.0 * 12.0 * 1024.0 * 1024.0,
+        "{queued} bytes queued for 5 stuck viewers"
     );
     run.terminate_cleanly(DEADLINE);
     drop((stuck, sockets, unfinished));

@@ -98,6 +98,9 @@ pub struct Video {
     pub viewers: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub skips: AtomicU64,
+    /// Bytes waiting for its viewers now, summed over them (a fragment waiting for two counts
+    /// twice, though its bytes are shared): each viewer's are bounded, past them it is skipped.
+    pub queued_bytes: AtomicU64,
     /// Times a full subscription lost packets (the video thread behind), each a skip to the
     /// next keyframe. Relaxed: a statistic.
     pub lost: AtomicU64,

@@ -120,8 +120,9 @@ fn record_stream(source: &LiveSource) -> serde_json::Value {
 /// Whether the source plays as live video (`/api/video/SOURCE`): `available` true (its
 /// stream is H.264 or H.265: whether a browser plays it, the browser says), false (with `why`
 /// not), or null while not known (the source has not reached its decoder); its `viewers` now,
-/// `bytes_sent` to them, `skips` (a viewer that fell behind, moved to the next keyframe), and
-/// the `gop_bytes` kept for a new viewer.
+/// `bytes_sent` to them, `queued_bytes` waiting for them now (summed over them; each
+/// viewer's bounded), `skips` (a viewer that fell behind, moved to the next keyframe), and the
+/// `gop_bytes` kept for a new viewer.
 fn video(source: &str) -> serde_json::Value {
     use crate::packets::video::Status;
     let v = crate::packets::hub().video(source);
@@ -138,6 +139,7 @@ fn video(source: &str) -> serde_json::Value {
         "why": why,
         "viewers": get(&v.viewers),
         "bytes_sent": get(&v.bytes_sent),
+        "queued_bytes": get(&v.queued_bytes),
         "skips": get(&v.skips),
         "gop_bytes": v.gop_bytes(),
     })

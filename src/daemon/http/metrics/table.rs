@@ -370,6 +370,13 @@ pub(super) static METRICS: &[Metric] = &[
         read: Read::Video(|v| &v.viewers),
     },
     Metric {
+        name: "vidflow_video_queued_bytes",
+        kind: "gauge",
+        help: "Bytes of live video (/api/video/SOURCE) waiting for its viewers now, summed over \
+               them; each viewer's are bounded (past 12 MiB it is skipped to the next keyframe).",
+        read: Read::Video(|v| &v.queued_bytes),
+    },
+    Metric {
         name: "vidflow_video_bytes_sent_total",
         kind: "counter",
         help: "Bytes of live video (/api/video/SOURCE) written to its viewers.",

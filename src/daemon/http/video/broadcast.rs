@@ -102,6 +102,11 @@ impl Broadcast {
         self.viewers.len() + self.waiting.len()
     }
 
+    /// Bytes its viewers' sockets did not take yet, summed over them.
+    pub(super) fn unsent(&self) -> usize {
+        self.viewers.iter().map(|v| v.unsent()).sum()
+    }
+
     /// Whether any viewer has bytes its socket did not take yet.
     pub(super) fn backlogged(&self) -> bool {
         self.viewers.iter().any(|v| v.unsent() > 0)

@@ -125,6 +125,8 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
             cast.expire();
             let viewers = cast.count();
             cast.video.viewers.store(viewers as u64, Ordering::Relaxed);
+            let queued = cast.unsent() as u64;
+            cast.video.queued_bytes.store(queued, Ordering::Relaxed);
         }
         casts.retain(|c| c.count() > 0);
         let viewers = casts.iter().map(broadcast::Broadcast::count).sum();
@@ -135,6 +137,7 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
     }
     for cast in &casts {
         cast.video.viewers.store(0, Ordering::Relaxed);
+        cast.video.queued_bytes.store(0, Ordering::Relaxed);
     }
     shared.video_viewers.store(0, Ordering::Relaxed);
 }
