@@ -4,8 +4,9 @@
 //! picture at the camera's rate; each frame of the live feed (`/api/live`) carries the time of
 //! its picture in that video (`media_time`), on a camera and on a looping file; a viewer that
 //! stops reading is skipped to a keyframe and counted while another gets every picture; a
-//! WebSocket gets the same; a source that is not H.264 is a 409 that says why, and
-//! `/api/sources` says it too. The MP4 is read by the small box reader below; nothing is mocked.
+//! WebSocket gets the same; a source whose stills were chosen (`live_video = "stills"`) is a
+//! 409 that says so, and `/api/sources` says it too (sources encoded: `video_encoded.rs`). The
+//! MP4 is read by the small box reader below; nothing is mocked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -27,12 +28,12 @@ use http_client::{get, open, scrape, value, wait_until};
 use rtsp::{RtspServer, RtspServerOptions};
 
 /// Guards against a hang only.
-const DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 /// Ticks per second of the stream's times.
-const TIMESCALE: u64 = 90_000;
+pub(crate) const TIMESCALE: u64 = 90_000;
 
 /// Starts vidflow on `sources` (TOML of `[sources.*]` tables) with a preview of `cam`.
-fn start(dir: &Path, sources: &str) -> (Running, u16) {
+pub(crate) fn start(dir: &Path, sources: &str) -> (Running, u16) {
     let port = free_port();
     let p = write(
         dir,
@@ -47,22 +48,22 @@ fn start(dir: &Path, sources: &str) -> (Running, u16) {
 
 /// One fragment of the stream: its times (ticks), whether it is a keyframe.
 #[derive(Debug, Clone, Copy)]
-struct Fragment {
-    decode: u64,
+pub(crate) struct Fragment {
+    pub(crate) decode: u64,
     offset: i64,
-    keyframe: bool,
+    pub(crate) keyframe: bool,
 }
 
 impl Fragment {
-    fn presentation(&self) -> u64 {
+    pub(crate) fn presentation(&self) -> u64 {
         (self.decode as i64 + self.offset) as u64
     }
 }
 
 /// Reads fragmented MP4 box by box, keeping every byte for a decoder.
-struct Mp4<R> {
+pub(crate) struct Mp4<R> {
     reader: R,
-    bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 impl<R: Read> Mp4<R> {
@@ -95,7 +96,7 @@ impl<R: Read> Mp4<R> {
     }
 
     /// The next `moof` + `mdat`.
-    fn fragment(&mut self) -> Fragment {
+    pub(crate) fn fragment(&mut self) -> Fragment {
         let (kind, moof) = self.next_box();
         assert_eq!(&kind, b"moof");
         let (kind, _) = self.next_box();
@@ -132,7 +133,7 @@ fn parse_moof(moof: &[u8]) -> Fragment {
 }
 
 /// The presentation time of each picture GStreamer decodes from `bytes`.
-fn decode(bytes: &[u8]) -> Vec<u64> {
+pub(crate) fn decode(bytes: &[u8]) -> Vec<u64> {
     gst_init();
     let pipeline = gst::parse::launch(
         "appsrc name=src caps=video/quicktime,variant=iso ! qtdemux ! h264parse ! avdec_h264 ! \
@@ -173,7 +174,7 @@ fn header<'h>(headers: &'h [String], name: &str) -> Option<&'h str> {
 }
 
 /// Opens `/api/video/SOURCE`, checks its headers and init segment.
-fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
+pub(crate) fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
     let (status, headers, reader) = open(port, &format!("/api/video/{source}")).unwrap();
     assert_eq!(status, 200, "{headers:?}");
     assert_eq!(header(&headers, "Content-Type"), Some("video/mp4"));
@@ -194,7 +195,7 @@ fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
 }
 
 /// The `media_time` of the first `n` frames of `/api/live/SOURCE`, in ticks.
-fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
+pub(crate) fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
     let (status, _, mut reader) = open(port, &format!("/api/live/{source}")).unwrap();
     assert_eq!(status, 200);
     let mut times = Vec::new();
@@ -213,7 +214,12 @@ fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
 /// Each live frame's time within the video's span is a picture's time in the video, or falls
 /// in a gap the video skipped; at least `least` are. A frame time between two consecutive
 /// pictures of the video would be a box drawn on no picture.
-fn assert_frames_on_pictures(frames: &[u64], video: &[Fragment], frame_ticks: u64, least: usize) {
+pub(crate) fn assert_frames_on_pictures(
+    frames: &[u64],
+    video: &[Fragment],
+    frame_ticks: u64,
+    least: usize,
+) {
     let mut pictures: Vec<u64> = video.iter().map(Fragment::presentation).collect();
     pictures.sort_unstable();
     let set: BTreeSet<u64> = pictures.iter().copied().collect();
@@ -247,7 +253,8 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     let (run, port) = start(
         dir.path(),
         &format!(
-            "[sources.cam]\nuri = \"{}\"\n[sources.pattern]\nuri = \"test://ball?fps=5\"\n",
+            "[sources.cam]\nuri = \"{}\"\n[sources.pattern]\nuri = \"test://ball?fps=5\"\n\
+             live_video = \"stills\"\n",
             server.url()
         ),
     );
@@ -279,7 +286,7 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     assert_eq!(decode(&mp4.bytes), written);
     assert_frames_on_pictures(&feed.join().unwrap(), &fragments, frame, fps as usize);
 
-    // Counted while watched, shown per source; the pattern says why it has no video.
+    // Counted while watched, shown per source; the pattern says it shows stills, as chosen.
     let health = wait_until("the viewer counted", DEADLINE, || {
         let (_, body) = get(port, "/api/health")?;
         let h: serde_json::Value = serde_json::from_str(&body).ok()?;
@@ -305,10 +312,9 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     let (status, body) = get(port, "/api/video/pattern").unwrap();
     assert_eq!(status, 409, "{body}");
     let why: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let why = why["error"].as_str().unwrap();
-    assert!(
-        why.starts_with("source \"pattern\" has no H.264 stream (a test pattern"),
-        "{why}"
+    assert_eq!(
+        why["error"],
+        "source \"pattern\" shows stills (live_video = \"stills\")"
     );
     let (_, sources) = get(port, "/api/sources").unwrap();
     let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
@@ -318,6 +324,11 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
         .iter()
         .find(|s| s["name"] == "pattern");
     assert_eq!(pattern.unwrap()["video"]["available"], false, "{sources}");
+    assert_eq!(
+        pattern.unwrap()["video"]["why"],
+        "stills were chosen (live_video = \"stills\")"
+    );
+    assert_eq!(pattern.unwrap()["video"]["encoder"]["running"], 0);
     let (status, body) = get(port, "/api/video/nope").unwrap();
     assert_eq!(
         (status, body.as_str()),

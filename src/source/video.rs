@@ -10,8 +10,12 @@
 //! viewers (the source keeps the current group of pictures so a viewer starts at once); no
 //! thread, no copy of the picture's bytes.
 //!
-//! Runs on GStreamer's streaming thread of the decoded stream (the probe) and on the thread that
-//! plugs the decoder (`deep-element-added`).
+//! A stream with no H.264 of its own (a test pattern, a raw camera, another codec) is
+//! [`Status::Encodable`] or [`Status::Stills`], as the source's `live_video` says; while an
+//! encoder runs for it, [`offer`] copies each decoded frame to it (`packets::video`'s tap).
+//!
+//! Runs on GStreamer's streaming thread of the decoded stream (the probe), on the thread that
+//! plugs the decoder (`deep-element-added`) and on the frames' streaming thread ([`offer`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,9 +25,9 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 
 use super::pipeline::DECODE;
-use super::{Shared, SourceUri};
+use super::{LiveVideo, Shared, SourceUri};
 use crate::frame::CameraClock;
-use crate::packets::video::{Status, Video};
+use crate::packets::video::{Picture, Status, Video};
 use crate::packets::{Packet, hub};
 
 /// Watches the decoder `pipeline`'s `decodebin` plugs, for a new connection of `shared`'s
@@ -36,12 +40,11 @@ pub(super) fn watch(
     let video = hub().video(&shared.name);
     video.new_connection();
     if let SourceUri::Test(_) = shared.uri {
-        video.set_status(Status::Not(
-            "a test pattern: its pictures are drawn here, never encoded".to_owned(),
-        ));
+        // Its pictures are drawn here: never H.264 of its own.
+        video.set_status(without_h264(shared));
         return;
     }
-    if matches!(video.status(), Status::Not(_)) {
+    if video.status() != Status::H264 {
         video.set_status(Status::Waiting);
     }
     let Some(decode) = pipeline
@@ -88,7 +91,7 @@ fn probe(
     match &info.data {
         Some(gst::PadProbeData::Event(event)) => {
             if let gst::EventView::Caps(caps) = event.view() {
-                video.set_status(status_of(caps.caps()));
+                video.set_status(status_of(caps.caps(), shared));
             }
         }
         Some(gst::PadProbeData::Buffer(buffer)) => {
@@ -116,20 +119,23 @@ fn probe(
     gst::PadProbeReturn::Ok
 }
 
-/// Whether a decoder's input of `caps` can go to a browser as it is.
-fn status_of(caps: &gst::CapsRef) -> Status {
+/// Whether a decoder's input of `caps` can go to a browser as it is; if not, what the
+/// source's `live_video` chose (its H.264 in pieces, not whole pictures, counts as none).
+fn status_of(caps: &gst::CapsRef, shared: &Shared) -> Status {
     let Some(s) = caps.structure(0) else {
         return Status::Waiting;
     };
     match s.name().as_str() {
-        "video/x-h264" if s.get::<&str>("alignment").is_ok_and(|a| a != "au") => {
-            Status::Not("its H.264 reaches the decoder in pieces, not whole pictures".to_owned())
-        }
-        "video/x-h264" => Status::H264,
-        "video/x-h265" => {
-            Status::Not("its stream is H.265, which is not sent as live video yet".to_owned())
-        }
-        other => Status::Not(format!("its stream is {other}")),
+        "video/x-h264" if s.get::<&str>("alignment").is_ok_and(|a| a == "au") => Status::H264,
+        _ => without_h264(shared),
+    }
+}
+
+/// What a stream with no H.264 of its own plays, as the source's `live_video` says.
+fn without_h264(shared: &Shared) -> Status {
+    match shared.options.live_video {
+        LiveVideo::Encode => Status::Encodable,
+        LiveVideo::Stills => Status::Stills,
     }
 }
 
@@ -138,8 +144,33 @@ fn status_of(caps: &gst::CapsRef) -> Status {
 pub(super) fn first_frame(shared: &Shared) {
     let video = hub().video(&shared.name);
     if video.status() == Status::Waiting {
-        video.set_status(Status::Not(
-            "its frames reach vidflow unencoded (a raw camera)".to_owned(),
-        ));
+        video.set_status(without_h264(shared));
     }
+}
+
+/// Copies a decoded frame (`buffer` of `caps`) for the source's encoder when one runs and has
+/// room (see `packets::video`), its time moved as the frame's is (`pts_offset`), so that the
+/// encoded picture's time is its frame's. A copy, not a reference: the encoder never holds
+/// the decoder's buffers, which the frame path needs back.
+pub(super) fn offer(
+    video: &Video,
+    shared: &Shared,
+    buffer: &gst::Buffer,
+    caps: &gst::Caps,
+    clock: Option<&Arc<CameraClock>>,
+) {
+    video.offer_picture(|| {
+        let mut copy = buffer.copy_deep().ok()?;
+        let offset = gst::ClockTime::from_nseconds(shared.pts_offset.load(Ordering::Acquire));
+        let b = copy.make_mut();
+        b.set_pts(buffer.pts().map(|t| t + offset));
+        b.set_dts(gst::ClockTime::NONE);
+        Some(Picture {
+            buffer: copy,
+            caps: caps.clone(),
+            arrival: SystemTime::now(),
+            clock: clock.cloned(),
+            live: shared.uri.is_live(),
+        })
+    });
 }
