@@ -44,7 +44,9 @@ pub(super) fn watch(
         video.set_status(without_h264(shared));
         return;
     }
-    if video.status() != Status::H264 {
+    // Known again at this connection's caps; a source encoded or shown as stills stays so
+    // meanwhile (a looping file connects again at each loop: its video goes on).
+    if matches!(video.status(), Status::Not(_)) {
         video.set_status(Status::Waiting);
     }
     let Some(decode) = pipeline
