@@ -154,7 +154,7 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
         modes,
         serde_json::json!([
             "api/live?stills_of=lobby",
-            "no live video: a test pattern: its pictures are drawn here, never encoded"
+            "no live video: stills were chosen (live_video = \"stills\")"
         ])
     );
 

@@ -68,13 +68,14 @@ fn a_test_pattern_and_an_mjpeg_file_play_encoded_every_picture_at_its_frames_tim
         ),
     );
     // The pattern is live, at 25 fps: most of its frames are pictures of the video. The file is
-    // read as fast as the pipeline takes it, many times its rate, and the encoder drops what it
-    // has no room for: a few of its frames are pictures, the others fall in the gaps.
-    for (source, least) in [("cam", 25), ("clip", 3)] {
+    // read as fast as the pipeline takes it, many times its rate, and the encoder (below the
+    // frame path's priority) drops what it has no room for: a few of its frames are pictures,
+    // the others fall in the gaps, and none between two pictures.
+    for (source, frames, least) in [("cam", 100, 25), ("clip", 400, 1)] {
         http_client::wait_for_frames(port, source, 10, DEADLINE);
         assert_eq!(health_video(port, source)["encoded"], true, "{source}");
         let mut mp4 = watch(port, source);
-        let feed = std::thread::spawn(move || live_times(port, source, 100));
+        let feed = std::thread::spawn(move || live_times(port, source, frames));
         // 4 s: a keyframe every 2 s, so at least one more than the first.
         let fragments: Vec<Fragment> = (0..100).map(|_| mp4.fragment()).collect();
         assert!(fragments[0].keyframe, "{source}: not from a keyframe");
