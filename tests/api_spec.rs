@@ -119,6 +119,7 @@ fn each_route_answers_a_real_run_with_the_statuses_it_documents() {
             r#"
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=15"
+live_video = "stills"
 
 {BALL_CROSSINGS}
 [http]
@@ -206,8 +207,8 @@ preset = "ultrafast"
     for ((method, template), params) in documented(&spec) {
         assert_eq!(method, "GET");
         let listed = statuses(&spec, &template);
-        // This run's source is a test pattern, which has no H.264: its live video is a 409
-        // (tests/video.rs plays a camera's).
+        // This run's source is a test pattern shown as stills (`live_video = "stills"`): its
+        // live video is a 409 (tests/video.rs plays a camera's, video_encoded.rs a pattern's).
         let good = if template.starts_with("/api/video/") {
             409
         } else {

@@ -130,6 +130,18 @@ fn validate_refuses_bad_zones_and_lines_at_their_place_with_exit_78() {
     }
 }
 
+#[test]
+fn validate_refuses_a_live_video_that_is_neither_encode_nor_stills_at_its_place_with_exit_78() {
+    let path = fixture("invalid-source-live-video.toml");
+    let (code, _, stderr) = run(vidflow().arg("validate").arg(&path));
+    assert_eq!(code, EXIT_CONFIG, "{stderr}");
+    let want = "4:14: source \"cam\": live_video must be \"encode\" or \"stills\", not \"video\"";
+    assert!(
+        stderr.contains(&format!("{}:{want}", path.display())),
+        "{stderr}"
+    );
+}
+
 /// A calibration that cannot be fitted is refused at the point it is about, each with what to
 /// fix, and exit 78 (the same fixtures `config_validation` checks through the library).
 #[test]

@@ -51,8 +51,10 @@ fn pipeline(dir: &Path, port: u16) -> PathBuf {
     let mut doc: toml::Table = toml::from_str(&text).unwrap();
     let street = street_video(dir);
     doc["sources"]["street"]["uri"] = street.display().to_string().into();
-    let lobby: toml::Table =
-        toml::from_str("uri = \"test://smpte?width=320&height=240&fps=2&live=true\"").unwrap();
+    let lobby: toml::Table = toml::from_str(
+        "uri = \"test://smpte?width=320&height=240&fps=2&live=true\"\nlive_video = \"stills\"",
+    )
+    .unwrap();
     doc["sources"]
         .as_table_mut()
         .unwrap()
@@ -152,7 +154,7 @@ fn a_person_sees_the_demo_boxed_live_finds_a_crossing_plays_it_and_reads_the_cou
         modes,
         serde_json::json!([
             "api/live?stills_of=lobby",
-            "no live video: a test pattern: its pictures are drawn here, never encoded"
+            "no live video: stills were chosen (live_video = \"stills\")"
         ])
     );
 

@@ -44,7 +44,11 @@ const LONG_LIVED: Duration = Duration::from_secs(7);
 fn pipeline(dir: &Path, port: u16) -> PathBuf {
     let mut text = String::new();
     for n in 1..=CAMERAS {
-        text += &format!("[sources.cam{n}]\nuri = \"test://ball?width=320&height=240&fps=10\"\n\n");
+        // Stills (what this page is about), not the video vidflow would encode for them.
+        text += &format!(
+            "[sources.cam{n}]\nuri = \"test://ball?width=320&height=240&fps=10\"\n\
+             live_video = \"stills\"\n\n"
+        );
     }
     text += &format!(
         r#"

@@ -102,6 +102,7 @@ fn the_page_works_behind_a_proxy_under_a_sub_path_on_a_phone() {
             r#"
 [sources.cam]
 uri = "test://ball?width=320&height=240&fps=10"
+live_video = "stills"
 
 [sources.door]
 uri = "{}"

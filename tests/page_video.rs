@@ -5,8 +5,11 @@
 //! - the camera's tile plays its own H.264 in `<video data-source=cam>` (pictures presented,
 //!   `currentTime` advancing), and each picture it presents is drawn with the boxes of the
 //!   live frame of that picture's time, as an independent reader of `/api/live/cam` got them;
-//! - the test pattern's tile shows stills and says why it has no video, and the page asks the
-//!   live stream for that source's stills only: the camera's preview never encodes a JPEG;
+//! - the test pattern's tile, its stills chosen (`live_video = "stills"`), shows stills and says
+//!   so, and the page asks the live stream for that source's stills only: the camera's preview
+//!   never encodes a JPEG;
+//! - a test pattern's tile plays the H.264 vidflow encodes for it, each picture with its own
+//!   boxes;
 //! - the player holds the live edge, also after the page was too busy to take the video for a
 //!   few seconds, and keeps a bounded stretch of video buffered;
 //! - a camera that comes back at another size plays again, at that size;
@@ -57,6 +60,7 @@ uri = "{camera}"
 
 [sources.pattern]
 uri = "test://ball?width=320&height=240&fps=10"
+live_video = "stills"
 
 {BALL_CROSSINGS}
 
@@ -252,7 +256,8 @@ fn a_camera_tile_plays_its_video_with_each_pictures_own_boxes_and_stays_live() {
     );
     assert!(painted.as_i64().unwrap() > 100, "{painted} pixels drawn");
 
-    // The test pattern shows stills, and says why; its stills are the only ones asked for.
+    // The test pattern shows stills, as chosen, and says so; its stills are the only ones asked
+    // for.
     wait_js(
         &tab,
         "the pattern's stills",
@@ -265,7 +270,7 @@ fn a_camera_tile_plays_its_video_with_each_pictures_own_boxes_and_stays_live() {
            return [c.dataset.mode, c.dataset.why, w.hidden, w.textContent, v.hidden, v.hasAttribute('src'), \
              c.querySelector('img').hidden]; })()",
     );
-    let why = "no live video: a test pattern: its pictures are drawn here, never encoded";
+    let why = "no live video: stills were chosen (live_video = \"stills\")";
     assert_eq!(
         pattern,
         serde_json::json!(["stills", why, false, why, true, false, false])
@@ -307,6 +312,51 @@ fn a_camera_tile_plays_its_video_with_each_pictures_own_boxes_and_stays_live() {
     // No JPEG was made for the camera: its tile plays video. The pattern's were.
     assert_eq!(metric(port, "vidflow_preview_jpegs_total", "cam"), 0.0);
     assert!(metric(port, "vidflow_preview_jpegs_total", "pattern") > 0.0);
+    drop(tab);
+    run.terminate_cleanly(DEADLINE);
+}
+
+#[test]
+fn a_test_pattern_tile_plays_the_video_vidflow_encodes_for_it_with_each_pictures_own_boxes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let text = format!(
+        "[sources.cam]\nuri = \"test://ball?width=320&height=240&fps=25\"\n\n{BALL_CROSSINGS}\n\
+         [http]\nlisten = \"127.0.0.1:{port}\"\n\n\
+         [sinks.preview]\nkind = \"preview\"\nimage = \"$frame\"\nmax_fps = 5\n"
+    );
+    let run = spawn_run(&write(dir.path(), "p.toml", &text), &[], dir.path());
+    http_client::wait_for_frames(port, "cam", 15, DEADLINE);
+    let frames = live_boxes(port, "cam");
+    let (_browser, tab) = open_page(port);
+    wait_js(
+        &tab,
+        "the pattern's video",
+        "(vidflow.videoFrames.cam || 0) >= 15",
+    );
+    let shown = js(
+        &tab,
+        "(() => { const v = document.querySelector('#cam-cam video[data-source=cam]'); \
+           return [v.hidden, document.querySelector('#cam-cam').dataset.mode]; })()",
+    );
+    assert_eq!(shown, serde_json::json!([false, "video"]));
+    let first = player(&tab, "cam");
+    let then = presents(&tab, "cam", 30);
+    assert!(
+        f64_of(&then, "time") > f64_of(&first, "time"),
+        "{first} then {then}"
+    );
+    assert_eq!(f64_of(&then, "width"), 320.0);
+    // Its pictures carry their frames' times: each is drawn with its own frame's boxes.
+    wait_js(
+        &tab,
+        "boxes on the video",
+        "(vidflow.boxesOnVideo.cam || 0) >= 20",
+    );
+    let own = boxes_on_their_pictures(&tab, &frames);
+    assert!(own >= 10, "{own} pictures drawn with their own boxes");
+    assert_eq!(metric(port, "vidflow_video_encoders", "cam"), 1.0);
+    screenshot(&tab, "video-encoded.png");
     drop(tab);
     run.terminate_cleanly(DEADLINE);
 }

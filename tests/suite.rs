@@ -71,6 +71,7 @@ mod stop;
 mod systemd;
 mod tracking;
 mod video;
+mod video_encoded;
 mod video_sizes;
 mod vision;
 mod webhook;

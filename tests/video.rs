@@ -5,10 +5,11 @@
 //! its picture in that video (`media_time`), on a camera and on a looping file; a viewer that
 //! stops reading is skipped to a keyframe and counted while another gets every picture; a
 //! stop ends the run cleanly beside viewers that never read and a request never finished; a
-//! WebSocket gets the same; a source of neither H.264 nor H.265 is a 409 that says why, and
-//! `/api/sources` says it too. An H.265 camera (x265 over RTSP) and an H.265 file (`hvc1` in
-//! MP4, B-frames, looping) play the same way, as `hvc1` with its `hvcC`, every picture decoded
-//! by GStreamer at its live frames' time. The MP4 is read by `common::mp4`; nothing is mocked.
+//! WebSocket gets the same; a source whose stills were chosen (`live_video = "stills"`) is a
+//! 409 that says so, and `/api/sources` says it too (sources encoded: `video_encoded.rs`). An
+//! H.265 camera (x265 over RTSP) and an H.265 file (`hvc1` in MP4, B-frames, looping) play the
+//! same way, as `hvc1` with its `hvcC`, every picture decoded by GStreamer at its live frames'
+//! time. The MP4 is read by `common::mp4`; nothing is mocked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -28,10 +29,10 @@ use http_client::{get, open, scrape, value, wait_until};
 use rtsp::{RtspServer, RtspServerOptions};
 
 /// Guards against a hang only.
-const DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
 /// Starts vidflow on `sources` (TOML of `[sources.*]` tables) with a preview of `cam`.
-fn start(dir: &Path, sources: &str) -> (Running, u16) {
+pub(crate) fn start(dir: &Path, sources: &str) -> (Running, u16) {
     let port = free_port();
     let p = write(
         dir,
@@ -53,7 +54,7 @@ fn header<'h>(headers: &'h [String], name: &str) -> Option<&'h str> {
 }
 
 /// Opens `/api/video/SOURCE` of H.264, checks its headers and init segment.
-fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
+pub(crate) fn watch(port: u16, source: &str) -> Mp4<BufReader<TcpStream>> {
     let (codec, mp4) = watch_codec(port, source);
     assert!(
         codec.starts_with("avc1.") && codec.len() == 11,
@@ -81,7 +82,7 @@ fn watch_codec(port: u16, source: &str) -> (String, Mp4<BufReader<TcpStream>>) {
 }
 
 /// The `media_time` of the first `n` frames of `/api/live/SOURCE`, in ticks.
-fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
+pub(crate) fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
     let (status, _, mut reader) = open(port, &format!("/api/live/{source}")).unwrap();
     assert_eq!(status, 200);
     let mut times = Vec::new();
@@ -100,7 +101,12 @@ fn live_times(port: u16, source: &str, n: usize) -> Vec<u64> {
 /// Each live frame's time within the video's span is a picture's time in the video, or falls
 /// in a gap the video skipped; at least `least` are. A frame time between two consecutive
 /// pictures of the video would be a box drawn on no picture.
-fn assert_frames_on_pictures(frames: &[u64], video: &[Fragment], frame_ticks: u64, least: usize) {
+pub(crate) fn assert_frames_on_pictures(
+    frames: &[u64],
+    video: &[Fragment],
+    frame_ticks: u64,
+    least: usize,
+) {
     let mut pictures: Vec<u64> = video.iter().map(Fragment::presentation).collect();
     pictures.sort_unstable();
     let set: BTreeSet<u64> = pictures.iter().copied().collect();
@@ -134,7 +140,8 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     let (run, port) = start(
         dir.path(),
         &format!(
-            "[sources.cam]\nuri = \"{}\"\n[sources.pattern]\nuri = \"test://ball?fps=5\"\n",
+            "[sources.cam]\nuri = \"{}\"\n[sources.pattern]\nuri = \"test://ball?fps=5\"\n\
+             live_video = \"stills\"\n",
             server.url()
         ),
     );
@@ -166,7 +173,7 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     assert_eq!(decode(&mp4.bytes, "h264"), written);
     assert_frames_on_pictures(&feed.join().unwrap(), &fragments, frame, fps as usize);
 
-    // Counted while watched, shown per source; the pattern says why it has no video.
+    // Counted while watched, shown per source; the pattern says it shows stills, as chosen.
     let health = wait_until("the viewer counted", DEADLINE, || {
         let (_, body) = get(port, "/api/health")?;
         let h: serde_json::Value = serde_json::from_str(&body).ok()?;
@@ -192,10 +199,9 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
     let (status, body) = get(port, "/api/video/pattern").unwrap();
     assert_eq!(status, 409, "{body}");
     let why: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let why = why["error"].as_str().unwrap();
-    assert!(
-        why.starts_with("source \"pattern\" has no H.264 or H.265 stream (a test pattern"),
-        "{why}"
+    assert_eq!(
+        why["error"],
+        "source \"pattern\" shows stills (live_video = \"stills\")"
     );
     let (_, sources) = get(port, "/api/sources").unwrap();
     let sources: serde_json::Value = serde_json::from_str(&sources).unwrap();
@@ -205,6 +211,11 @@ fn a_camera_plays_as_mp4_from_a_keyframe_at_its_rate_and_each_frame_shares_its_p
         .iter()
         .find(|s| s["name"] == "pattern");
     assert_eq!(pattern.unwrap()["video"]["available"], false, "{sources}");
+    assert_eq!(
+        pattern.unwrap()["video"]["why"],
+        "stills were chosen (live_video = \"stills\")"
+    );
+    assert_eq!(pattern.unwrap()["video"]["encoder"]["running"], 0);
     let (status, body) = get(port, "/api/video/nope").unwrap();
     assert_eq!(
         (status, body.as_str()),

@@ -101,6 +101,15 @@ pub static SOURCE_TABLES: &[Table] = &[
                 doc: "file sources only: start again at the end",
             },
             ParamDoc {
+                name: "live_video",
+                ty: "\"encode\" | \"stills\"",
+                default: "\"encode\"",
+                doc: "a source with no H.264 of its own (a test pattern, a raw camera, a file in \
+                      another codec): \"encode\" encodes its frames to H.264 once, for all its \
+                      viewers, only while someone watches (/api/video/NAME); \"stills\": its \
+                      tile shows stills. A source with H.264 always sends its own",
+            },
+            ParamDoc {
                 name: "retain_days",
                 ty: "float in (0, 36525]",
                 default: "forever",

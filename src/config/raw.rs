@@ -51,6 +51,8 @@ pub(super) struct RawSource {
     pub looping: Option<Spanned<bool>>,
     pub reconnect: Option<RawReconnect>,
     pub calibration: Option<Spanned<RawCalibration>>,
+    /// `"encode"` or `"stills"`: what plays as live video without H.264 of its own.
+    pub live_video: Option<Spanned<String>>,
     /// Retention of every file written of this source, by any sink.
     pub retain_days: Option<Spanned<f64>>,
     pub max_gb: Option<Spanned<f64>>,

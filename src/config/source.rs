@@ -7,7 +7,7 @@ use toml::Spanned;
 use super::raw::{RawCalibration, RawReconnect, RawSource};
 use crate::frame::{Ground, GroundError};
 use crate::source::{
-    Credentials, Reconnect, Secret, SourceConfig, SourceOptions, SourceUri, Transport,
+    Credentials, LiveVideo, Reconnect, Secret, SourceConfig, SourceOptions, SourceUri, Transport,
 };
 use crate::spec::Diagnostic;
 
@@ -126,6 +126,16 @@ fn options(
             other => problem(
                 t.span(),
                 format!("transport must be \"tcp\", \"udp\" or \"auto\", not \"{other}\""),
+            ),
+        }
+    }
+    if let Some(v) = &s.live_video {
+        match v.get_ref().as_str() {
+            "encode" => o.live_video = LiveVideo::Encode,
+            "stills" => o.live_video = LiveVideo::Stills,
+            other => problem(
+                v.span(),
+                format!("live_video must be \"encode\" or \"stills\", not \"{other}\""),
             ),
         }
     }

@@ -20,12 +20,21 @@
 //! [`GOP_BYTES`]; past that it is dropped until the next keyframe (a new viewer then waits for
 //! that keyframe).
 //!
-//! Stop protocol: a subscription removes itself when dropped; the source never holds one.
+//! A source with no H.264 of its own ([`Status::Encodable`]) has its frames encoded instead,
+//! while someone watches: the encoder (`daemon::http::video::encoder`, one per source) sets a
+//! tap ([`Video::set_tap`], a bounded channel of [`ENCODER_PICTURES`]); the source's streaming
+//! thread copies each decoded frame into it if there is room ([`Video::offer_picture`], never
+//! waiting; a frame with no room is counted and missing from the video only), and the encoder
+//! publishes its packets here ([`Video::publish_encoded`]) for every viewer alike.
+//!
+//! Stop protocol: a subscription removes itself when dropped; the source never holds one. An
+//! encoder clears the tap when it stops, and the source copies nothing more.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use gstreamer as gst;
 
 use super::{Carried, Packet};
 
@@ -60,15 +69,38 @@ pub enum Status {
     Waiting,
     /// It can, in this codec (whether a browser plays it, the browser says).
     Playable(Codec),
+    /// No H.264 or H.265 of its own, but its frames are encoded to H.264 while someone
+    /// watches (`daemon::http::video::encoder`, which publishes with
+    /// [`Video::publish_encoded`]).
+    Encodable,
+    /// No H.264 or H.265 of its own, and stills were chosen for it (`live_video = "stills"`).
+    Stills,
     /// It cannot, and why (a phrase: "its stream is video/x-vp8").
     Not(String),
 }
 
 impl Status {
-    /// Whether its packets are kept and published.
+    /// Whether packets are sent to viewers (as the source gives them, or encoded).
     pub fn playable(&self) -> bool {
-        matches!(self, Self::Playable(_))
+        matches!(self, Self::Playable(_) | Self::Encodable)
     }
+}
+
+/// Decoded frames queued for a source's encoder: it takes them as they come; one more than
+/// the picture it encodes lets a frame wait out a short stall (a busy core), and each is a
+/// copy (3 MB at 1080p), so no more.
+pub const ENCODER_PICTURES: usize = 2;
+
+/// A decoded frame of a source without H.264, copied for its encoder: its buffer (timestamps
+/// those of the frame, so an encoded packet's time is its frame's) and caps.
+#[derive(Debug)]
+pub struct Picture {
+    pub buffer: gst::Buffer,
+    pub caps: gst::Caps,
+    /// When the frame left the decoder (wall clock), and its camera's clock, for the packet.
+    pub arrival: std::time::SystemTime,
+    pub clock: Option<Arc<crate::frame::CameraClock>>,
+    pub live: bool,
 }
 
 #[derive(Debug)]
@@ -104,6 +136,15 @@ pub struct Video {
     /// Times a full subscription lost packets (the video thread behind), each a skip to the
     /// next keyframe. Relaxed: a statistic.
     pub lost: AtomicU64,
+    /// Where the source copies its decoded frames while an encoder runs (`None` otherwise):
+    /// set and cleared by the encoder, read by the source's streaming thread at each frame.
+    tap: Mutex<Option<Sender<Picture>>>,
+    /// Encoders running (0 or 1), frames they encoded, and frames the source did not hand
+    /// them (their queue full): written by the encoder's thread and the source's streaming
+    /// thread (relaxed: statistics).
+    pub encoders: AtomicU64,
+    pub encoded: AtomicU64,
+    pub encode_dropped: AtomicU64,
 }
 
 /// What a viewer's thread takes of one source: the group of pictures so far, then every
@@ -144,6 +185,31 @@ impl Video {
         inner.status = status;
     }
 
+    /// Sets (or with `None` clears) where the source copies its frames for an encoder.
+    pub fn set_tap(&self, tap: Option<Sender<Picture>>) {
+        *self.tap.lock().unwrap_or_else(PoisonError::into_inner) = tap;
+    }
+
+    /// Hands a frame to the encoder, when one runs and has room (`copy` makes it then, and only
+    /// then); never waits. A frame with no room is counted in [`Video::encode_dropped`]: it is
+    /// missing from the viewers' stream only.
+    pub fn offer_picture(&self, copy: impl FnOnce() -> Option<Picture>) {
+        let tap = self.tap.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(tx) = tap.as_ref() else {
+            return;
+        };
+        if tx.is_full() {
+            self.encode_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(picture) = copy() else {
+            return;
+        };
+        if let Err(TrySendError::Full(_)) = tx.try_send(picture) {
+            self.encode_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The bytes of the group of pictures kept now.
     pub fn gop_bytes(&self) -> usize {
         self.lock().gop_bytes
@@ -163,10 +229,20 @@ impl Video {
     /// waiting (a full one loses it and skips to the next keyframe); nothing while the stream
     /// is not known to be playable.
     pub fn publish(&self, packet: &Packet) {
+        self.publish_as(packet, |s| matches!(s, Status::Playable(_)));
+    }
+
+    /// [`Video::publish`] for a packet its encoder made: nothing unless the stream is
+    /// [`Status::Encodable`] (so the source's own packets of another codec never mix in).
+    pub fn publish_encoded(&self, packet: &Packet) {
+        self.publish_as(packet, |s| *s == Status::Encodable);
+    }
+
+    fn publish_as(&self, packet: &Packet, wanted: impl Fn(&Status) -> bool) {
         let keyframe = packet.keyframe();
         let size = packet.buffer.size();
         let mut inner = self.lock();
-        if !inner.status.playable() {
+        if !wanted(&inner.status) {
             return;
         }
         if keyframe {

@@ -50,8 +50,8 @@ mod video;
 
 pub use last_error::LastError;
 pub use options::{
-    Backoff, Credentials, FRAME_PIXELS_LIMIT, MAX_FRAME_PIXELS, Reconnect, Secret, SourceOptions,
-    Transport,
+    Backoff, Credentials, FRAME_PIXELS_LIMIT, LiveVideo, MAX_FRAME_PIXELS, Reconnect, Secret,
+    SourceOptions, Transport,
 };
 pub use pipeline::describe;
 pub use uri::{CameraFormat, SourceUri, TestPattern, UriError, redact};

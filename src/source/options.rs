@@ -15,6 +15,17 @@ pub enum Transport {
     Auto,
 }
 
+/// What a source with no H.264 of its own (a test pattern, a raw camera, a file in another
+/// codec) plays as live video (`/api/video/SOURCE`); a source with H.264 always sends its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LiveVideo {
+    /// Its frames are encoded to H.264, once for all its viewers, while someone watches.
+    #[default]
+    Encode,
+    /// None: its tile shows stills.
+    Stills,
+}
+
 /// User and password given apart from the URI (`user`, `password`, `password_file`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credentials {
@@ -64,6 +75,8 @@ pub struct SourceOptions {
     pub max_frame_pixels: u64,
     /// The camera's ground calibration, handed to steps with every frame.
     pub ground: Option<std::sync::Arc<crate::frame::Ground>>,
+    /// What it plays as live video when it has no H.264 of its own.
+    pub live_video: LiveVideo,
 }
 
 /// The default `max_frame_pixels`: every 8K format (7680 x 4320 is 33.2 megapixels, DCI 8K
@@ -87,6 +100,7 @@ impl Default for SourceOptions {
             reconnect: Reconnect::default(),
             max_frame_pixels: MAX_FRAME_PIXELS,
             ground: None,
+            live_video: LiveVideo::default(),
         }
     }
 }

@@ -268,6 +268,7 @@ fn callbacks(
     // The stream's caps, their video info, and the count of the buffers this pipeline's frames
     // hold, made again when the caps change (a renegotiation makes a new pool).
     let mut info: Option<(gst::Caps, gst_video::VideoInfo, Pins)> = None;
+    let video = crate::packets::hub().video(&shared.name);
     gst_app::AppSinkCallbacks::builder()
         .new_sample(move |sink| {
             // Always pull: a sample left in the appsink would make it wait forever at EOS.
@@ -291,9 +292,10 @@ fn callbacks(
                 tracing::debug!(source = %shared.name, pool = %pins.pool(), limit = ?pins.limit(), "decoder buffers held at most");
                 info = Some((caps, parsed, pins));
             }
-            let Some((_, video_info, pins)) = info.as_ref() else {
+            let Some((caps, video_info, pins)) = info.as_ref() else {
                 return Err(gst::FlowError::NotNegotiated);
             };
+            super::video::offer(&video, &shared, &buffer, caps, clock.as_ref());
             let wrapped = Frame::from_decoder(shared.name.clone(), seq, buffer, video_info, pins);
             let mut frame = match wrapped {
                 Ok(frame) => frame,

@@ -10,8 +10,12 @@
 //! viewers (the source keeps the current group of pictures so a viewer starts at once); no
 //! thread, no copy of the picture's bytes.
 //!
-//! Runs on GStreamer's streaming thread of the decoded stream (the probe) and on the thread that
-//! plugs the decoder (`deep-element-added`).
+//! A stream with no H.264 of its own (a test pattern, a raw camera, another codec) is
+//! [`Status::Encodable`] or [`Status::Stills`], as the source's `live_video` says; while an
+//! encoder runs for it, [`offer`] copies each decoded frame to it (`packets::video`'s tap).
+//!
+//! Runs on GStreamer's streaming thread of the decoded stream (the probe), on the thread that
+//! plugs the decoder (`deep-element-added`) and on the frames' streaming thread ([`offer`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,9 +25,9 @@ use gstreamer as gst;
 use gstreamer::prelude::*;
 
 use super::pipeline::DECODE;
-use super::{Shared, SourceUri};
+use super::{LiveVideo, Shared, SourceUri};
 use crate::frame::CameraClock;
-use crate::packets::video::{Codec, Status, Video};
+use crate::packets::video::{Codec, Picture, Status, Video};
 use crate::packets::{Packet, hub};
 
 /// Watches the decoder `pipeline`'s `decodebin` plugs, for a new connection of `shared`'s
@@ -36,11 +40,12 @@ pub(super) fn watch(
     let video = hub().video(&shared.name);
     video.new_connection();
     if let SourceUri::Test(_) = shared.uri {
-        video.set_status(Status::Not(
-            "a test pattern: its pictures are drawn here, never encoded".to_owned(),
-        ));
+        // Its pictures are drawn here: never H.264 of its own.
+        video.set_status(without_own_video(shared));
         return;
     }
+    // Known again at this connection's caps; a source encoded or shown as stills stays so
+    // meanwhile (a looping file connects again at each loop: its video goes on).
     if matches!(video.status(), Status::Not(_)) {
         video.set_status(Status::Waiting);
     }
@@ -88,7 +93,7 @@ fn probe(
     match &info.data {
         Some(gst::PadProbeData::Event(event)) => {
             if let gst::EventView::Caps(caps) = event.view() {
-                video.set_status(status_of(caps.caps()));
+                video.set_status(status_of(caps.caps(), shared));
             }
         }
         Some(gst::PadProbeData::Buffer(buffer)) => {
@@ -116,23 +121,30 @@ fn probe(
     gst::PadProbeReturn::Ok
 }
 
-/// Whether a decoder's input of `caps` can go to a browser as it is.
-fn status_of(caps: &gst::CapsRef) -> Status {
+/// Whether a decoder's input of `caps` can go to a browser as it is; if not, what the
+/// source's `live_video` chose (its H.264 or H.265 in pieces, not whole pictures, counts as none).
+fn status_of(caps: &gst::CapsRef, shared: &Shared) -> Status {
     let Some(s) = caps.structure(0) else {
         return Status::Waiting;
     };
     let codec = match s.name().as_str() {
         "video/x-h264" => Codec::H264,
         "video/x-h265" => Codec::H265,
-        other => return Status::Not(format!("its stream is {other}")),
+        _ => return without_own_video(shared),
     };
+    // In pieces, not whole pictures: as if it had none.
     if s.get::<&str>("alignment").is_ok_and(|a| a != "au") {
-        return Status::Not(format!(
-            "its {} reaches the decoder in pieces, not whole pictures",
-            codec.name()
-        ));
+        return without_own_video(shared);
     }
     Status::Playable(codec)
+}
+
+/// What a stream with no H.264 or H.265 of its own plays, as the source's `live_video` says.
+fn without_own_video(shared: &Shared) -> Status {
+    match shared.options.live_video {
+        LiveVideo::Encode => Status::Encodable,
+        LiveVideo::Stills => Status::Stills,
+    }
 }
 
 /// At a connection's first frame: a stream whose decoder was never seen reaches vidflow
@@ -140,8 +152,33 @@ fn status_of(caps: &gst::CapsRef) -> Status {
 pub(super) fn first_frame(shared: &Shared) {
     let video = hub().video(&shared.name);
     if video.status() == Status::Waiting {
-        video.set_status(Status::Not(
-            "its frames reach vidflow unencoded (a raw camera)".to_owned(),
-        ));
+        video.set_status(without_own_video(shared));
     }
+}
+
+/// Copies a decoded frame (`buffer` of `caps`) for the source's encoder when one runs and has
+/// room (see `packets::video`), its time moved as the frame's is (`pts_offset`), so that the
+/// encoded picture's time is its frame's. A copy, not a reference: the encoder never holds
+/// the decoder's buffers, which the frame path needs back.
+pub(super) fn offer(
+    video: &Video,
+    shared: &Shared,
+    buffer: &gst::Buffer,
+    caps: &gst::Caps,
+    clock: Option<&Arc<CameraClock>>,
+) {
+    video.offer_picture(|| {
+        let mut copy = buffer.copy_deep().ok()?;
+        let offset = gst::ClockTime::from_nseconds(shared.pts_offset.load(Ordering::Acquire));
+        let b = copy.make_mut();
+        b.set_pts(buffer.pts().map(|t| t + offset));
+        b.set_dts(gst::ClockTime::NONE);
+        Some(Picture {
+            buffer: copy,
+            caps: caps.clone(),
+            arrival: SystemTime::now(),
+            clock: clock.cloned(),
+            live: shared.uri.is_live(),
+        })
+    });
 }

@@ -529,8 +529,8 @@ fn video_reply(head: &Head, route: &routes::Route, args: &[&str], shared: &Share
     if !known_source(shared, &source) {
         return Reply::Now(video::error(404, &format!("no source \"{source}\"")));
     }
-    if let crate::packets::video::Status::Not(why) = crate::packets::hub().video(&source).status() {
-        return Reply::Now(video::error(409, &video::no_video(&source, &why)));
+    if let Some(why) = video::refusal(&source, &crate::packets::hub().video(&source).status()) {
+        return Reply::Now(video::error(409, &why));
     }
     // A WebSocket is not bound by the same-origin policy: a page of another site that the
     // browser sends here with this Host would get the video. Its Origin names that site.

@@ -118,16 +118,23 @@ fn record_stream(source: &LiveSource) -> serde_json::Value {
 }
 
 /// Whether the source plays as live video (`/api/video/SOURCE`): `available` true (its
-/// stream is H.264 or H.265: whether a browser plays it, the browser says), false (with `why`
-/// not), or null while not known (the source has not reached its decoder); its `viewers` now,
-/// `bytes_sent` to them, `queued_bytes` waiting for them now (summed over them; each
-/// viewer's bounded), `skips` (a viewer that fell behind, moved to the next keyframe), and the
-/// `gop_bytes` kept for a new viewer.
+/// stream is H.264 or H.265, whether a browser plays it the browser says; or it has neither
+/// and its frames are encoded to H.264 while watched: `encoded` true), false (with `why` not),
+/// or null while not known (the source has not reached its decoder); its `viewers` now,
+/// `bytes_sent` to them, `queued_bytes` waiting for them now (summed over them; each viewer's
+/// bounded), `skips` (a viewer that fell behind, moved to the next keyframe), the `gop_bytes`
+/// kept for a new viewer, and its `encoder`: `running` (0 or 1), frames `encoded`, and frames
+/// `dropped` for the video (the encoder behind).
 fn video(source: &str) -> serde_json::Value {
     use crate::packets::video::Status;
     let v = crate::packets::hub().video(source);
-    let (available, why) = match v.status() {
-        Status::Playable(_) => (json!(true), serde_json::Value::Null),
+    let status = v.status();
+    let (available, why) = match &status {
+        Status::Playable(_) | Status::Encodable => (json!(true), serde_json::Value::Null),
+        Status::Stills => (
+            json!(false),
+            json!("stills were chosen (live_video = \"stills\")"),
+        ),
         Status::Not(why) => (json!(false), json!(why)),
         Status::Waiting => (
             serde_json::Value::Null,
@@ -142,6 +149,12 @@ fn video(source: &str) -> serde_json::Value {
         "queued_bytes": get(&v.queued_bytes),
         "skips": get(&v.skips),
         "gop_bytes": v.gop_bytes(),
+        "encoded": status == Status::Encodable,
+        "encoder": {
+            "running": get(&v.encoders),
+            "encoded": get(&v.encoded),
+            "dropped": get(&v.encode_dropped),
+        },
     })
 }
 

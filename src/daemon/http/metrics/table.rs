@@ -396,6 +396,25 @@ pub(super) static METRICS: &[Metric] = &[
         read: Read::Video(|v| &v.lost),
     },
     Metric {
+        name: "vidflow_video_encoders",
+        kind: "gauge",
+        help: "Encoders running for the source's live video (a source with no H.264 of its \
+               own, while watched): 0 or 1.",
+        read: Read::Video(|v| &v.encoders),
+    },
+    Metric {
+        name: "vidflow_video_frames_encoded_total",
+        kind: "counter",
+        help: "Frames of the source encoded for its live video.",
+        read: Read::Video(|v| &v.encoded),
+    },
+    Metric {
+        name: "vidflow_video_frames_dropped_total",
+        kind: "counter",
+        help: "Frames of the source missing from its live video: its encoder was behind.",
+        read: Read::Video(|v| &v.encode_dropped),
+    },
+    Metric {
         name: "vidflow_phase",
         kind: "gauge",
         help: "1 for the phase the run is in.",

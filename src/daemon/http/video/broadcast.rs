@@ -21,7 +21,7 @@ use gstreamer as gst;
 use super::viewer::{Framing, Piece, Took, Viewer};
 use crate::packets::fmp4::{self, TIMESCALE, ticks};
 use crate::packets::track::Track;
-use crate::packets::video::{GOP_BYTES, Status, Video, VideoSubscription};
+use crate::packets::video::{GOP_BYTES, Video, VideoSubscription};
 use crate::packets::{Carried, Packet, hub};
 
 /// How long a viewer waits for its source's first keyframe (a camera connecting, a long group
@@ -280,9 +280,9 @@ impl Broadcast {
         let status = self.video.status();
         let source = self.source.clone();
         self.waiting.retain_mut(|w| {
-            let why = match &status {
-                Status::Not(why) => Some((409, super::no_video(&source, why))),
-                _ if w.since.elapsed() >= FIRST_PICTURE => Some((
+            let why = match super::refusal(&source, &status) {
+                Some(why) => Some((409, why)),
+                None if w.since.elapsed() >= FIRST_PICTURE => Some((
                     503,
                     format!(
                         "source \"{source}\" gave no keyframe within {} s: its camera may be \
@@ -290,7 +290,7 @@ impl Broadcast {
                         FIRST_PICTURE.as_secs()
                     ),
                 )),
-                _ => None,
+                None => None,
             };
             let Some((status, message)) = why else {
                 return true;

@@ -1,5 +1,6 @@
-//! `/api/video/SOURCE`: a source's own H.264 or H.265, never re-encoded, as fragmented MP4 for
-//! a browser's Media Source Extensions: an init segment, then a fragment per picture, from the
+//! `/api/video/SOURCE`: a source's own H.264 or H.265, never re-encoded (or, for a source with
+//! neither, its frames encoded to H.264 while it is watched), as fragmented MP4 for a
+//! browser's Media Source Extensions: an init segment, then a fragment per picture, from the
 //! last keyframe the source kept (so the first picture comes at once), over one long-lived
 //! connection: a plain HTTP response (`Content-Type: video/mp4`, the codec and the time origin
 //! in headers), or, asked with `Upgrade: websocket`, WebSocket messages (the same, the headers'
@@ -18,7 +19,10 @@
 //! thread wakes every [`BACKLOG_TICK`] to write more (a picture is 40 ms at 25 fps); otherwise it
 //! sleeps until a packet, an arrival or the stop. Viewers count against the live clients' cap
 //! (`live.rs`: from the file-descriptor limit, `daemon::fds`), the two together; past it, 503.
-//! The thread runs below the frame path's priority, as the live thread does.
+//! The thread runs below the frame path's priority, as the live thread does. A watched source
+//! with no H.264 of its own has its frames encoded, once for all its viewers, by an encoder the
+//! thread starts and stops (`encoder.rs`: from its first viewer until a few seconds after its
+//! last); a source whose `live_video` chose stills is refused (409), as one that cannot play.
 //!
 //! Stop protocol (`workers.rs`): dropping its [`Workers`] drops the stop channel's sender, which
 //! wakes the thread; it closes every viewer and unsubscribes, and is joined.
@@ -36,6 +40,7 @@ use super::workers::Workers;
 use crate::packets::video::Status;
 
 mod broadcast;
+mod encoder;
 mod viewer;
 mod ws;
 
@@ -79,9 +84,17 @@ pub(super) fn add(shared: &Shared, arrival: Arrival) {
     }
 }
 
-/// Why `source` plays no live video.
-pub(super) fn no_video(source: &str, why: &str) -> String {
-    format!("source \"{source}\" has no H.264 or H.265 stream ({why}): the tile shows stills")
+/// Why `source`, of `status`, plays no live video (answered 409); `None` when it plays (or may).
+pub(super) fn refusal(source: &str, status: &Status) -> Option<String> {
+    match status {
+        Status::Not(why) => Some(format!(
+            "source \"{source}\" has no H.264 or H.265 stream ({why}): the tile shows stills"
+        )),
+        Status::Stills => Some(format!(
+            "source \"{source}\" shows stills (live_video = \"stills\")"
+        )),
+        Status::Waiting | Status::Playable(_) | Status::Encodable => None,
+    }
 }
 
 /// A JSON error answer: `{"error": message}`.
@@ -102,10 +115,11 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
     // Refused only by a system call filter: the live thread says so (once) for both.
     let _ = super::live::yield_to_the_frames();
     let mut casts: Vec<broadcast::Broadcast> = Vec::new();
+    let mut encoders = encoder::Encoders::default();
     loop {
         let timeout = if casts.iter().any(broadcast::Broadcast::backlogged) {
             Some(BACKLOG_TICK)
-        } else if casts.iter().any(broadcast::Broadcast::has_waiting) {
+        } else if casts.iter().any(broadcast::Broadcast::has_waiting) || encoders.idle() {
             Some(WAIT_TICK)
         } else {
             None
@@ -129,6 +143,7 @@ fn run(arrivals: &Receiver<Arrival>, stopped: &Receiver<()>, shared: &Shared) {
             cast.video.queued_bytes.store(queued, Ordering::Relaxed);
         }
         casts.retain(|c| c.count() > 0);
+        encoders.keep(casts.iter().map(|c| (&c.source, &c.video)));
         let viewers = casts.iter().map(broadcast::Broadcast::count).sum();
         shared.video_viewers.store(viewers, Ordering::Relaxed);
         if shared.stop.load(Ordering::Acquire) {
@@ -191,8 +206,8 @@ fn welcome(a: Arrival, casts: &mut Vec<broadcast::Broadcast>, shared: &Shared) {
         let _ = stream.write(&error(503, "too many live clients; try again later"));
         return;
     }
-    if let Status::Not(why) = crate::packets::hub().video(&source).status() {
-        let _ = stream.write(&error(409, &no_video(&source, &why)));
+    if let Some(why) = refusal(&source, &crate::packets::hub().video(&source).status()) {
+        let _ = stream.write(&error(409, &why));
         return;
     }
     if stream.set_nonblocking(true).is_err() {

@@ -122,7 +122,8 @@ class LiveVideo {
     this.queued = 0;
     this.keyframes = []; // presentation times (s) of the keyframes buffered
     this.newest = 0; // end of the newest picture received (s)
-    this.frameS = 1 / 25; // a picture's duration (s), from the stream
+    this.frameS = 1 / 25; // a picture's duration (s): the shortest of the connection's
+    this.shortest = Infinity; // (a stream vidflow encodes has longer ones where it dropped a frame)
     this.lags = []; // how long after its picture each frame's boxes came (s)
     this.delay = LIVE_VIDEO.MIN_DELAY_S;
     this.speed = { at: 0, from: 0, rate: 1 }; // media seconds received per second
@@ -180,6 +181,7 @@ class LiveVideo {
         return;
       }
       this.timescale = hello.timescale || 90000;
+      this.shortest = Infinity;
       // Asked before any media is opened: a browser without the codec (H.265 in many) shows
       // stills and says why, once; the tile does not try again.
       const mime = `video/mp4; codecs="${hello.codec}"`;
@@ -197,7 +199,10 @@ class LiveVideo {
     if (f) {
       const t = f.time / this.timescale;
       if (f.keyframe) this.keyframes.push(t);
-      if (f.duration) this.frameS = f.duration / this.timescale;
+      if (f.duration) {
+        this.shortest = Math.min(this.shortest, f.duration);
+        this.frameS = this.shortest / this.timescale;
+      }
       this.received(t + (f.duration || 0) / this.timescale);
     }
     this.queue.push(data);
