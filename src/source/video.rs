@@ -141,8 +141,24 @@ fn status_of(caps: &gst::CapsRef, shared: &Shared) -> Status {
 
 /// What a stream with no H.264 or H.265 of its own plays, as the source's `live_video` says.
 fn without_own_video(shared: &Shared) -> Status {
-    match shared.options.live_video {
-        LiveVideo::Encode => Status::Encodable,
+    let x264 = gst::ElementFactory::find(ENCODER).is_some();
+    chosen(shared.options.live_video, x264)
+}
+
+/// The GStreamer element that encodes a source's frames for its viewers
+/// (`daemon::http::video::encoder`).
+const ENCODER: &str = "x264enc";
+
+/// What `live_video` makes of a stream with no H.264 or H.265 of its own, on a machine with the
+/// encoder (`x264`) or without it (said, rather than a viewer waiting for pictures that never
+/// come).
+fn chosen(live_video: LiveVideo, x264: bool) -> Status {
+    match live_video {
+        LiveVideo::Encode if x264 => Status::Encodable,
+        LiveVideo::Encode => Status::Not(format!(
+            "its frames would be encoded, but GStreamer has no {ENCODER}: install \
+             gstreamer1.0-plugins-ugly"
+        )),
         LiveVideo::Stills => Status::Stills,
     }
 }
@@ -181,4 +197,23 @@ pub(super) fn offer(
             live: shared.uri.is_live(),
         })
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_without_the_encoder_says_so_instead_of_keeping_viewers_waiting() {
+        assert_eq!(chosen(LiveVideo::Encode, true), Status::Encodable);
+        assert_eq!(chosen(LiveVideo::Stills, true), Status::Stills);
+        assert_eq!(chosen(LiveVideo::Stills, false), Status::Stills);
+        let Status::Not(why) = chosen(LiveVideo::Encode, false) else {
+            panic!("a source to encode on a machine without x264enc");
+        };
+        assert!(
+            why.contains("x264enc") && why.contains("plugins-ugly"),
+            "{why}"
+        );
+    }
 }
