@@ -279,15 +279,17 @@ impl Server {
         left
     }
 
-    /// Stops the loop that takes connections and joins it: it returns at once.
+    /// Stops the loop that takes connections and joins it: it returns at once. Once only: a
+    /// server stopped by [`Server::stop_by`] is dropped after it.
     fn stop_loop(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
         self.shared.stop.store(true, Ordering::Release);
         hub().wake_all();
         // Wakes the loop out of `poll`; it sees `stop` and returns.
         let _ = TcpStream::connect_timeout(&reachable(self.addr), WAKE_TIMEOUT);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        let _ = thread.join();
     }
 
     /// The endpoint's threads, taken, in the order they stop: the credentials thread first, as
